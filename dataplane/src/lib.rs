@@ -1,0 +1,7 @@
+//! Bloomplane dataplane: zero-copy packet views, capture I/O, and (in later
+//! changes) the stages, pipeline and workers.
+//!
+//! See `ARCHITECTURE.md` at the repository root for the map.
+
+pub mod io;
+pub mod wire;
