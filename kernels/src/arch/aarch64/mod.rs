@@ -1,0 +1,3 @@
+//! aarch64 backends.
+
+pub mod neon;

@@ -1,0 +1,117 @@
+//! The portable one-lane backend and reference implementation.
+
+use crate::hash::HashPair;
+use crate::index::{Blocked, Partitioned};
+use crate::lanes::{self, Lanes};
+use crate::seed::HashKey;
+
+// One lane: plain wrapping `u32` arithmetic. None of these need any CPU
+// feature; they are `unsafe fn` only because the trait's methods are.
+impl Lanes for u32 {
+    const LANES: usize = 1;
+
+    #[inline(always)]
+    unsafe fn splat(x: u32) -> Self {
+        x
+    }
+    #[inline(always)]
+    unsafe fn add(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+    #[inline(always)]
+    unsafe fn xor(self, o: Self) -> Self {
+        self ^ o
+    }
+    #[inline(always)]
+    unsafe fn or(self, o: Self) -> Self {
+        self | o
+    }
+    #[inline(always)]
+    unsafe fn mul(self, o: Self) -> Self {
+        self.wrapping_mul(o)
+    }
+    #[inline(always)]
+    unsafe fn shr<const N: i32>(self) -> Self {
+        self >> N
+    }
+    #[inline(always)]
+    unsafe fn shr_var(self, n: u32) -> Self {
+        self.checked_shr(n).unwrap_or(0)
+    }
+    #[inline(always)]
+    unsafe fn load_keys<const W: usize>(keys: *const [u32; W]) -> [Self; W] {
+        // SAFETY: the caller guarantees one readable key.
+        unsafe { *keys }
+    }
+    #[inline(always)]
+    unsafe fn store_pairs(h1: Self, h2: Self, out: *mut HashPair) {
+        // SAFETY: the caller guarantees one writable pair.
+        unsafe { out.write(HashPair { h1, h2 }) }
+    }
+    #[inline(always)]
+    unsafe fn load_pairs(p: *const HashPair) -> (Self, Self) {
+        // SAFETY: the caller guarantees one readable pair.
+        let p = unsafe { *p };
+        (p.h1, p.h2)
+    }
+    #[inline(always)]
+    unsafe fn store(self, out: *mut u32) {
+        // SAFETY: the caller guarantees one writable word.
+        unsafe { out.write(self) }
+    }
+}
+
+/// Hashes `keys` into `out[..keys.len()]` (reference implementation).
+///
+/// # Panics
+/// If `out` is shorter than `keys`.
+pub fn hash<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
+    const {
+        assert!(
+            W >= 1 && W <= crate::MAX_WORDS,
+            "key width must be 1..=MAX_WORDS"
+        )
+    };
+    assert!(out.len() >= keys.len(), "hash: output shorter than input");
+    // SAFETY: the scalar lanes need no CPU feature; lengths checked above.
+    unsafe { lanes::hash::<u32, W>(key, keys, out) }
+}
+
+/// Partitioned indices (reference implementation); see [`crate::index`].
+///
+/// # Panics
+/// If `out` is shorter than `rows * pairs.len()`.
+pub fn partitioned(pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
+    assert!(
+        out.len() >= layout.rows() * pairs.len(),
+        "partitioned: output too short"
+    );
+    // SAFETY: no CPU feature needed; length checked above.
+    unsafe { lanes::partitioned::<u32>(pairs, layout.rows(), layout.log2_width(), out) }
+}
+
+/// Blocked indices (reference implementation); see [`crate::index`].
+///
+/// # Panics
+/// If `blocks` is shorter than `pairs` or `bits` than `k * pairs.len()`.
+pub fn blocked(pairs: &[HashPair], layout: Blocked, blocks: &mut [u32], bits: &mut [u32]) {
+    assert!(
+        blocks.len() >= pairs.len(),
+        "blocked: block output too short"
+    );
+    assert!(
+        bits.len() >= layout.k() * pairs.len(),
+        "blocked: bit output too short"
+    );
+    // SAFETY: no CPU feature needed; lengths checked above.
+    unsafe {
+        lanes::blocked::<u32>(
+            pairs,
+            layout.log2_blocks(),
+            layout.log2_block_bits(),
+            layout.k(),
+            blocks,
+            bits,
+        )
+    }
+}

@@ -1,0 +1,224 @@
+//! AVX2 backend: eight 32-bit lanes in a `__m256i`.
+//!
+//! The lane operations are `#[inline(always)]` and carry no target feature;
+//! the public entry points are thin `#[target_feature(enable = "avx2")]`
+//! trampolines that instantiate the generic bodies, so the whole loop is
+//! compiled with AVX2 enabled.
+
+use core::arch::x86_64::*;
+
+use crate::hash::HashPair;
+use crate::index::{Blocked, Partitioned};
+use crate::lanes::{self, Lanes};
+use crate::seed::HashKey;
+
+impl Lanes for __m256i {
+    const LANES: usize = 8;
+
+    #[inline(always)]
+    unsafe fn splat(x: u32) -> Self {
+        // SAFETY: the caller guarantees AVX2 (trait contract).
+        unsafe { _mm256_set1_epi32(x as i32) }
+    }
+    #[inline(always)]
+    unsafe fn add(self, o: Self) -> Self {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe { _mm256_add_epi32(self, o) }
+    }
+    #[inline(always)]
+    unsafe fn xor(self, o: Self) -> Self {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe { _mm256_xor_si256(self, o) }
+    }
+    #[inline(always)]
+    unsafe fn or(self, o: Self) -> Self {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe { _mm256_or_si256(self, o) }
+    }
+    #[inline(always)]
+    unsafe fn mul(self, o: Self) -> Self {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe { _mm256_mullo_epi32(self, o) }
+    }
+    #[inline(always)]
+    unsafe fn shr<const N: i32>(self) -> Self {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe { _mm256_srli_epi32::<N>(self) }
+    }
+    #[inline(always)]
+    unsafe fn shr_var(self, n: u32) -> Self {
+        // SAFETY: the caller guarantees AVX2. VPSRLD with a count of 32 or
+        // more yields 0, matching the scalar definition.
+        unsafe { _mm256_srl_epi32(self, _mm_cvtsi32_si128(n as i32)) }
+    }
+    #[inline(always)]
+    unsafe fn load_keys<const W: usize>(keys: *const [u32; W]) -> [Self; W] {
+        let base = keys.cast::<u32>();
+        // Up to four words of key `j` starting at word `c`, zero-padded. Never
+        // reads past the key: a partial group is copied word by word.
+        let group = |j: usize, c: usize| -> __m128i {
+            let have = (W - c).min(4);
+            // SAFETY: the caller guarantees 8 readable keys of W words, and
+            // `c + have <= W`, so the `have` words at `j * W + c` are in bounds.
+            unsafe {
+                let p = base.add(j * W + c);
+                if have == 4 {
+                    _mm_loadu_si128(p.cast())
+                } else {
+                    let mut t = [0u32; 4];
+                    core::ptr::copy_nonoverlapping(p, t.as_mut_ptr(), have);
+                    _mm_loadu_si128(t.as_ptr().cast())
+                }
+            }
+        };
+        // SAFETY: the caller guarantees AVX2; the loads are covered above.
+        unsafe {
+            let mut out = [_mm256_setzero_si256(); W];
+            let mut c = 0;
+            while c < W {
+                // Rows hold keys j (low half) and j + 4 (high half); a 4x4
+                // transpose inside each half turns rows into word columns.
+                let r0 = _mm256_set_m128i(group(4, c), group(0, c));
+                let r1 = _mm256_set_m128i(group(5, c), group(1, c));
+                let r2 = _mm256_set_m128i(group(6, c), group(2, c));
+                let r3 = _mm256_set_m128i(group(7, c), group(3, c));
+                let t0 = _mm256_unpacklo_epi32(r0, r1);
+                let t1 = _mm256_unpacklo_epi32(r2, r3);
+                let t2 = _mm256_unpackhi_epi32(r0, r1);
+                let t3 = _mm256_unpackhi_epi32(r2, r3);
+                let cols = [
+                    _mm256_unpacklo_epi64(t0, t1),
+                    _mm256_unpackhi_epi64(t0, t1),
+                    _mm256_unpacklo_epi64(t2, t3),
+                    _mm256_unpackhi_epi64(t2, t3),
+                ];
+                let take = (W - c).min(4);
+                out[c..c + take].copy_from_slice(&cols[..take]);
+                c += 4;
+            }
+            out
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_pairs(h1: Self, h2: Self, out: *mut HashPair) {
+        // SAFETY: the caller guarantees AVX2 and 8 writable pairs (64 bytes);
+        // `HashPair` is `repr(C)` {h1, h2}, so interleaving h1/h2 lanes gives
+        // its memory layout.
+        unsafe {
+            let lo = _mm256_unpacklo_epi32(h1, h2); // pairs 0 1 | 4 5
+            let hi = _mm256_unpackhi_epi32(h1, h2); // pairs 2 3 | 6 7
+            let p = out.cast::<__m256i>();
+            _mm256_storeu_si256(p, _mm256_permute2x128_si256::<0x20>(lo, hi));
+            _mm256_storeu_si256(p.add(1), _mm256_permute2x128_si256::<0x31>(lo, hi));
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_pairs(p: *const HashPair) -> (Self, Self) {
+        // SAFETY: the caller guarantees AVX2 and 8 readable pairs (64 bytes).
+        unsafe {
+            let q = p.cast::<__m256i>();
+            let evens_odds = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+            // a = h1 of pairs 0..4 | h2 of pairs 0..4, b likewise for 4..8.
+            let a = _mm256_permutevar8x32_epi32(_mm256_loadu_si256(q), evens_odds);
+            let b = _mm256_permutevar8x32_epi32(_mm256_loadu_si256(q.add(1)), evens_odds);
+            (
+                _mm256_permute2x128_si256::<0x20>(a, b),
+                _mm256_permute2x128_si256::<0x31>(a, b),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn store(self, out: *mut u32) {
+        // SAFETY: the caller guarantees AVX2 and 8 writable words.
+        unsafe { _mm256_storeu_si256(out.cast(), self) }
+    }
+}
+
+#[target_feature(enable = "avx2")]
+unsafe fn hash_avx2<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
+    // SAFETY: AVX2 is enabled here; the caller checked the lengths.
+    unsafe { lanes::hash::<__m256i, W>(key, keys, out) }
+}
+
+#[target_feature(enable = "avx2")]
+unsafe fn partitioned_avx2(pairs: &[HashPair], rows: usize, log2_width: u32, out: &mut [u32]) {
+    // SAFETY: AVX2 is enabled here; the caller checked the lengths.
+    unsafe { lanes::partitioned::<__m256i>(pairs, rows, log2_width, out) }
+}
+
+#[target_feature(enable = "avx2")]
+unsafe fn blocked_avx2(
+    pairs: &[HashPair],
+    log2_blocks: u32,
+    log2_block_bits: u32,
+    k: usize,
+    blocks: &mut [u32],
+    bits: &mut [u32],
+) {
+    // SAFETY: AVX2 is enabled here; the caller checked the lengths.
+    unsafe { lanes::blocked::<__m256i>(pairs, log2_blocks, log2_block_bits, k, blocks, bits) }
+}
+
+/// Hashes `keys` into `out[..keys.len()]` with AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2 (check with `Backend::Avx2.is_available()`).
+///
+/// # Panics
+/// If `out` is shorter than `keys`.
+pub unsafe fn hash<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
+    const {
+        assert!(
+            W >= 1 && W <= crate::MAX_WORDS,
+            "key width must be 1..=MAX_WORDS"
+        )
+    };
+    assert!(out.len() >= keys.len(), "hash: output shorter than input");
+    // SAFETY: AVX2 support is the caller's promise; lengths checked above.
+    unsafe { hash_avx2(key, keys, out) }
+}
+
+/// Partitioned indices with AVX2; see [`crate::index`].
+///
+/// # Safety
+/// The CPU must support AVX2.
+///
+/// # Panics
+/// If `out` is shorter than `rows * pairs.len()`.
+pub unsafe fn partitioned(pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
+    assert!(
+        out.len() >= layout.rows() * pairs.len(),
+        "partitioned: output too short"
+    );
+    // SAFETY: AVX2 support is the caller's promise; length checked above.
+    unsafe { partitioned_avx2(pairs, layout.rows(), layout.log2_width(), out) }
+}
+
+/// Blocked indices with AVX2; see [`crate::index`].
+///
+/// # Safety
+/// The CPU must support AVX2.
+///
+/// # Panics
+/// If `blocks` is shorter than `pairs` or `bits` than `k * pairs.len()`.
+pub unsafe fn blocked(pairs: &[HashPair], layout: Blocked, blocks: &mut [u32], bits: &mut [u32]) {
+    assert!(
+        blocks.len() >= pairs.len(),
+        "blocked: block output too short"
+    );
+    assert!(
+        bits.len() >= layout.k() * pairs.len(),
+        "blocked: bit output too short"
+    );
+    // SAFETY: AVX2 support is the caller's promise; lengths checked above.
+    unsafe {
+        blocked_avx2(
+            pairs,
+            layout.log2_blocks(),
+            layout.log2_block_bits(),
+            layout.k(),
+            blocks,
+            bits,
+        )
+    }
+}

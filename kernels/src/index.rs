@@ -1,0 +1,178 @@
+//! Index derivation: k indices per key from its [`HashPair`], vectorised.
+//!
+//! Both layouts use double hashing (Kirsch and Mitzenmacher, "Less hashing,
+//! same performance", 2006) with the step forced odd, `s = h2 | 1`, so it is
+//! never zero, and take indices from the *top* bits of the 32-bit sums so
+//! that every bit of `h1` and `s` reaches every index through the carries:
+//!
+//! * **Partitioned** (count-min rows, SFB levels): `d` rows of `2^b` entries;
+//!   row `r` of a key is `(h1 + r * s) >> (32 - b)`, `r = 0..d`.
+//! * **Blocked** (blocked Bloom filters): `2^B` blocks of `2^c` bits; the
+//!   block is `h1 >> (32 - B)` and bit `j` inside it is
+//!   `(h2 * SALT[j]) >> (32 - c)`, `j = 0..k` (multiply-shift with fixed odd
+//!   salts, as in split-block Bloom filters), so the pattern depends only on
+//!   `h2` and is independent of the block. Double hashing is *not* used
+//!   here: inside a 512-bit block its arithmetic-progression patterns overlap
+//!   between keys with equal steps, which measured about 9% more false
+//!   positives than the independent-position formula; multiply-shift
+//!   positions match it (see `tests/quality.rs`).
+//!
+//! Shifts by 32 (a width of 1, `b = 0`) give index 0. Outputs are
+//! index-major (`out[r * n + i]` for key `i`), so each row's indices for a
+//! batch are contiguous: a structure walks one row at a time, which is what
+//! prefetching wants.
+
+use crate::arch;
+use crate::backend::Backend;
+use crate::hash::HashPair;
+
+/// A partitioned layout: `rows` rows of `2^log2_width` entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partitioned {
+    rows: usize,
+    log2_width: u32,
+}
+
+impl Partitioned {
+    /// `rows` rows (at least 1) of `2^log2_width` entries (`log2_width <= 32`).
+    ///
+    /// # Panics
+    /// If `rows` is 0 or `log2_width > 32`.
+    pub fn new(rows: usize, log2_width: u32) -> Self {
+        assert!(rows >= 1, "partitioned layout needs at least one row");
+        assert!(log2_width <= 32, "row width 2^{log2_width} exceeds 2^32");
+        Partitioned { rows, log2_width }
+    }
+
+    /// Number of rows (indices per key).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// log2 of the row width.
+    pub fn log2_width(&self) -> u32 {
+        self.log2_width
+    }
+}
+
+/// The most bit positions per key a blocked layout supports.
+pub const MAX_BLOCKED_K: usize = crate::lanes::SALTS.len();
+
+/// A blocked layout: `2^log2_blocks` blocks of `2^log2_block_bits` bits, `k`
+/// bit positions per key inside its block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocked {
+    log2_blocks: u32,
+    log2_block_bits: u32,
+    k: usize,
+}
+
+impl Blocked {
+    /// `2^log2_blocks` blocks of `2^log2_block_bits` bits (9 for a 64-byte
+    /// cache line), `k >= 1` positions per key.
+    ///
+    /// # Panics
+    /// If `k` is not in `1..=32`, `log2_blocks > 32` or `log2_block_bits` is
+    /// 0 or above 16.
+    pub fn new(log2_blocks: u32, log2_block_bits: u32, k: usize) -> Self {
+        assert!(
+            (1..=MAX_BLOCKED_K).contains(&k),
+            "blocked layout needs k in 1..={MAX_BLOCKED_K}, got {k}"
+        );
+        assert!(log2_blocks <= 32, "2^{log2_blocks} blocks exceed 2^32");
+        assert!(
+            (1..=16).contains(&log2_block_bits),
+            "block of 2^{log2_block_bits} bits is outside 2..=65536"
+        );
+        Blocked {
+            log2_blocks,
+            log2_block_bits,
+            k,
+        }
+    }
+
+    /// log2 of the number of blocks.
+    pub fn log2_blocks(&self) -> u32 {
+        self.log2_blocks
+    }
+
+    /// log2 of the bits per block.
+    pub fn log2_block_bits(&self) -> u32 {
+        self.log2_block_bits
+    }
+
+    /// Bit positions per key.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+}
+
+/// Partitioned indices of every pair on `backend`: `out[r * n + i]` is row
+/// `r`'s index for `pairs[i]`, `n = pairs.len()`.
+///
+/// # Panics
+/// If `out` is shorter than `rows * n`, or `backend` is not available on
+/// this CPU.
+pub fn partitioned(backend: Backend, pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
+    let need = layout.rows * pairs.len();
+    assert!(
+        out.len() >= need,
+        "partitioned: output holds {} indices, need {need}",
+        out.len()
+    );
+    match checked(backend) {
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx2 => {
+            // SAFETY: `checked` proved AVX2 is available; `out` is long enough.
+            unsafe { arch::x86_64::avx2::partitioned(pairs, layout, out) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        Backend::Neon => arch::aarch64::neon::partitioned(pairs, layout, out),
+        _ => arch::scalar::partitioned(pairs, layout, out),
+    }
+}
+
+/// Blocked indices of every pair on `backend`: `blocks[i]` is the block of
+/// `pairs[i]` and `bits[j * n + i]` its `j`-th bit inside the block.
+///
+/// # Panics
+/// If `blocks` is shorter than `n` or `bits` than `k * n`, or `backend` is
+/// not available on this CPU.
+pub fn blocked(
+    backend: Backend,
+    pairs: &[HashPair],
+    layout: Blocked,
+    blocks: &mut [u32],
+    bits: &mut [u32],
+) {
+    let n = pairs.len();
+    assert!(
+        blocks.len() >= n,
+        "blocked: {} block slots for {n} keys",
+        blocks.len()
+    );
+    assert!(
+        bits.len() >= layout.k * n,
+        "blocked: output holds {} bit positions, need {}",
+        bits.len(),
+        layout.k * n
+    );
+    match checked(backend) {
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx2 => {
+            // SAFETY: `checked` proved AVX2 is available; lengths checked above.
+            unsafe { arch::x86_64::avx2::blocked(pairs, layout, blocks, bits) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        Backend::Neon => arch::aarch64::neon::blocked(pairs, layout, blocks, bits),
+        _ => arch::scalar::blocked(pairs, layout, blocks, bits),
+    }
+}
+
+/// `backend` if this CPU has it (a cached flag), else a panic naming it.
+fn checked(backend: Backend) -> Backend {
+    match backend.require() {
+        Ok(b) => b,
+        Err(e) => panic!("{e}"),
+    }
+}

@@ -1,0 +1,363 @@
+//! The one algorithm, written once over a small vector trait.
+//!
+//! Each backend implements [`Lanes`] for its register type (`u32` for scalar,
+//! `__m256i` for AVX2, `uint32x4_t` for NEON) and instantiates the generic
+//! bodies below from a thin `#[target_feature]` trampoline. The bodies are
+//! `#[inline(always)]` so they compile inside the trampoline with the
+//! feature enabled.
+
+use crate::hash::HashPair;
+use crate::seed::HashKey;
+
+/// A vector of `LANES` 32-bit lanes with wrapping arithmetic.
+///
+/// All methods are `unsafe` because a backend's implementation may only run
+/// on a CPU that has its feature; holding a value of the type is not proof of
+/// that, the trampoline's caller is. Pointer arguments must be valid for the
+/// number of elements documented on each method; no alignment is required.
+pub(crate) trait Lanes: Copy {
+    /// Number of 32-bit lanes.
+    const LANES: usize;
+
+    /// # Safety
+    /// The CPU must support the backend.
+    unsafe fn splat(x: u32) -> Self;
+    /// # Safety
+    /// The CPU must support the backend.
+    unsafe fn add(self, o: Self) -> Self;
+    /// # Safety
+    /// The CPU must support the backend.
+    unsafe fn xor(self, o: Self) -> Self;
+    /// # Safety
+    /// The CPU must support the backend.
+    unsafe fn or(self, o: Self) -> Self;
+    /// Low 32 bits of the product.
+    ///
+    /// # Safety
+    /// The CPU must support the backend.
+    unsafe fn mul(self, o: Self) -> Self;
+    /// Logical right shift by a constant `N` in `1..32`.
+    ///
+    /// # Safety
+    /// The CPU must support the backend.
+    unsafe fn shr<const N: i32>(self) -> Self;
+    /// Logical right shift by `n`; `n >= 32` gives 0.
+    ///
+    /// # Safety
+    /// The CPU must support the backend.
+    unsafe fn shr_var(self, n: u32) -> Self;
+    /// Loads `LANES` consecutive keys and transposes them: element `c` of the
+    /// result holds word `c` of every key, key `j` in lane `j`.
+    ///
+    /// # Safety
+    /// The CPU must support the backend and `keys` must be valid for reads of
+    /// `LANES` keys.
+    unsafe fn load_keys<const W: usize>(keys: *const [u32; W]) -> [Self; W];
+    /// Stores lane `j` of `h1` and `h2` as `out[j]`.
+    ///
+    /// # Safety
+    /// The CPU must support the backend and `out` must be valid for writes of
+    /// `LANES` pairs.
+    unsafe fn store_pairs(h1: Self, h2: Self, out: *mut HashPair);
+    /// Loads `LANES` pairs: lane `j` of the results holds `p[j].h1`, `p[j].h2`.
+    ///
+    /// # Safety
+    /// The CPU must support the backend and `p` must be valid for reads of
+    /// `LANES` pairs.
+    unsafe fn load_pairs(p: *const HashPair) -> (Self, Self);
+    /// Stores the lanes to `out[0..LANES]`.
+    ///
+    /// # Safety
+    /// The CPU must support the backend and `out` must be valid for writes of
+    /// `LANES` words.
+    unsafe fn store(self, out: *mut u32);
+}
+
+/// The widest backend's lane count; tails are padded to it on the stack.
+pub(crate) const MAX_LANES: usize = 8;
+
+// Mixing constants. M1 and M2 are odd (so multiplication is a bijection);
+// the finalisers are MurmurHash3's fmix32 (for h1) and Chris Wellons'
+// "lowbias32" (for h2), both chosen by their authors for full avalanche.
+const M1: u32 = 0x9E37_79B1;
+const M2: u32 = 0x85EB_CA77;
+const WIDTH_MIX: u32 = 0x27D4_EB2F;
+const F1A: u32 = 0x85EB_CA6B;
+const F1B: u32 = 0xC2B2_AE35;
+const F2A: u32 = 0x7FEB_352D;
+const F2B: u32 = 0x846C_A68B;
+
+/// Per-call constants, broadcast once outside the loop.
+struct Consts<V, const W: usize> {
+    k: [V; W],
+    a0: V,
+    b0: V,
+    m1: V,
+    m2: V,
+    f1a: V,
+    f1b: V,
+    f2a: V,
+    f2b: V,
+}
+
+impl<V: Lanes, const W: usize> Consts<V, W> {
+    #[inline(always)]
+    unsafe fn new(key: &HashKey) -> Self {
+        // SAFETY: the caller guarantees the CPU supports the backend, which
+        // is all `splat` needs.
+        let k = std::array::from_fn(|c| unsafe { V::splat(key.k[c]) });
+        // SAFETY: as above.
+        unsafe {
+            Consts {
+                k,
+                a0: V::splat(key.a ^ (W as u32).wrapping_mul(WIDTH_MIX)),
+                b0: V::splat(key.b),
+                m1: V::splat(M1),
+                m2: V::splat(M2),
+                f1a: V::splat(F1A),
+                f1b: V::splat(F1B),
+                f2a: V::splat(F2A),
+                f2b: V::splat(F2B),
+            }
+        }
+    }
+}
+
+/// The hash of `LANES` keys, as the pair `(h1, h2)`.
+///
+/// Per key `w[0..W]` with secret `a`, `b`, `k[0..W]`:
+///
+/// ```text
+/// a = a ^ (W * 0x27D4EB2F);  b = b
+/// for c in 0..W:
+///     x = w[c] ^ k[c]
+///     a = (a ^ x) * M1;  a ^= a >> 15
+///     b = (b + x) * M2;  b ^= b >> 13
+/// h1 = fmix32(a);  h2 = lowbias32(b)
+/// ```
+///
+/// Two independent 32-bit chains with different structure (xor vs add,
+/// different multipliers and shifts), each closed by a full-avalanche
+/// finaliser. All arithmetic is wrapping 32-bit, the same in every lane.
+#[inline(always)]
+unsafe fn mix<V: Lanes, const W: usize>(c: &Consts<V, W>, w: &[V; W]) -> (V, V) {
+    // SAFETY: the caller guarantees the CPU supports the backend; the lane
+    // operations touch no memory.
+    unsafe {
+        let mut a = c.a0;
+        let mut b = c.b0;
+        for (wi, ki) in w.iter().zip(&c.k) {
+            let x = wi.xor(*ki);
+            a = a.xor(x).mul(c.m1);
+            a = a.xor(a.shr::<15>());
+            b = b.add(x).mul(c.m2);
+            b = b.xor(b.shr::<13>());
+        }
+        a = a.xor(a.shr::<16>()).mul(c.f1a);
+        a = a.xor(a.shr::<13>()).mul(c.f1b);
+        a = a.xor(a.shr::<16>());
+        b = b.xor(b.shr::<16>()).mul(c.f2a);
+        b = b.xor(b.shr::<15>()).mul(c.f2b);
+        b = b.xor(b.shr::<16>());
+        (a, b)
+    }
+}
+
+/// Hashes every key of `keys` into `out[..keys.len()]`.
+///
+/// # Safety
+/// The CPU must support `V`'s backend; `out.len() >= keys.len()`.
+#[inline(always)]
+pub(crate) unsafe fn hash<V: Lanes, const W: usize>(
+    key: &HashKey,
+    keys: &[[u32; W]],
+    out: &mut [HashPair],
+) {
+    debug_assert!(out.len() >= keys.len());
+    // SAFETY: backend support is the caller's promise.
+    let c = unsafe { Consts::<V, W>::new(key) };
+    let n = keys.len();
+    let mut i = 0;
+    while i + V::LANES <= n {
+        // SAFETY: `i + LANES <= n <= out.len()`, so LANES keys are readable
+        // at `keys[i]` and LANES pairs writable at `out[i]`.
+        unsafe {
+            let w = V::load_keys(keys.as_ptr().add(i));
+            let (h1, h2) = mix(&c, &w);
+            V::store_pairs(h1, h2, out.as_mut_ptr().add(i));
+        }
+        i += V::LANES;
+    }
+    let rem = n - i;
+    if rem > 0 {
+        // Pad the tail to a whole vector on the stack, so tails take the same
+        // code path as full vectors.
+        let mut kbuf = [[0u32; W]; MAX_LANES];
+        let mut obuf = [HashPair::default(); MAX_LANES];
+        kbuf[..rem].copy_from_slice(&keys[i..]);
+        // SAFETY: both buffers hold MAX_LANES >= LANES elements.
+        unsafe {
+            let w = V::load_keys(kbuf.as_ptr());
+            let (h1, h2) = mix(&c, &w);
+            V::store_pairs(h1, h2, obuf.as_mut_ptr());
+        }
+        out[i..n].copy_from_slice(&obuf[..rem]);
+    }
+}
+
+/// Stores one vector of indices at `out[at..at + LANES]`, or only its first
+/// `valid` lanes when the vector is a padded tail.
+#[inline(always)]
+unsafe fn store_some<V: Lanes>(v: V, out: &mut [u32], at: usize, valid: usize) {
+    if valid == V::LANES {
+        debug_assert!(at + V::LANES <= out.len());
+        // SAFETY: the callers only pass `valid == LANES` when
+        // `at + LANES <= out.len()`; backend support is the caller's promise.
+        unsafe { v.store(out.as_mut_ptr().add(at)) }
+    } else {
+        let mut tmp = [0u32; MAX_LANES];
+        // SAFETY: `tmp` holds MAX_LANES >= LANES words.
+        unsafe { v.store(tmp.as_mut_ptr()) }
+        out[at..at + valid].copy_from_slice(&tmp[..valid]);
+    }
+}
+
+/// Runs `body` over `pairs` a vector at a time, the tail padded with zeros.
+/// `body(h1, h2, start, valid)`.
+#[inline(always)]
+unsafe fn for_each_vector<V: Lanes>(pairs: &[HashPair], mut body: impl FnMut(V, V, usize, usize)) {
+    let n = pairs.len();
+    let mut i = 0;
+    while i + V::LANES <= n {
+        // SAFETY: LANES pairs are readable at `pairs[i]`; backend support is
+        // the caller's promise.
+        let (h1, h2) = unsafe { V::load_pairs(pairs.as_ptr().add(i)) };
+        body(h1, h2, i, V::LANES);
+        i += V::LANES;
+    }
+    let rem = n - i;
+    if rem > 0 {
+        let mut buf = [HashPair::default(); MAX_LANES];
+        buf[..rem].copy_from_slice(&pairs[i..]);
+        // SAFETY: `buf` holds MAX_LANES >= LANES pairs.
+        let (h1, h2) = unsafe { V::load_pairs(buf.as_ptr()) };
+        body(h1, h2, i, rem);
+    }
+}
+
+/// Partitioned indices, row-major: `out[r * n + i]` is key `i`'s index in
+/// row `r`, `(h1 + r * (h2 | 1)) >> (32 - log2_width)`.
+///
+/// # Safety
+/// The CPU must support `V`'s backend; `out.len() >= rows * pairs.len()`.
+#[inline(always)]
+pub(crate) unsafe fn partitioned<V: Lanes>(
+    pairs: &[HashPair],
+    rows: usize,
+    log2_width: u32,
+    out: &mut [u32],
+) {
+    let n = pairs.len();
+    debug_assert!(out.len() >= rows * n);
+    let shift = 32 - log2_width;
+    // SAFETY: backend support is the caller's promise; `store_some` writes
+    // `out[r * n + i ..][..valid]`, inside `out` because `i + valid <= n`.
+    unsafe {
+        let one = V::splat(1);
+        for_each_vector::<V>(pairs, |h1, h2, i, valid| {
+            let step = h2.or(one);
+            let mut g = h1;
+            for r in 0..rows {
+                store_some(g.shr_var(shift), out, r * n + i, valid);
+                g = g.add(step);
+            }
+        });
+    }
+}
+
+/// Odd multipliers for blocked bit positions. The first eight are the salts
+/// of the Parquet split-block Bloom filter specification; the rest continue
+/// with odd SplitMix64 outputs.
+pub(crate) const SALTS: [u32; 32] = {
+    let mut s = [
+        0x47b6_137b,
+        0x4497_4d91,
+        0x8824_ad5b,
+        0xa2b7_289d,
+        0x7054_95c7,
+        0x2df1_424b,
+        0x9efc_4947,
+        0x5c6b_fb31,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ];
+    let mut state: u64 = 0x5a17_5a17_5a17_5a17;
+    let mut j = 8;
+    while j < 32 {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        s[j] = ((z ^ (z >> 31)) >> 32) as u32 | 1;
+        j += 1;
+    }
+    s
+};
+
+/// Blocked indices: `blocks[i] = h1 >> (32 - log2_blocks)` and, position-major,
+/// `bits[j * n + i] = (h2 * SALTS[j]) >> (32 - log2_block_bits)`.
+///
+/// # Safety
+/// The CPU must support `V`'s backend; `blocks.len() >= n`,
+/// `bits.len() >= k * n` where `n = pairs.len()`, and `k <= SALTS.len()`.
+#[inline(always)]
+pub(crate) unsafe fn blocked<V: Lanes>(
+    pairs: &[HashPair],
+    log2_blocks: u32,
+    log2_block_bits: u32,
+    k: usize,
+    blocks: &mut [u32],
+    bits: &mut [u32],
+) {
+    let n = pairs.len();
+    debug_assert!(blocks.len() >= n && bits.len() >= k * n && k <= SALTS.len());
+    let block_shift = 32 - log2_blocks;
+    let bit_shift = 32 - log2_block_bits;
+    // SAFETY: as in `partitioned`: every store stays inside `blocks[..n]`
+    // and `bits[..k * n]`.
+    unsafe {
+        for_each_vector::<V>(pairs, |h1, h2, i, valid| {
+            store_some(h1.shr_var(block_shift), blocks, i, valid);
+            for (j, &salt) in SALTS[..k].iter().enumerate() {
+                store_some(
+                    h2.mul(V::splat(salt)).shr_var(bit_shift),
+                    bits,
+                    j * n + i,
+                    valid,
+                );
+            }
+        });
+    }
+}
