@@ -132,13 +132,17 @@ impl<V: Lanes, const W: usize> Consts<V, W> {
 /// for c in 0..W:
 ///     x = w[c] ^ k[c]
 ///     a = (a ^ x) * M1;  a ^= a >> 15
-///     b = (b + x) * M2;  b ^= b >> 13
+///     b = (b + x) * M2
 /// h1 = fmix32(a);  h2 = lowbias32(b)
 /// ```
 ///
 /// Two independent 32-bit chains with different structure (xor vs add,
-/// different multipliers and shifts), each closed by a full-avalanche
-/// finaliser. All arithmetic is wrapping 32-bit, the same in every lane.
+/// different multipliers), each closed by a full-avalanche finaliser. The
+/// xorshift in the `a` chain stops differences in the top bit of one word
+/// from being cancelled by the next word; the `b` chain goes without it
+/// (it would cost a fifth of the hash), so a pair of keys that `b` cannot
+/// tell apart still differs in `h1`. All arithmetic is wrapping 32-bit, the
+/// same in every lane.
 #[inline(always)]
 unsafe fn mix<V: Lanes, const W: usize>(c: &Consts<V, W>, w: &[V; W]) -> (V, V) {
     // SAFETY: the caller guarantees the CPU supports the backend; the lane
@@ -151,7 +155,6 @@ unsafe fn mix<V: Lanes, const W: usize>(c: &Consts<V, W>, w: &[V; W]) -> (V, V) 
             a = a.xor(x).mul(c.m1);
             a = a.xor(a.shr::<15>());
             b = b.add(x).mul(c.m2);
-            b = b.xor(b.shr::<13>());
         }
         a = a.xor(a.shr::<16>()).mul(c.f1a);
         a = a.xor(a.shr::<13>()).mul(c.f1b);
@@ -178,6 +181,24 @@ pub(crate) unsafe fn hash<V: Lanes, const W: usize>(
     let c = unsafe { Consts::<V, W>::new(key) };
     let n = keys.len();
     let mut i = 0;
+    // Two independent vectors per step on SIMD backends: one vector's
+    // dependency chain (~40 cycles on AVX2) is far longer than its issue
+    // time, so interleaving two keeps the multipliers busy.
+    if V::LANES > 1 {
+        while i + 2 * V::LANES <= n {
+            // SAFETY: `i + 2 * LANES <= n <= out.len()`: 2 * LANES keys are
+            // readable at `keys[i]` and as many pairs writable at `out[i]`.
+            unsafe {
+                let w0 = V::load_keys(keys.as_ptr().add(i));
+                let w1 = V::load_keys(keys.as_ptr().add(i + V::LANES));
+                let (a0, b0) = mix(&c, &w0);
+                let (a1, b1) = mix(&c, &w1);
+                V::store_pairs(a0, b0, out.as_mut_ptr().add(i));
+                V::store_pairs(a1, b1, out.as_mut_ptr().add(i + V::LANES));
+            }
+            i += 2 * V::LANES;
+        }
+    }
     while i + V::LANES <= n {
         // SAFETY: `i + LANES <= n <= out.len()`, so LANES keys are readable
         // at `keys[i]` and LANES pairs writable at `out[i]`.
@@ -222,26 +243,29 @@ unsafe fn store_some<V: Lanes>(v: V, out: &mut [u32], at: usize, valid: usize) {
     }
 }
 
-/// Runs `body` over `pairs` a vector at a time, the tail padded with zeros.
-/// `body(h1, h2, start, valid)`.
+/// Loads the pairs `pairs[i..]` as one vector: straight from the slice when
+/// a whole vector remains, else zero-padded through `buf`. Returns the number
+/// of valid lanes.
 #[inline(always)]
-unsafe fn for_each_vector<V: Lanes>(pairs: &[HashPair], mut body: impl FnMut(V, V, usize, usize)) {
-    let n = pairs.len();
-    let mut i = 0;
-    while i + V::LANES <= n {
-        // SAFETY: LANES pairs are readable at `pairs[i]`; backend support is
-        // the caller's promise.
-        let (h1, h2) = unsafe { V::load_pairs(pairs.as_ptr().add(i)) };
-        body(h1, h2, i, V::LANES);
-        i += V::LANES;
-    }
-    let rem = n - i;
-    if rem > 0 {
-        let mut buf = [HashPair::default(); MAX_LANES];
-        buf[..rem].copy_from_slice(&pairs[i..]);
-        // SAFETY: `buf` holds MAX_LANES >= LANES pairs.
-        let (h1, h2) = unsafe { V::load_pairs(buf.as_ptr()) };
-        body(h1, h2, i, rem);
+unsafe fn load_pair_vector<V: Lanes>(
+    pairs: &[HashPair],
+    i: usize,
+    buf: &mut [HashPair; MAX_LANES],
+) -> (V, V, usize) {
+    let valid = (pairs.len() - i).min(V::LANES);
+    // SAFETY: backend support is the caller's promise. Either LANES pairs are
+    // readable at `pairs[i]`, or the tail is copied into `buf`, which holds
+    // MAX_LANES >= LANES pairs.
+    unsafe {
+        if valid == V::LANES {
+            let (h1, h2) = V::load_pairs(pairs.as_ptr().add(i));
+            (h1, h2, valid)
+        } else {
+            *buf = [HashPair::default(); MAX_LANES];
+            buf[..valid].copy_from_slice(&pairs[i..]);
+            let (h1, h2) = V::load_pairs(buf.as_ptr());
+            (h1, h2, valid)
+        }
     }
 }
 
@@ -260,18 +284,32 @@ pub(crate) unsafe fn partitioned<V: Lanes>(
     let n = pairs.len();
     debug_assert!(out.len() >= rows * n);
     let shift = 32 - log2_width;
-    // SAFETY: backend support is the caller's promise; `store_some` writes
-    // `out[r * n + i ..][..valid]`, inside `out` because `i + valid <= n`.
+    // Plain loops, no closures: a closure would not inherit the caller's
+    // `#[target_feature]`, and the lane operations would not inline into it.
+    // SAFETY: backend support is the caller's promise; `rows_of` writes
+    // `out[r * n + i ..][..valid]`, inside `out` because `i + valid <= n`
+    // and `r < rows`.
     unsafe {
         let one = V::splat(1);
-        for_each_vector::<V>(pairs, |h1, h2, i, valid| {
-            let step = h2.or(one);
-            let mut g = h1;
+        let mut i = 0;
+        while i + V::LANES <= n {
+            let (h1, h2) = V::load_pairs(pairs.as_ptr().add(i));
+            let (step, mut g) = (h2.or(one), h1);
+            for r in 0..rows {
+                g.shr_var(shift).store(out.as_mut_ptr().add(r * n + i));
+                g = g.add(step);
+            }
+            i += V::LANES;
+        }
+        if i < n {
+            let mut buf = [HashPair::default(); MAX_LANES];
+            let (h1, h2, valid) = load_pair_vector::<V>(pairs, i, &mut buf);
+            let (step, mut g) = (h2.or(one), h1);
             for r in 0..rows {
                 store_some(g.shr_var(shift), out, r * n + i, valid);
                 g = g.add(step);
             }
-        });
+        }
     }
 }
 
@@ -345,10 +383,13 @@ pub(crate) unsafe fn blocked<V: Lanes>(
     debug_assert!(blocks.len() >= n && bits.len() >= k * n && k <= SALTS.len());
     let block_shift = 32 - log2_blocks;
     let bit_shift = 32 - log2_block_bits;
+    let mut buf = [HashPair::default(); MAX_LANES];
     // SAFETY: as in `partitioned`: every store stays inside `blocks[..n]`
     // and `bits[..k * n]`.
     unsafe {
-        for_each_vector::<V>(pairs, |h1, h2, i, valid| {
+        let mut i = 0;
+        while i < n {
+            let (h1, h2, valid) = load_pair_vector::<V>(pairs, i, &mut buf);
             store_some(h1.shr_var(block_shift), blocks, i, valid);
             for (j, &salt) in SALTS[..k].iter().enumerate() {
                 store_some(
@@ -358,6 +399,7 @@ pub(crate) unsafe fn blocked<V: Lanes>(
                     valid,
                 );
             }
-        });
+            i += V::LANES;
+        }
     }
 }

@@ -12,6 +12,51 @@ use crate::index::{Blocked, Partitioned};
 use crate::lanes::{self, Lanes};
 use crate::seed::HashKey;
 
+/// Up to four words of key `j` starting at word `c`, zero-padded; never
+/// reads past the key (a partial group is copied word by word).
+///
+/// # Safety
+/// SSE2 (baseline); `base` must point at 8 readable keys of `W` words,
+/// `j < 8`, `c < W`.
+#[inline(always)]
+unsafe fn group<const W: usize>(base: *const u32, j: usize, c: usize) -> __m128i {
+    let have = (W - c).min(4);
+    // SAFETY: `c + have <= W`, so the `have` words at `j * W + c` lie inside
+    // key `j`, which the caller guarantees is readable.
+    unsafe {
+        let p = base.add(j * W + c);
+        if have == 4 {
+            _mm_loadu_si128(p.cast())
+        } else {
+            let mut t = [0u32; 4];
+            core::ptr::copy_nonoverlapping(p, t.as_mut_ptr(), have);
+            _mm_loadu_si128(t.as_ptr().cast())
+        }
+    }
+}
+
+/// Rows `[ka | kb]` of four words each (keys 0|1, 2|3, 4|5, 6|7) become word
+/// columns with lanes in key order 0 2 4 6 | 1 3 5 7.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline(always)]
+unsafe fn transpose4(r: [__m256i; 4]) -> [__m256i; 4] {
+    // SAFETY: AVX2 is the caller's promise; no memory is touched.
+    unsafe {
+        let t0 = _mm256_unpacklo_epi32(r[0], r[1]); // k0w0 k2w0 k0w1 k2w1 | k1.. k3..
+        let t1 = _mm256_unpacklo_epi32(r[2], r[3]); // k4w0 k6w0 k4w1 k6w1 | k5.. k7..
+        let t2 = _mm256_unpackhi_epi32(r[0], r[1]);
+        let t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+        [
+            _mm256_unpacklo_epi64(t0, t1),
+            _mm256_unpackhi_epi64(t0, t1),
+            _mm256_unpacklo_epi64(t2, t3),
+            _mm256_unpackhi_epi64(t2, t3),
+        ]
+    }
+}
+
 impl Lanes for __m256i {
     const LANES: usize = 8;
 
@@ -53,45 +98,25 @@ impl Lanes for __m256i {
     }
     #[inline(always)]
     unsafe fn load_keys<const W: usize>(keys: *const [u32; W]) -> [Self; W] {
+        // Lane order inside the vector is 0 2 4 6 | 1 3 5 7: the transpose
+        // below needs one fewer shuffle per row that way, and
+        // `store_pairs` puts the pairs back in key order.
         let base = keys.cast::<u32>();
-        // Up to four words of key `j` starting at word `c`, zero-padded. Never
-        // reads past the key: a partial group is copied word by word.
-        let group = |j: usize, c: usize| -> __m128i {
-            let have = (W - c).min(4);
-            // SAFETY: the caller guarantees 8 readable keys of W words, and
-            // `c + have <= W`, so the `have` words at `j * W + c` are in bounds.
-            unsafe {
-                let p = base.add(j * W + c);
-                if have == 4 {
-                    _mm_loadu_si128(p.cast())
-                } else {
-                    let mut t = [0u32; 4];
-                    core::ptr::copy_nonoverlapping(p, t.as_mut_ptr(), have);
-                    _mm_loadu_si128(t.as_ptr().cast())
-                }
-            }
-        };
-        // SAFETY: the caller guarantees AVX2; the loads are covered above.
+        // SAFETY: the caller guarantees AVX2 and 8 readable keys of W words.
         unsafe {
+            if W == 4 {
+                // Four 256-bit loads hold the 8 keys as rows [k0 | k1] ...
+                let p = base.cast::<__m256i>();
+                let rows = [0, 1, 2, 3].map(|r| _mm256_loadu_si256(p.add(r)));
+                let cols = transpose4(rows);
+                return core::array::from_fn(|c| cols[c]);
+            }
             let mut out = [_mm256_setzero_si256(); W];
             let mut c = 0;
             while c < W {
-                // Rows hold keys j (low half) and j + 4 (high half); a 4x4
-                // transpose inside each half turns rows into word columns.
-                let r0 = _mm256_set_m128i(group(4, c), group(0, c));
-                let r1 = _mm256_set_m128i(group(5, c), group(1, c));
-                let r2 = _mm256_set_m128i(group(6, c), group(2, c));
-                let r3 = _mm256_set_m128i(group(7, c), group(3, c));
-                let t0 = _mm256_unpacklo_epi32(r0, r1);
-                let t1 = _mm256_unpacklo_epi32(r2, r3);
-                let t2 = _mm256_unpackhi_epi32(r0, r1);
-                let t3 = _mm256_unpackhi_epi32(r2, r3);
-                let cols = [
-                    _mm256_unpacklo_epi64(t0, t1),
-                    _mm256_unpackhi_epi64(t0, t1),
-                    _mm256_unpacklo_epi64(t2, t3),
-                    _mm256_unpackhi_epi64(t2, t3),
-                ];
+                let rows = [0, 2, 4, 6]
+                    .map(|j| _mm256_set_m128i(group::<W>(base, j + 1, c), group::<W>(base, j, c)));
+                let cols = transpose4(rows);
                 let take = (W - c).min(4);
                 out[c..c + take].copy_from_slice(&cols[..take]);
                 c += 4;
@@ -103,13 +128,13 @@ impl Lanes for __m256i {
     unsafe fn store_pairs(h1: Self, h2: Self, out: *mut HashPair) {
         // SAFETY: the caller guarantees AVX2 and 8 writable pairs (64 bytes);
         // `HashPair` is `repr(C)` {h1, h2}, so interleaving h1/h2 lanes gives
-        // its memory layout.
+        // its memory layout. Lanes arrive in the order 0 2 4 6 | 1 3 5 7.
         unsafe {
-            let lo = _mm256_unpacklo_epi32(h1, h2); // pairs 0 1 | 4 5
-            let hi = _mm256_unpackhi_epi32(h1, h2); // pairs 2 3 | 6 7
+            let lo = _mm256_unpacklo_epi32(h1, h2); // pairs 0 2 | 1 3
+            let hi = _mm256_unpackhi_epi32(h1, h2); // pairs 4 6 | 5 7
             let p = out.cast::<__m256i>();
-            _mm256_storeu_si256(p, _mm256_permute2x128_si256::<0x20>(lo, hi));
-            _mm256_storeu_si256(p.add(1), _mm256_permute2x128_si256::<0x31>(lo, hi));
+            _mm256_storeu_si256(p, _mm256_permute4x64_epi64::<0b11_01_10_00>(lo));
+            _mm256_storeu_si256(p.add(1), _mm256_permute4x64_epi64::<0b11_01_10_00>(hi));
         }
     }
     #[inline(always)]
