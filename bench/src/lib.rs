@@ -1,1 +1,8 @@
-//! placeholder
+//! Bloomplane benchmarks. Each area module (`hash`, ...) holds its inputs,
+//! its criterion registrations (`register`, names `area/case/backend-or-peer`)
+//! and its headline figures for the report binary (`report`). Peers run in the
+//! same binary on the same inputs, so every ratio comes from one run.
+
+pub mod hash;
+pub mod inputs;
+pub mod measure;
