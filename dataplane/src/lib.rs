@@ -3,5 +3,6 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map.
 
+pub mod flow;
 pub mod io;
 pub mod wire;

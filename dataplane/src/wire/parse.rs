@@ -1,0 +1,684 @@
+//! The hot-path parser: one call from link-layer bytes to a small `Copy`
+//! summary of everything the stages need.
+//!
+//! # Length policy
+//!
+//! A capture's `caplen` can be shorter than the packet on the wire (snaplen),
+//! and the parser only sees captured bytes. So:
+//!
+//! * [`Malformed`] is returned only when a header the summary needs (link
+//!   header, VLAN tags, IP header with options, IPv6 extension headers, the
+//!   L4 header through its ports and flags) is cut short, or when length
+//!   fields contradict each other (IHL < 5, total length below the header
+//!   length, extension headers or L4 header beyond the IP payload, UDP length
+//!   below 8 or beyond the IP payload, a fragment reaching past 65535, an
+//!   inconsistent jumbogram).
+//! * An IP datagram whose length field exceeds the captured bytes, with every
+//!   needed header present, parses, with [`Parsed::truncated`] set.
+//!   [`parse_with_orig_len`] turns that flag into
+//!   [`Malformed::Ipv4TotalLengthBeyondFrame`] /
+//!   [`Malformed::Ipv6PayloadBeyondFrame`] when the caller knows the capture
+//!   was complete (`caplen == len` in pcap, or a live frame), i.e. when the
+//!   length field lies.
+//! * Bytes after the IP datagram (Ethernet padding, trailers) are ignored.
+//! * IPv4 total length 0 is taken as "the length of the frame" (Linux
+//!   segmentation offload writes 0 for "BIG TCP" packets over 64 KiB, as
+//!   tcpdump also assumes); [`Parsed::ip_len_from_capture`] is set.
+//! * An IPv6 payload length of 0 with a hop-by-hop jumbo payload option
+//!   (RFC 2675) uses the option's length; [`Parsed::jumbo`] is set. A jumbo
+//!   option with a non-zero payload length, a jumbo length below 65536, a
+//!   malformed option, or a jumbogram with a fragment header is
+//!   [`Malformed::BadJumbogram`].
+//!
+//! Frames that are not IP (ARP, PPPoE, MPLS, LLC, or an unknown link type)
+//! parse with [`Parsed::ip_version`] `None`: they are counted, not malformed.
+
+use core::fmt;
+use core::net::{Ipv4Addr, Ipv6Addr};
+
+use super::{
+    LinkType, checksum,
+    ethernet::{self, EtherType},
+    ip::{Ecn, IpProtocol, IpVersion},
+    ipv4, ipv6, read_u16, sll,
+    tcp::TcpFlags,
+};
+use crate::flow::{Flow4, Flow6, FlowKey};
+
+/// Fragment information of a fragmented IPv4 or IPv6 packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fragment {
+    /// Identification (IPv4: 16 bits widened; IPv6: 32 bits).
+    pub id: u32,
+    /// Offset of this fragment in bytes.
+    pub offset: u16,
+    /// The "more fragments" flag.
+    pub more: bool,
+}
+
+impl Fragment {
+    /// Whether this is the first fragment (offset 0), the only one with an L4 header.
+    #[inline]
+    pub fn is_first(&self) -> bool {
+        self.offset == 0
+    }
+}
+
+/// The summary of one parsed frame. Offsets are from the start of the frame
+/// and always lie within it; for non-IP frames the IP fields are zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parsed {
+    /// Number of VLAN tags (saturating at `u16::MAX`).
+    pub vlan_depth: u16,
+    /// VLAN id of the outermost tag.
+    pub outer_vlan: Option<u16>,
+    /// EtherType after the tags (for raw IP, the one the version nibble implies).
+    pub ethertype: EtherType,
+    /// Offset of the IP header (for non-IP frames, of the L2 payload).
+    pub l3_offset: usize,
+    /// IP version, `None` for non-IP frames.
+    pub ip_version: Option<IpVersion>,
+    /// IP header length: IHL × 4 for IPv4, 40 plus the extension headers
+    /// walked for IPv6 (up to the upper-layer header, or up to and including
+    /// the fragment header of a non-first fragment).
+    pub ip_header_len: usize,
+    /// Length of the IP datagram according to its header (IPv4 total length,
+    /// IPv6 40 + payload length or jumbo length); may exceed the frame when
+    /// [`truncated`](Self::truncated).
+    pub ip_total_len: usize,
+    /// ECN codepoint.
+    pub ecn: Ecn,
+    /// DSCP (6 bits).
+    pub dscp: u8,
+    /// IPv4 TTL or IPv6 hop limit.
+    pub ttl: u8,
+    /// Upper-layer protocol (after IPv6 extension headers; for a non-first
+    /// IPv6 fragment, the fragment header's next header).
+    pub protocol: IpProtocol,
+    /// Offset of the L4 header; `None` for non-IP frames and non-first fragments.
+    pub l4_offset: Option<usize>,
+    /// L4 header length: TCP data offset × 4, 8 for UDP/ICMP/ICMPv6/IGMP,
+    /// 0 for other protocols (and when there is no L4 header).
+    pub l4_header_len: usize,
+    /// Fragment information, `None` when not fragmented (an IPv6 atomic
+    /// fragment — fragment header with offset 0 and M clear — is reported).
+    pub fragment: Option<Fragment>,
+    /// TCP/UDP source port (0 otherwise and for non-first fragments).
+    pub src_port: u16,
+    /// TCP/UDP destination port (0 otherwise and for non-first fragments).
+    pub dst_port: u16,
+    /// TCP flags (empty otherwise).
+    pub tcp_flags: TcpFlags,
+    /// IPv4 header checksum field as found (0 for IPv6; a zero IPv4 value
+    /// usually means TX checksum offload in the capture).
+    pub ipv4_checksum: u16,
+    /// Upper-layer payload bytes after the L4 header according to the length
+    /// fields (UDP length for UDP; the rest of the IP payload otherwise; for
+    /// a non-first fragment, the fragment's data).
+    pub payload_len: usize,
+    /// Whether the destination is an IPv4 (224/4) or IPv6 (ff00::/8) multicast address.
+    pub dst_multicast: bool,
+    /// The IP datagram is longer than the captured frame (headers through
+    /// the L4 ports are all present).
+    pub truncated: bool,
+    /// IPv4 total length was 0 and the frame's length was used.
+    pub ip_len_from_capture: bool,
+    /// IPv6 jumbogram (length from the hop-by-hop jumbo option).
+    pub jumbo: bool,
+    /// The 5-tuple, for IP frames.
+    pub flow: Option<FlowKey>,
+}
+
+impl Parsed {
+    fn non_ip(
+        vlan_depth: u16,
+        outer_vlan: Option<u16>,
+        ethertype: EtherType,
+        l3_offset: usize,
+    ) -> Parsed {
+        Parsed {
+            vlan_depth,
+            outer_vlan,
+            ethertype,
+            l3_offset,
+            ip_version: None,
+            ip_header_len: 0,
+            ip_total_len: 0,
+            ecn: Ecn::NotEct,
+            dscp: 0,
+            ttl: 0,
+            protocol: IpProtocol::Unknown(0xff),
+            l4_offset: None,
+            l4_header_len: 0,
+            fragment: None,
+            src_port: 0,
+            dst_port: 0,
+            tcp_flags: TcpFlags(0),
+            ipv4_checksum: 0,
+            payload_len: 0,
+            dst_multicast: false,
+            truncated: false,
+            ip_len_from_capture: false,
+            jumbo: false,
+            flow: None,
+        }
+    }
+
+    /// Whether the frame carries IPv4 or IPv6.
+    #[inline]
+    pub fn is_ip(&self) -> bool {
+        self.ip_version.is_some()
+    }
+
+    /// The captured bytes of the L4 message: from the L4 header to the end of
+    /// the IP datagram or of `frame`, whichever comes first (empty when there
+    /// is no L4 header). `frame` must be the buffer that was parsed; with any
+    /// other buffer the result is still in bounds but meaningless.
+    pub fn l4_bytes<'a>(&self, frame: &'a [u8]) -> &'a [u8] {
+        let Some(start) = self.l4_offset else {
+            return &[];
+        };
+        let end = self
+            .l3_offset
+            .saturating_add(self.ip_total_len)
+            .min(frame.len());
+        frame.get(start..end).unwrap_or(&[])
+    }
+}
+
+macro_rules! malformed {
+    ($( $(#[$doc:meta])* $variant:ident => $name:literal, )+) => {
+        /// Why a frame could not be parsed. Small and `Copy`; see the module
+        /// docs for the length policy.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum Malformed {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl Malformed {
+            /// Every reason, in declaration order.
+            pub const ALL: [Malformed; Malformed::COUNT] = [$(Malformed::$variant,)+];
+            /// Number of reasons.
+            pub const COUNT: usize = [$($name,)+].len();
+
+            /// Stable snake_case name, e.g. `truncated_l2`.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( Malformed::$variant => $name, )+
+                }
+            }
+        }
+    };
+}
+
+malformed! {
+    /// Ethernet or SLL header, or a VLAN tag, cut short; or an empty raw-IP frame.
+    TruncatedL2 => "truncated_l2",
+    /// Raw-IP frame whose version nibble is neither 4 nor 6.
+    BadIpVersion => "bad_ip_version",
+    /// Fewer than 20 bytes, or fewer than IHL × 4 bytes, of IPv4 header.
+    TruncatedIpv4Header => "truncated_ipv4_header",
+    /// EtherType IPv4 but version field not 4.
+    BadIpv4Version => "bad_ipv4_version",
+    /// IHL below 5.
+    BadIpv4HeaderLength => "bad_ipv4_header_length",
+    /// Non-zero total length below the header length.
+    Ipv4TotalLengthBelowHeader => "ipv4_total_length_below_header",
+    /// Total length beyond a frame known to be complete ([`parse_with_orig_len`] only).
+    Ipv4TotalLengthBeyondFrame => "ipv4_total_length_beyond_frame",
+    /// Fewer than 40 bytes of IPv6 header.
+    TruncatedIpv6Header => "truncated_ipv6_header",
+    /// EtherType IPv6 but version field not 6.
+    BadIpv6Version => "bad_ipv6_version",
+    /// Payload (or jumbo) length beyond a frame known to be complete ([`parse_with_orig_len`] only).
+    Ipv6PayloadBeyondFrame => "ipv6_payload_beyond_frame",
+    /// An IPv6 extension header cut short by the capture.
+    TruncatedExtensionHeader => "truncated_extension_header",
+    /// An IPv6 extension header extends past the payload length.
+    Ipv6ExtensionBeyondPayload => "ipv6_extension_beyond_payload",
+    /// Inconsistent jumbo payload option (RFC 2675).
+    BadJumbogram => "bad_jumbogram",
+    /// Fragment offset plus fragment length beyond 65535 bytes.
+    FragmentOverflow => "fragment_overflow",
+    /// The L4 header (TCP with options, UDP, ICMP, ICMPv6, IGMP) cut short by the capture.
+    TruncatedL4Header => "truncated_l4_header",
+    /// The L4 header extends past the IP payload length.
+    L4HeaderBeyondIpPayload => "l4_header_beyond_ip_payload",
+    /// TCP data offset below 5.
+    BadTcpHeaderLength => "bad_tcp_header_length",
+    /// UDP length below 8, or beyond the IP payload of an unfragmented datagram.
+    BadUdpLength => "bad_udp_length",
+}
+
+impl Malformed {
+    /// Position in [`Malformed::ALL`].
+    #[inline]
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Malformed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::error::Error for Malformed {}
+
+/// Per-reason counters of malformed frames.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MalformedCounters {
+    counts: [u64; Malformed::COUNT],
+}
+
+impl MalformedCounters {
+    /// All zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Counts one frame malformed for `reason`.
+    #[inline]
+    pub fn record(&mut self, reason: Malformed) {
+        let c = &mut self.counts[reason.index()];
+        *c = c.saturating_add(1);
+    }
+
+    /// The count for `reason`.
+    pub fn get(&self, reason: Malformed) -> u64 {
+        self.counts[reason.index()]
+    }
+
+    /// The sum over all reasons.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().fold(0u64, |a, &c| a.saturating_add(c))
+    }
+
+    /// Adds another set of counters (merging per-worker shards).
+    pub fn merge(&mut self, other: &MalformedCounters) {
+        for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
+            *a = a.saturating_add(*b);
+        }
+    }
+
+    /// `(name, count)` for every reason, zeros included, in a stable order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Malformed::ALL.iter().map(|r| (r.name(), self.get(*r)))
+    }
+}
+
+/// Parses one frame of link type `link`. Never panics, never allocates, and
+/// reads only bytes whose presence it checked. The frame is taken to be
+/// possibly cut by a capture's snaplen; see the module docs.
+#[inline]
+pub fn parse(link: LinkType, frame: &[u8]) -> Result<Parsed, Malformed> {
+    parse_l2(link, frame)
+}
+
+/// Like [`parse`], with the frame's original length on the wire (pcap
+/// `len`; `frame.len()` for a live frame). When the whole frame is present
+/// (`frame.len() >= orig_len`), an IP length beyond it is a lie, reported as
+/// [`Malformed::Ipv4TotalLengthBeyondFrame`] or [`Malformed::Ipv6PayloadBeyondFrame`].
+pub fn parse_with_orig_len(
+    link: LinkType,
+    frame: &[u8],
+    orig_len: usize,
+) -> Result<Parsed, Malformed> {
+    let p = parse_l2(link, frame)?;
+    if p.truncated && frame.len() >= orig_len {
+        return Err(match p.ip_version {
+            Some(IpVersion::V4) => Malformed::Ipv4TotalLengthBeyondFrame,
+            _ => Malformed::Ipv6PayloadBeyondFrame,
+        });
+    }
+    Ok(p)
+}
+
+fn parse_l2(link: LinkType, frame: &[u8]) -> Result<Parsed, Malformed> {
+    let (mut ethertype, mut off) = match link {
+        LinkType::Ethernet => match read_u16(frame, ethernet::HEADER_LEN - 2) {
+            Some(t) => (EtherType::from(t), ethernet::HEADER_LEN),
+            None => return Err(Malformed::TruncatedL2),
+        },
+        LinkType::LinuxSll => match read_u16(frame, sll::HEADER_LEN - 2) {
+            Some(t) => (EtherType::from(t), sll::HEADER_LEN),
+            None => return Err(Malformed::TruncatedL2),
+        },
+        LinkType::RawIp => match frame.first().map(|b| b >> 4) {
+            Some(4) => (EtherType::Ipv4, 0),
+            Some(6) => (EtherType::Ipv6, 0),
+            Some(_) => return Err(Malformed::BadIpVersion),
+            None => return Err(Malformed::TruncatedL2),
+        },
+        LinkType::Unknown(_) => return Ok(Parsed::non_ip(0, None, EtherType::Unknown(0), 0)),
+    };
+
+    let mut depth: u16 = 0;
+    let mut outer = None;
+    while ethertype.is_vlan_tpid() {
+        let (Some(tci), Some(next)) = (read_u16(frame, off), read_u16(frame, off + 2)) else {
+            return Err(Malformed::TruncatedL2);
+        };
+        if depth == 0 {
+            outer = Some(tci & 0x0fff);
+        }
+        depth = depth.saturating_add(1);
+        ethertype = EtherType::from(next);
+        off += 4;
+    }
+
+    let mut p = Parsed::non_ip(depth, outer, ethertype, off);
+    match ethertype {
+        EtherType::Ipv4 => parse_ipv4(frame, off, &mut p)?,
+        EtherType::Ipv6 => parse_ipv6(frame, off, &mut p)?,
+        _ => {}
+    }
+    Ok(p)
+}
+
+fn parse_ipv4(frame: &[u8], off: usize, p: &mut Parsed) -> Result<(), Malformed> {
+    let Some(h) = frame.get(off..off + ipv4::MIN_HEADER_LEN) else {
+        return Err(Malformed::TruncatedIpv4Header);
+    };
+    if h[0] >> 4 != 4 {
+        return Err(Malformed::BadIpv4Version);
+    }
+    let ihl = usize::from(h[0] & 0x0f) * 4;
+    if ihl < ipv4::MIN_HEADER_LEN {
+        return Err(Malformed::BadIpv4HeaderLength);
+    }
+    let captured = frame.len() - off;
+    if captured < ihl {
+        return Err(Malformed::TruncatedIpv4Header);
+    }
+    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
+    let ip_len = if total == 0 {
+        p.ip_len_from_capture = true;
+        captured
+    } else if total < ihl {
+        return Err(Malformed::Ipv4TotalLengthBelowHeader);
+    } else {
+        total
+    };
+    let flg_off = u16::from_be_bytes([h[6], h[7]]);
+    let more = flg_off & 0x2000 != 0;
+    let frag_offset = (flg_off & 0x1fff) << 3;
+    let fragment = (more || frag_offset != 0).then_some(Fragment {
+        id: u32::from(u16::from_be_bytes([h[4], h[5]])),
+        offset: frag_offset,
+        more,
+    });
+    if fragment.is_some() && usize::from(frag_offset) + (ip_len - ihl) > 65535 {
+        return Err(Malformed::FragmentOverflow);
+    }
+    let src = Ipv4Addr::new(h[12], h[13], h[14], h[15]);
+    let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+
+    p.ip_version = Some(IpVersion::V4);
+    p.ip_header_len = ihl;
+    p.ip_total_len = ip_len;
+    p.ecn = Ecn::from_bits(h[1]);
+    p.dscp = h[1] >> 2;
+    p.ttl = h[8];
+    p.protocol = IpProtocol::from(h[9]);
+    p.ipv4_checksum = u16::from_be_bytes([h[10], h[11]]);
+    p.fragment = fragment;
+    p.dst_multicast = dst.is_multicast();
+    p.truncated = ip_len > captured;
+
+    parse_l4(frame, off + ihl, off + ip_len, false, p)?;
+    p.flow = Some(FlowKey::V4(Flow4 {
+        src,
+        dst,
+        src_port: p.src_port,
+        dst_port: p.dst_port,
+        protocol: p.protocol,
+    }));
+    Ok(())
+}
+
+fn parse_ipv6(frame: &[u8], off: usize, p: &mut Parsed) -> Result<(), Malformed> {
+    let Some(h) = frame.get(off..off + ipv6::HEADER_LEN) else {
+        return Err(Malformed::TruncatedIpv6Header);
+    };
+    if h[0] >> 4 != 6 {
+        return Err(Malformed::BadIpv6Version);
+    }
+    let tc = (h[0] << 4) | (h[1] >> 4);
+    let payload_len = usize::from(u16::from_be_bytes([h[4], h[5]]));
+    let mut next = IpProtocol::from(h[6]);
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&h[8..24]);
+    let src = Ipv6Addr::from(a);
+    a.copy_from_slice(&h[24..40]);
+    let dst = Ipv6Addr::from(a);
+
+    let mut ip_len = ipv6::HEADER_LEN + payload_len;
+    let mut end = off.saturating_add(ip_len);
+    let mut cur = off + ipv6::HEADER_LEN;
+    let mut first = true;
+    let mut jumbo = false;
+    let mut non_first_fragment = false;
+    loop {
+        match next {
+            IpProtocol::HopByHop
+            | IpProtocol::Ipv6Route
+            | IpProtocol::Ipv6Opts
+            | IpProtocol::Ah => {
+                let Some(&len_field) = frame.get(cur + 1) else {
+                    return Err(Malformed::TruncatedExtensionHeader);
+                };
+                let hl = ipv6::ext_header_len(len_field, next == IpProtocol::Ah);
+                let Some(hdr) = frame.get(cur..cur + hl) else {
+                    return Err(Malformed::TruncatedExtensionHeader);
+                };
+                if first && next == IpProtocol::HopByHop {
+                    for opt in ipv6::Options::new(&hdr[2..]) {
+                        if opt.kind != ipv6::OPT_JUMBO {
+                            continue;
+                        }
+                        let &[a, b, c, d] = opt.data else {
+                            return Err(Malformed::BadJumbogram);
+                        };
+                        let j = u32::from_be_bytes([a, b, c, d]);
+                        if payload_len != 0 || j <= 65535 || jumbo {
+                            return Err(Malformed::BadJumbogram);
+                        }
+                        jumbo = true;
+                        ip_len = ipv6::HEADER_LEN.saturating_add(j as usize);
+                        end = off.saturating_add(ip_len);
+                    }
+                }
+                if cur + hl > end {
+                    return Err(Malformed::Ipv6ExtensionBeyondPayload);
+                }
+                next = IpProtocol::from(hdr[0]);
+                cur += hl;
+            }
+            IpProtocol::Ipv6Frag => {
+                let Some(hdr) = frame.get(cur..cur + ipv6::FRAGMENT_HEADER_LEN) else {
+                    return Err(Malformed::TruncatedExtensionHeader);
+                };
+                if cur + ipv6::FRAGMENT_HEADER_LEN > end {
+                    return Err(Malformed::Ipv6ExtensionBeyondPayload);
+                }
+                if jumbo {
+                    return Err(Malformed::BadJumbogram);
+                }
+                let off_m = u16::from_be_bytes([hdr[2], hdr[3]]);
+                let frag = Fragment {
+                    id: u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]),
+                    offset: off_m & !0x7,
+                    more: off_m & 1 != 0,
+                };
+                next = IpProtocol::from(hdr[0]);
+                cur += ipv6::FRAGMENT_HEADER_LEN;
+                if usize::from(frag.offset) + (end - cur) > 65535 {
+                    return Err(Malformed::FragmentOverflow);
+                }
+                p.fragment = Some(frag);
+                if !frag.is_first() {
+                    non_first_fragment = true;
+                    break;
+                }
+            }
+            _ => break,
+        }
+        first = false;
+    }
+
+    p.ip_version = Some(IpVersion::V6);
+    p.ip_header_len = cur - off;
+    p.ip_total_len = ip_len;
+    p.ecn = Ecn::from_bits(tc);
+    p.dscp = tc >> 2;
+    p.ttl = h[7];
+    p.protocol = next;
+    p.dst_multicast = dst.is_multicast();
+    p.jumbo = jumbo;
+    p.truncated = end > frame.len();
+
+    if non_first_fragment {
+        p.payload_len = end - cur;
+    } else {
+        parse_l4(frame, cur, end, jumbo, p)?;
+    }
+    p.flow = Some(FlowKey::V6(Flow6 {
+        src,
+        dst,
+        src_port: p.src_port,
+        dst_port: p.dst_port,
+        protocol: p.protocol,
+    }));
+    Ok(())
+}
+
+/// Parses the L4 header at `l4` of an IP datagram ending (per its length
+/// fields) at `end >= l4`. Handles non-first IPv4 fragments too.
+fn parse_l4(
+    frame: &[u8],
+    l4: usize,
+    end: usize,
+    jumbo: bool,
+    p: &mut Parsed,
+) -> Result<(), Malformed> {
+    let ip_payload = end - l4;
+    if let Some(f) = p.fragment {
+        if !f.is_first() {
+            p.payload_len = ip_payload;
+            return Ok(());
+        }
+    }
+    let need = match p.protocol {
+        IpProtocol::Tcp => super::tcp::MIN_HEADER_LEN,
+        IpProtocol::Udp => super::udp::HEADER_LEN,
+        IpProtocol::Icmp | IpProtocol::Icmpv6 | IpProtocol::Igmp => 8,
+        _ => 0,
+    };
+    if ip_payload < need {
+        return Err(Malformed::L4HeaderBeyondIpPayload);
+    }
+    let Some(h) = frame.get(l4..l4 + need) else {
+        return Err(Malformed::TruncatedL4Header);
+    };
+    p.l4_offset = Some(l4);
+    match p.protocol {
+        IpProtocol::Tcp => {
+            let doff = usize::from(h[12] >> 4) * 4;
+            if doff < super::tcp::MIN_HEADER_LEN {
+                return Err(Malformed::BadTcpHeaderLength);
+            }
+            if doff > ip_payload {
+                return Err(Malformed::L4HeaderBeyondIpPayload);
+            }
+            if l4 + doff > frame.len() {
+                return Err(Malformed::TruncatedL4Header);
+            }
+            p.src_port = u16::from_be_bytes([h[0], h[1]]);
+            p.dst_port = u16::from_be_bytes([h[2], h[3]]);
+            p.tcp_flags = TcpFlags(u16::from_be_bytes([h[12], h[13]]) & 0x01ff);
+            p.l4_header_len = doff;
+            p.payload_len = ip_payload - doff;
+        }
+        IpProtocol::Udp => {
+            let ulen = usize::from(u16::from_be_bytes([h[4], h[5]]));
+            let ulen = if ulen == 0 && jumbo { ip_payload } else { ulen };
+            if ulen < super::udp::HEADER_LEN || (p.fragment.is_none() && ulen > ip_payload) {
+                return Err(Malformed::BadUdpLength);
+            }
+            p.src_port = u16::from_be_bytes([h[0], h[1]]);
+            p.dst_port = u16::from_be_bytes([h[2], h[3]]);
+            p.l4_header_len = super::udp::HEADER_LEN;
+            p.payload_len = if p.fragment.is_some() {
+                ip_payload
+            } else {
+                ulen
+            } - super::udp::HEADER_LEN;
+        }
+        _ => {
+            p.l4_header_len = need;
+            p.payload_len = ip_payload - need;
+        }
+    }
+    Ok(())
+}
+
+/// Marks congestion: sets the ECN codepoint of the IP header at
+/// `parsed.l3_offset` to CE when it is ECT(0) or ECT(1), updating the IPv4
+/// header checksum incrementally (RFC 1624 eqn. 3, see
+/// [`ipv4::Packet::set_ecn_update_checksum`]: a zero, offloaded checksum is
+/// updated like any other, which keeps the header's one's-complement sum
+/// unchanged).
+///
+/// Returns whether the packet carries CE afterwards: `true` for ECT(0),
+/// ECT(1) (now CE) and CE (left alone), `false` for Not-ECT (left alone: the
+/// caller drops instead) and for non-IP frames. Like Linux's
+/// `INET_ECN_set_ce`. The header is re-read from `frame` (which must be the
+/// buffer that was parsed); a frame too short for it is left untouched.
+pub fn set_ce(frame: &mut [u8], parsed: &Parsed) -> bool {
+    let l3 = parsed.l3_offset;
+    match parsed.ip_version {
+        Some(IpVersion::V4) => {
+            let Some(h) = frame.get_mut(l3..l3 + ipv4::MIN_HEADER_LEN) else {
+                return false;
+            };
+            if h[0] >> 4 != 4 {
+                return false;
+            }
+            match Ecn::from_bits(h[1]) {
+                Ecn::NotEct => false,
+                Ecn::Ce => true,
+                Ecn::Ect0 | Ecn::Ect1 => {
+                    let old = u16::from_be_bytes([h[0], h[1]]);
+                    h[1] |= 0b11;
+                    let new = u16::from_be_bytes([h[0], h[1]]);
+                    let hc = checksum::update_word(u16::from_be_bytes([h[10], h[11]]), old, new);
+                    h[10..12].copy_from_slice(&hc.to_be_bytes());
+                    true
+                }
+            }
+        }
+        Some(IpVersion::V6) => {
+            let Some(h) = frame.get_mut(l3..l3 + ipv6::HEADER_LEN) else {
+                return false;
+            };
+            if h[0] >> 4 != 6 {
+                return false;
+            }
+            match Ecn::from_bits(h[1] >> 4) {
+                Ecn::NotEct => false,
+                _ => {
+                    h[1] |= 0x30;
+                    true
+                }
+            }
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+#[path = "parse_tests.rs"]
+mod tests;
