@@ -5,6 +5,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 
 fn all(c: &mut Criterion) {
     bench::hash::register(c);
+    bench::bloom::register(c);
+    bench::cms::register(c);
 }
 
 criterion_group!(benches, all);

@@ -3,6 +3,8 @@
 //! and its headline figures for the report binary (`report`). Peers run in the
 //! same binary on the same inputs, so every ratio comes from one run.
 
+pub mod bloom;
+pub mod cms;
 pub mod hash;
 pub mod inputs;
 pub mod measure;

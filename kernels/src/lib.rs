@@ -25,6 +25,8 @@
 
 pub mod arch;
 mod backend;
+pub mod bloom;
+pub mod cms;
 mod hash;
 pub mod index;
 mod lanes;

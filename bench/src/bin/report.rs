@@ -18,7 +18,7 @@ struct Args {
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Only these areas (comma separated): hash.
+    /// Only these areas (comma separated): hash, bloom, cms.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -48,6 +48,12 @@ fn main() -> anyhow::Result<()> {
     let mut figures = Vec::new();
     if want("hash") {
         figures.extend(bench::hash::report());
+    }
+    if want("bloom") {
+        figures.extend(bench::bloom::report());
+    }
+    if want("cms") {
+        figures.extend(bench::cms::report());
     }
     let by_name: BTreeMap<&str, f64> = figures
         .iter()

@@ -1,0 +1,1 @@
+//! Count-min sketch (being written).
