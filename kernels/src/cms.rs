@@ -1,1 +1,574 @@
-//! Count-min sketch (being written).
+//! Count-min sketch with saturating `u32` counters, plain and conservative
+//! update, batched forms that hash and prefetch a whole batch before touching
+//! the counters, merge, reset and halving.
+//!
+//! # Layout
+//!
+//! `d` rows of `w = 2^b` counters in one contiguous `Vec<u32>`, row `r` at
+//! offset `r * w`. A key's counter in row `r` is the partitioned index of
+//! its [`HashPair`] (see [`crate::index`]: `(h1 + r * (h2 | 1)) >> (32 - b)`),
+//! so one keyed hash per key gives all `d` positions.
+//!
+//! # Guarantees
+//!
+//! Counters saturate at `u32::MAX` and never wrap, so an estimate is never
+//! below the true count (the sum of the values added for the key, saturated).
+//! With width `w = e / epsilon` and `d = ln(1 / delta)` rows, the estimate of
+//! plain count-min exceeds the true count by more than `epsilon * N` (`N` the
+//! sum of all values added) with probability at most `delta` (Cormode and
+//! Muthukrishnan, "An improved data stream summary: the count-min sketch and
+//! its applications", 2005). Conservative update (Estan and Varghese, "New
+//! directions in traffic measurement and accounting", 2002) never gives a
+//! larger estimate than plain update on the same stream, so the bound holds
+//! for it too.
+//!
+//! # Batches
+//!
+//! The batched methods hash every key of the batch with the hasher's SIMD
+//! backend, derive all row indices, then walk the keys in order, prefetching
+//! the counters of a key a few keys ahead. Scratch space lives in a
+//! [`CmsScratch`] (one inside every [`CountMin`], grown to the largest batch
+//! seen), so no batch allocates once the sizes have settled. Results equal
+//! those of the single-key methods applied in batch order, duplicates of a
+//! key within a batch included.
+
+use std::f64::consts::E;
+use std::fmt;
+
+use crate::hash::{HashPair, Hasher};
+use crate::index::Partitioned;
+
+/// The most rows a [`CountMin`] may have (`delta` down to `e^-32`, about
+/// `1.3e-14`).
+pub const MAX_ROWS: usize = 32;
+
+/// The most bits of row width (`2^31` counters, 8 GiB per row).
+pub const MAX_LOG2_WIDTH: u32 = 31;
+
+/// How many keys ahead the batched loops prefetch a key's counters.
+///
+/// Sixteen keys of four rows keep 64 lines in flight, enough to hide an L2
+/// or L3 hit behind the work on the keys in between; measured on the
+/// `cms/cu-update` bench (8 and 32 were no better).
+const PREFETCH_AHEAD: usize = 16;
+
+/// Why two sketches cannot be merged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeError {
+    /// The sketches have different numbers of rows or row widths.
+    Shape {
+        /// `(rows, log2_width)` of the sketch merged into.
+        ours: (usize, u32),
+        /// `(rows, log2_width)` of the other sketch.
+        theirs: (usize, u32),
+    },
+    /// The sketches hash with different keys ([`crate::HashKey::id`]), so
+    /// the same flow lands on different counters in each.
+    HashKey {
+        /// Key id of the sketch merged into.
+        ours: u32,
+        /// Key id of the other sketch.
+        theirs: u32,
+    },
+}
+
+impl fmt::Display for MergeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MergeError::Shape { ours, theirs } => write!(
+                f,
+                "cannot merge count-min sketches of different shapes: \
+                 {} rows x 2^{} into {} rows x 2^{}",
+                theirs.0, theirs.1, ours.0, ours.1
+            ),
+            MergeError::HashKey { ours, theirs } => write!(
+                f,
+                "cannot merge count-min sketches with different hash keys: \
+                 key {theirs:#010x} into key {ours:#010x}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MergeError {}
+
+/// Reusable buffers for the batched methods: the hash pairs, the row
+/// indices (row-major, `idx[r * n + i]`) and the per-key estimates of one
+/// batch. They grow to the largest batch seen and never shrink, so a
+/// steady stream of batches allocates nothing.
+///
+/// Every [`CountMin`] holds one for its `&mut self` methods; pass your own
+/// to [`CountMin::estimate_batch_with`] to query a shared sketch.
+#[derive(Debug, Clone, Default)]
+pub struct CmsScratch {
+    pairs: Vec<HashPair>,
+    idx: Vec<u32>,
+    est: Vec<u32>,
+}
+
+impl CmsScratch {
+    /// Empty buffers; the first batch sizes them.
+    pub fn new() -> Self {
+        CmsScratch::default()
+    }
+
+    /// Buffers already sized for batches of `keys` keys on `rows` rows.
+    pub fn with_capacity(keys: usize, rows: usize) -> Self {
+        let mut s = CmsScratch::default();
+        s.reserve(keys, rows);
+        s
+    }
+
+    /// Grows the buffers to hold a batch of `n` keys on `rows` rows.
+    fn reserve(&mut self, n: usize, rows: usize) {
+        if self.pairs.len() < n {
+            self.pairs.resize(n, HashPair::default());
+            self.est.resize(n, 0);
+        }
+        if self.idx.len() < n * rows {
+            self.idx.resize(n * rows, 0);
+        }
+    }
+
+    /// Hashes `keys` and derives their row indices into the buffers.
+    fn index<const W: usize>(&mut self, hasher: &Hasher, layout: Partitioned, keys: &[[u32; W]]) {
+        let n = keys.len();
+        self.reserve(n, layout.rows());
+        hasher.hash_batch(keys, &mut self.pairs[..n]);
+        hasher.partitioned(&self.pairs[..n], layout, &mut self.idx[..n * layout.rows()]);
+    }
+}
+
+/// A count-min sketch over keys `[u32; W]`: `d` rows of `w = 2^b`
+/// saturating `u32` counters.
+///
+/// * Sizing: [`CountMin::with_error`] picks `w = e / epsilon` rounded up to
+///   a power of two and `d = ceil(ln(1 / delta))`, so an estimate exceeds
+///   the true count by more than `epsilon * N` with probability at most
+///   `delta` (`N` the sum of all values added).
+/// * Plain update ([`CountMin::add`]) adds the value to each of the key's
+///   `d` counters; the estimate ([`CountMin::estimate`]) is their minimum.
+/// * Conservative update ([`CountMin::add_conservative`]) raises each of the
+///   key's counters to `max(counter, min + value)`, `min` the key's estimate
+///   before the update: only the counters that would otherwise fall below
+///   the new estimate move, which lowers the overestimate of small flows
+///   (heavy-hitter false positives) without ever undercounting. Both
+///   updates keep every counter of every key at or above its true count, so
+///   they may be mixed on one sketch.
+///
+/// Hashing is keyed by the [`Hasher`]: sketches built with
+/// [`Hasher::with_seed`] are reproducible, those from [`CountMin::new`] use
+/// the per-process random key, so an outsider cannot aim flows at one
+/// counter. Sketches merge only when their keys match.
+///
+/// ```
+/// use kernels::Hasher;
+/// use kernels::cms::CountMin;
+///
+/// // epsilon = 0.1%, delta = 1%: 5 rows of 4096 counters, 80 KiB.
+/// let mut cms = CountMin::with_error(0.001, 0.01);
+/// assert_eq!((cms.rows(), cms.width()), (5, 4096));
+/// assert_eq!(cms.memory_bytes(), 5 * 4096 * 4);
+///
+/// // A reproducible sketch of 4 rows x 2^16 counters.
+/// let mut cms = CountMin::with_hasher(4, 16, Hasher::with_seed(7));
+/// let flow = [0x0a00_0001, 0x0a00_0002, (1234 << 16) | 80, 6];
+/// cms.add_conservative(&flow, 1500);
+/// assert_eq!(cms.estimate(&flow), 1500);
+///
+/// // Batches: hash all keys first, then update in order; the returned
+/// // slice holds each key's estimate right after its update.
+/// let keys = [flow, [1, 2, 3, 17], flow];
+/// let est = cms.add_conservative_batch(&keys, &[40, 60, 40]);
+/// assert_eq!(est, &[1540, 60, 1580]);
+///
+/// let mut out = [0; 3];
+/// cms.estimate_batch(&keys, &mut out);
+/// assert_eq!(out, [1580, 60, 1580]);
+///
+/// // Age the counts once per epoch.
+/// cms.halve();
+/// assert_eq!(cms.estimate(&flow), 790);
+/// ```
+#[derive(Clone)]
+pub struct CountMin {
+    /// `rows << log2_width` counters, row `r` at `r << log2_width`.
+    counters: Vec<u32>,
+    layout: Partitioned,
+    hasher: Hasher,
+    scratch: CmsScratch,
+}
+
+impl fmt::Debug for CountMin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CountMin")
+            .field("rows", &self.rows())
+            .field("log2_width", &self.log2_width())
+            .field("hasher", &self.hasher)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CountMin {
+    /// `rows` rows of `2^log2_width` counters, hashed with the per-process
+    /// random key ([`Hasher::new`]) on the active backend.
+    ///
+    /// # Panics
+    /// If `rows` is not in `1..=`[`MAX_ROWS`] or `log2_width` exceeds
+    /// [`MAX_LOG2_WIDTH`].
+    pub fn new(rows: usize, log2_width: u32) -> Self {
+        CountMin::with_hasher(rows, log2_width, Hasher::new())
+    }
+
+    /// `rows` rows of `2^log2_width` counters hashed by `hasher` (its key
+    /// and backend): pass [`Hasher::with_seed`] for a reproducible sketch,
+    /// or [`Hasher::on_backend`] to force a backend.
+    ///
+    /// # Panics
+    /// If `rows` is not in `1..=`[`MAX_ROWS`] or `log2_width` exceeds
+    /// [`MAX_LOG2_WIDTH`].
+    pub fn with_hasher(rows: usize, log2_width: u32, hasher: Hasher) -> Self {
+        assert!(
+            (1..=MAX_ROWS).contains(&rows),
+            "count-min needs 1..={MAX_ROWS} rows, got {rows}"
+        );
+        assert!(
+            log2_width <= MAX_LOG2_WIDTH,
+            "count-min row width 2^{log2_width} exceeds 2^{MAX_LOG2_WIDTH}"
+        );
+        let len = rows
+            .checked_shl(log2_width)
+            .filter(|&l| l >> log2_width == rows)
+            .expect("count-min counters exceed the address space");
+        CountMin {
+            counters: vec![0; len],
+            layout: Partitioned::new(rows, log2_width),
+            hasher,
+            scratch: CmsScratch::new(),
+        }
+    }
+
+    /// A sketch sized for additive error `epsilon * N` with probability at
+    /// least `1 - delta` (see [`CountMin::dimensions`]), on the per-process
+    /// key.
+    ///
+    /// # Panics
+    /// As [`CountMin::dimensions`].
+    pub fn with_error(epsilon: f64, delta: f64) -> Self {
+        let (rows, log2_width) = CountMin::dimensions(epsilon, delta);
+        CountMin::new(rows, log2_width)
+    }
+
+    /// `(rows, log2_width)` for an additive error of at most `epsilon * N`
+    /// with probability at least `1 - delta`: `w = e / epsilon` rounded up
+    /// to a power of two, `d = ceil(ln(1 / delta))`. The memory is
+    /// `4 * d * w` bytes: check it before building from untrusted settings.
+    ///
+    /// # Panics
+    /// If `epsilon` is not in `(0, 1]`, `delta` is not in `(0, 1)`, or the
+    /// sketch would exceed [`MAX_ROWS`] rows or `2^`[`MAX_LOG2_WIDTH`]
+    /// counters per row.
+    pub fn dimensions(epsilon: f64, delta: f64) -> (usize, u32) {
+        assert!(
+            epsilon > 0.0 && epsilon <= 1.0,
+            "count-min epsilon must be in (0, 1], got {epsilon}"
+        );
+        assert!(
+            delta > 0.0 && delta < 1.0,
+            "count-min delta must be in (0, 1), got {delta}"
+        );
+        let width = (E / epsilon).ceil();
+        assert!(
+            width <= (1u64 << MAX_LOG2_WIDTH) as f64,
+            "count-min epsilon {epsilon} needs more than 2^{MAX_LOG2_WIDTH} counters per row"
+        );
+        let log2_width = (width as u64).next_power_of_two().trailing_zeros();
+        let rows = (1.0 / delta).ln().ceil().max(1.0);
+        assert!(
+            rows <= MAX_ROWS as f64,
+            "count-min delta {delta} needs more than {MAX_ROWS} rows"
+        );
+        (rows as usize, log2_width)
+    }
+
+    /// Number of rows `d`.
+    pub fn rows(&self) -> usize {
+        self.layout.rows()
+    }
+
+    /// log2 of the row width.
+    pub fn log2_width(&self) -> u32 {
+        self.layout.log2_width()
+    }
+
+    /// Counters per row, `w = 2^log2_width`.
+    pub fn width(&self) -> usize {
+        1 << self.layout.log2_width()
+    }
+
+    /// The hasher (key and backend) the sketch uses.
+    pub fn hasher(&self) -> &Hasher {
+        &self.hasher
+    }
+
+    /// Bytes of counter memory, `4 * d * w` (the scratch buffers, at most a
+    /// few KiB for the batch sizes the dataplane uses, are not counted).
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of_val(self.counters.as_slice())
+    }
+
+    /// All counters, row `r` at `[r * w .. (r + 1) * w]`.
+    pub fn counters(&self) -> &[u32] {
+        &self.counters
+    }
+
+    /// Flat counter offsets of `key`, one per row (the rare path: scalar
+    /// hash, same indices as the batched backends).
+    fn offsets<const W: usize>(&self, key: &[u32; W]) -> ([usize; MAX_ROWS], usize) {
+        let pair = self.hasher.hash_one(key);
+        let d = self.rows();
+        let mut idx = [0u32; MAX_ROWS];
+        crate::arch::scalar::partitioned(std::slice::from_ref(&pair), self.layout, &mut idx[..d]);
+        let b = self.log2_width();
+        let mut off = [0usize; MAX_ROWS];
+        for (r, (o, &i)) in off.iter_mut().zip(&idx[..d]).enumerate() {
+            *o = (r << b) + i as usize;
+        }
+        (off, d)
+    }
+
+    /// Plain update: adds `value` to each of `key`'s counters (saturating)
+    /// and returns the key's estimate after the update.
+    pub fn add<const W: usize>(&mut self, key: &[u32; W], value: u32) -> u32 {
+        let (off, d) = self.offsets(key);
+        let mut est = u32::MAX;
+        for &o in &off[..d] {
+            let c = &mut self.counters[o];
+            *c = c.saturating_add(value);
+            est = est.min(*c);
+        }
+        est
+    }
+
+    /// Conservative update: with `m` the key's estimate, raises each of its
+    /// counters to `max(counter, m + value)` (saturating) and returns the
+    /// new estimate `m + value`.
+    pub fn add_conservative<const W: usize>(&mut self, key: &[u32; W], value: u32) -> u32 {
+        let (off, d) = self.offsets(key);
+        let m = off[..d]
+            .iter()
+            .fold(u32::MAX, |m, &o| m.min(self.counters[o]));
+        let new = m.saturating_add(value);
+        for &o in &off[..d] {
+            let c = &mut self.counters[o];
+            *c = (*c).max(new);
+        }
+        new
+    }
+
+    /// The estimate of `key`: the minimum of its counters. Never below the
+    /// (saturated) sum of the values added for it.
+    pub fn estimate<const W: usize>(&self, key: &[u32; W]) -> u32 {
+        let (off, d) = self.offsets(key);
+        off[..d]
+            .iter()
+            .fold(u32::MAX, |m, &o| m.min(self.counters[o]))
+    }
+
+    /// Plain update of every key in order: `values[i]` is added for
+    /// `keys[i]`. Returns each key's estimate right after its own update
+    /// (as [`CountMin::add`] would have returned), borrowed from the
+    /// sketch's scratch.
+    ///
+    /// # Panics
+    /// If `values` and `keys` differ in length.
+    pub fn add_batch<const W: usize>(&mut self, keys: &[[u32; W]], values: &[u32]) -> &[u32] {
+        self.update_batch::<W, false>(keys, values)
+    }
+
+    /// Conservative update of every key in order (see
+    /// [`CountMin::add_conservative`]): the counters end exactly as if the
+    /// single-key updates had run one after another, duplicates included.
+    /// Returns each key's estimate right after its own update, borrowed from
+    /// the sketch's scratch.
+    ///
+    /// # Panics
+    /// If `values` and `keys` differ in length.
+    pub fn add_conservative_batch<const W: usize>(
+        &mut self,
+        keys: &[[u32; W]],
+        values: &[u32],
+    ) -> &[u32] {
+        self.update_batch::<W, true>(keys, values)
+    }
+
+    /// Estimates of every key into `out[..keys.len()]`, using the sketch's
+    /// own scratch (see [`CountMin::estimate_batch_with`] for `&self`).
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys`.
+    pub fn estimate_batch<const W: usize>(&mut self, keys: &[[u32; W]], out: &mut [u32]) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        self.estimate_batch_with(&mut scratch, keys, out);
+        self.scratch = scratch;
+    }
+
+    /// Estimates of every key into `out[..keys.len()]`, with caller-owned
+    /// scratch so a shared sketch can be queried.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys`.
+    pub fn estimate_batch_with<const W: usize>(
+        &self,
+        scratch: &mut CmsScratch,
+        keys: &[[u32; W]],
+        out: &mut [u32],
+    ) {
+        let n = keys.len();
+        assert!(
+            out.len() >= n,
+            "estimate_batch: output holds {} estimates for {n} keys",
+            out.len()
+        );
+        scratch.index(&self.hasher, self.layout, keys);
+        let (d, b) = (self.rows(), self.log2_width());
+        let idx = &scratch.idx[..d * n];
+        let counters = &self.counters[..];
+        for i in 0..n.min(PREFETCH_AHEAD) {
+            prefetch_key(counters, idx, n, d, b, i);
+        }
+        for (i, o) in out[..n].iter_mut().enumerate() {
+            if i + PREFETCH_AHEAD < n {
+                prefetch_key(counters, idx, n, d, b, i + PREFETCH_AHEAD);
+            }
+            let mut m = u32::MAX;
+            for r in 0..d {
+                m = m.min(counters[(r << b) + idx[r * n + i] as usize]);
+            }
+            *o = m;
+        }
+    }
+
+    /// The batched update loop; `CU` picks conservative over plain update.
+    /// Hashes and indexes the whole batch, then updates key by key in order
+    /// (gather, min, raise), prefetching `PREFETCH_AHEAD` keys ahead.
+    fn update_batch<const W: usize, const CU: bool>(
+        &mut self,
+        keys: &[[u32; W]],
+        values: &[u32],
+    ) -> &[u32] {
+        let n = keys.len();
+        assert_eq!(
+            values.len(),
+            n,
+            "count-min batch: {} values for {n} keys",
+            values.len()
+        );
+        self.scratch.index(&self.hasher, self.layout, keys);
+        let (d, b) = (self.rows(), self.log2_width());
+        let idx = &self.scratch.idx[..d * n];
+        let est = &mut self.scratch.est[..n];
+        let counters = &mut self.counters[..];
+        for i in 0..n.min(PREFETCH_AHEAD) {
+            prefetch_key(counters, idx, n, d, b, i);
+        }
+        for (i, (e, &v)) in est.iter_mut().zip(values).enumerate() {
+            if i + PREFETCH_AHEAD < n {
+                prefetch_key(counters, idx, n, d, b, i + PREFETCH_AHEAD);
+            }
+            if CU {
+                let mut m = u32::MAX;
+                for r in 0..d {
+                    m = m.min(counters[(r << b) + idx[r * n + i] as usize]);
+                }
+                let new = m.saturating_add(v);
+                for r in 0..d {
+                    let c = &mut counters[(r << b) + idx[r * n + i] as usize];
+                    *c = (*c).max(new);
+                }
+                *e = new;
+            } else {
+                let mut m = u32::MAX;
+                for r in 0..d {
+                    let c = &mut counters[(r << b) + idx[r * n + i] as usize];
+                    *c = c.saturating_add(v);
+                    m = m.min(*c);
+                }
+                *e = m;
+            }
+        }
+        &self.scratch.est[..n]
+    }
+
+    /// Adds `other`'s counters into this sketch (saturating sum), as if this
+    /// sketch had also seen `other`'s stream under plain update. Merging
+    /// conservative-update sketches keeps the never-below guarantee (and
+    /// the error bound of plain count-min) but not the tighter estimates.
+    ///
+    /// # Errors
+    /// [`MergeError::Shape`] if the row counts or widths differ,
+    /// [`MergeError::HashKey`] if the hash keys differ. The backends may
+    /// differ: they produce the same indices.
+    pub fn merge(&mut self, other: &CountMin) -> Result<(), MergeError> {
+        let (ours, theirs) = (
+            (self.rows(), self.log2_width()),
+            (other.rows(), other.log2_width()),
+        );
+        if ours != theirs {
+            return Err(MergeError::Shape { ours, theirs });
+        }
+        let (ours, theirs) = (self.hasher.key().id(), other.hasher.key().id());
+        if ours != theirs {
+            return Err(MergeError::HashKey { ours, theirs });
+        }
+        for (c, &o) in self.counters.iter_mut().zip(&other.counters) {
+            *c = c.saturating_add(o);
+        }
+        Ok(())
+    }
+
+    /// Sets every counter to zero (the start of a new epoch).
+    pub fn reset(&mut self) {
+        self.counters.fill(0);
+    }
+
+    /// Halves every counter, rounding down (aging: old traffic weighs half
+    /// per call). Estimates stay at or above the halved true counts
+    /// (`floor(x / 2)` is monotone), rounded down.
+    pub fn halve(&mut self) {
+        for c in &mut self.counters {
+            *c >>= 1;
+        }
+    }
+}
+
+/// Prefetches the `d` counters of key `i` (row indices `idx[r * n + i]`).
+#[inline(always)]
+fn prefetch_key(counters: &[u32], idx: &[u32], n: usize, d: usize, b: u32, i: usize) {
+    for r in 0..d {
+        prefetch(counters, (r << b) + idx[r * n + i] as usize);
+    }
+}
+
+/// Asks the CPU to bring the cache line of `slice[at]` into L1. A hint
+/// only: it changes no state a program can observe.
+#[inline(always)]
+fn prefetch(slice: &[u32], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let p = slice.as_ptr().wrapping_add(at).cast::<i8>();
+        // SAFETY: `prefetch` (SSE, baseline on x86_64) never faults and
+        // reads or writes nothing architecturally, whatever the address;
+        // the pointer comes from `wrapping_add`, so forming it is defined
+        // even if `at` were out of bounds (it is not: callers pass indices
+        // below `rows << log2_width`).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // No stable prefetch intrinsic elsewhere (aarch64's is unstable);
+        // the out-of-order core still overlaps the independent loads.
+        let _ = (slice, at);
+    }
+}

@@ -103,9 +103,16 @@ struct Consts<V, const W: usize> {
 impl<V: Lanes, const W: usize> Consts<V, W> {
     #[inline(always)]
     unsafe fn new(key: &HashKey) -> Self {
+        // A loop, not `array::from_fn`: closures do not inherit the caller's
+        // target features, so the splat would not inline.
         // SAFETY: the caller guarantees the CPU supports the backend, which
         // is all `splat` needs.
-        let k = std::array::from_fn(|c| unsafe { V::splat(key.k[c]) });
+        let zero = unsafe { V::splat(0) };
+        let mut k = [zero; W];
+        for (kv, &kw) in k.iter_mut().zip(&key.k) {
+            // SAFETY: as above.
+            *kv = unsafe { V::splat(kw) };
+        }
         // SAFETY: as above.
         unsafe {
             Consts {
@@ -131,7 +138,7 @@ impl<V: Lanes, const W: usize> Consts<V, W> {
 /// a = a ^ (W * 0x27D4EB2F);  b = b
 /// for c in 0..W:
 ///     x = w[c] ^ k[c]
-///     a = (a ^ x) * M1;  a ^= a >> 15
+///     a = (a ^ x) * M1;  if c < W - 1: a ^= a >> 15
 ///     b = (b + x) * M2
 /// h1 = fmix32(a);  h2 = lowbias32(b)
 /// ```
@@ -150,12 +157,17 @@ unsafe fn mix<V: Lanes, const W: usize>(c: &Consts<V, W>, w: &[V; W]) -> (V, V) 
     unsafe {
         let mut a = c.a0;
         let mut b = c.b0;
-        for (wi, ki) in w.iter().zip(&c.k) {
+        for (wi, ki) in w[..W - 1].iter().zip(&c.k[..W - 1]) {
             let x = wi.xor(*ki);
             a = a.xor(x).mul(c.m1);
             a = a.xor(a.shr::<15>());
             b = b.add(x).mul(c.m2);
         }
+        // The last word's xorshift would be followed at once by fmix32's own
+        // `a ^= a >> 16`; it is skipped there.
+        let x = w[W - 1].xor(c.k[W - 1]);
+        a = a.xor(x).mul(c.m1);
+        b = b.add(x).mul(c.m2);
         a = a.xor(a.shr::<16>()).mul(c.f1a);
         a = a.xor(a.shr::<13>()).mul(c.f1b);
         a = a.xor(a.shr::<16>());

@@ -107,15 +107,28 @@ impl Lanes for __m256i {
             if W == 4 {
                 // Four 256-bit loads hold the 8 keys as rows [k0 | k1] ...
                 let p = base.cast::<__m256i>();
-                let rows = [0, 1, 2, 3].map(|r| _mm256_loadu_si256(p.add(r)));
+                // No closures anywhere here: a closure would not inherit
+                // AVX2 and the intrinsics inside it would stop inlining.
+                let rows = [
+                    _mm256_loadu_si256(p),
+                    _mm256_loadu_si256(p.add(1)),
+                    _mm256_loadu_si256(p.add(2)),
+                    _mm256_loadu_si256(p.add(3)),
+                ];
                 let cols = transpose4(rows);
-                return core::array::from_fn(|c| cols[c]);
+                let mut out = [_mm256_setzero_si256(); W];
+                out.copy_from_slice(&cols[..W]);
+                return out;
             }
             let mut out = [_mm256_setzero_si256(); W];
             let mut c = 0;
             while c < W {
-                let rows = [0, 2, 4, 6]
-                    .map(|j| _mm256_set_m128i(group::<W>(base, j + 1, c), group::<W>(base, j, c)));
+                let rows = [
+                    _mm256_set_m128i(group::<W>(base, 1, c), group::<W>(base, 0, c)),
+                    _mm256_set_m128i(group::<W>(base, 3, c), group::<W>(base, 2, c)),
+                    _mm256_set_m128i(group::<W>(base, 5, c), group::<W>(base, 4, c)),
+                    _mm256_set_m128i(group::<W>(base, 7, c), group::<W>(base, 6, c)),
+                ];
                 let cols = transpose4(rows);
                 let take = (W - c).min(4);
                 out[c..c + take].copy_from_slice(&cols[..take]);

@@ -1,0 +1,509 @@
+//! Geometry of a Bloom-family filter (layout, `m`, `k`), its sizing from
+//! `(n, p)`, its false-positive formula, the size estimate from the number of
+//! set bits, and the batch step shared by every filter: hash a chunk of keys,
+//! derive their `k` bit positions, prefetch.
+
+use std::fmt;
+
+use crate::index::{Blocked, Partitioned};
+use crate::{HashPair, Hasher};
+
+/// Keys hashed together: one batch of the dataplane.
+pub(crate) const BATCH: usize = 64;
+/// Positions buffered per chunk (`k * keys <= POS_CAP`): small enough that
+/// the zeroed scratch on the stack costs little, large enough for 64 keys at
+/// `k <= 8`.
+const POS_CAP: usize = 512;
+/// The most bit positions per key.
+pub const MAX_K: usize = crate::index::MAX_BLOCKED_K;
+/// The most bits (or counters, or positions) a filter may have: `2^32`, so a
+/// position fits a `u32`.
+pub const MAX_BITS: u64 = 1 << 32;
+/// log2 of the bits in one block of the blocked layout (one 64-byte line).
+pub const LOG2_BLOCK_BITS: u32 = 9;
+/// Bits per block of the blocked layout.
+pub const BLOCK_BITS: u64 = 1 << LOG2_BLOCK_BITS;
+
+/// Where the `k` bits of a key go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// The textbook filter: `k` positions anywhere in one array of `m` bits,
+    /// by double hashing, `x_r = h1 + r * (h2 | 1)` (mod 2^32), position
+    /// `(x_r * m) >> 32` (multiply-shift range reduction, so `m` need only be
+    /// a multiple of 64). A query touches up to `k` cache lines.
+    ///
+    /// False-positive rate after `n` keys: `f = (1 - (1 - 1/m)^(k n))^k
+    /// ~= (1 - e^(-k n / m))^k`.
+    Classic,
+    /// Blocked (split-block) filter (Putze, Sanders, Singler 2007): `m / 512`
+    /// blocks of 512 bits, one 64-byte cache line each, a power of two of
+    /// them. The block is the top bits of `h1`; the `k` bits inside it come
+    /// from `h2` by multiply-shift ([`crate::index`]). A query touches one
+    /// cache line.
+    ///
+    /// A block's load is Poisson with mean `lambda = n / blocks`, so
+    /// `f = sum_i Poisson(i; lambda) * (1 - (1 - 1/512)^(i k))^k`.
+    Blocked,
+}
+
+impl Layout {
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Layout::Classic => 0,
+            Layout::Blocked => 1,
+        }
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<Self> {
+        match c {
+            0 => Some(Layout::Classic),
+            1 => Some(Layout::Blocked),
+            _ => None,
+        }
+    }
+}
+
+/// Why a filter geometry was refused.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ParamError {
+    /// Sizing for zero expected items.
+    NoItems,
+    /// The target false-positive rate is not in `(0, 1)`.
+    Rate(f64),
+    /// `k` is not in `1..=32`.
+    HashCount(usize),
+    /// `m` does not fit the layout: Classic needs a multiple of 64 in
+    /// `64..=2^32`, Blocked a power of two in `512..=2^32`.
+    Bits(Layout, u64),
+    /// No filter of at most [`MAX_BITS`] bits reaches the target rate.
+    TooLarge,
+    /// Halving needs a power-of-two `m` of at least 1024 bits.
+    CannotHalve(u64),
+}
+
+impl fmt::Display for ParamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamError::NoItems => write!(f, "a Bloom filter must be sized for at least one item"),
+            ParamError::Rate(p) => write!(f, "false-positive rate {p} is not in (0, 1)"),
+            ParamError::HashCount(k) => write!(f, "k = {k} is not in 1..={MAX_K}"),
+            ParamError::Bits(Layout::Classic, m) => write!(
+                f,
+                "m = {m} bits: the classic layout needs a multiple of 64 in 64..=2^32"
+            ),
+            ParamError::Bits(Layout::Blocked, m) => write!(
+                f,
+                "m = {m} bits: the blocked layout needs a power of two in 512..=2^32"
+            ),
+            ParamError::TooLarge => write!(
+                f,
+                "no filter of at most 2^32 bits reaches the target false-positive rate"
+            ),
+            ParamError::CannotHalve(m) => write!(
+                f,
+                "cannot halve a filter of {m} bits: need a power of two of at least 1024"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ParamError {}
+
+/// Why two filters cannot be combined (union, intersection, port filter):
+/// they must share layout, `m`, `k` and hash key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incompatible {
+    /// Different layouts.
+    Layout(Layout, Layout),
+    /// Different numbers of bits.
+    Bits(u64, u64),
+    /// Different numbers of bit positions per key.
+    HashCount(usize, usize),
+    /// Different hash keys ([`crate::HashKey::id`]).
+    Key(u32, u32),
+}
+
+impl fmt::Display for Incompatible {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Incompatible::Layout(a, b) => write!(f, "filters differ in layout: {a:?} vs {b:?}"),
+            Incompatible::Bits(a, b) => write!(f, "filters differ in size: {a} vs {b} bits"),
+            Incompatible::HashCount(a, b) => write!(f, "filters differ in k: {a} vs {b}"),
+            Incompatible::Key(a, b) => {
+                write!(
+                    f,
+                    "filters use different hash keys: id {a:#010x} vs {b:#010x}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for Incompatible {}
+
+/// The geometry of a filter: layout, `m` bits (or counters), `k` positions
+/// per key. Every filter built from equal `Params` and the same hash key
+/// maps a key to the same positions, which is what union, intersection,
+/// counting-to-plain export and the port filter rely on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Params {
+    layout: Layout,
+    bits: u64,
+    k: usize,
+}
+
+impl Params {
+    /// An explicit geometry.
+    ///
+    /// # Errors
+    /// [`ParamError::HashCount`] unless `1 <= k <= 32`; [`ParamError::Bits`]
+    /// unless `m` is a multiple of 64 in `64..=2^32` (Classic) or a power of
+    /// two in `512..=2^32` (Blocked: the block index is the top bits of `h1`,
+    /// so the block count is a power of two).
+    pub fn new(layout: Layout, bits: u64, k: usize) -> Result<Self, ParamError> {
+        if !(1..=MAX_K).contains(&k) {
+            return Err(ParamError::HashCount(k));
+        }
+        let ok = match layout {
+            Layout::Classic => (64..=MAX_BITS).contains(&bits) && bits % 64 == 0,
+            Layout::Blocked => (BLOCK_BITS..=MAX_BITS).contains(&bits) && bits.is_power_of_two(),
+        };
+        if !ok {
+            return Err(ParamError::Bits(layout, bits));
+        }
+        Ok(Params { layout, bits, k })
+    }
+
+    /// The smallest geometry whose false-positive rate after `n` items is at
+    /// most `p`, by the layout's own formula.
+    ///
+    /// * Classic: `m = ceil(-n ln p / (ln 2)^2)` rounded up to a multiple of
+    ///   64, `k = round((m / n) ln 2)`.
+    /// * Blocked: the number of blocks is the smallest *power of two* (the
+    ///   block is the top bits of `h1`) for which some `k` reaches `p` by the
+    ///   Putze et al. formula of [`Layout::Blocked`] (the classic formula
+    ///   underestimates a blocked filter's rate, by about 15% at 1%). Since the
+    ///   rounding leaves slack, `k` is the *smallest* that reaches `p`: fewer
+    ///   bits to test per query, same target.
+    ///
+    /// # Errors
+    /// [`ParamError::NoItems`] if `n == 0`, [`ParamError::Rate`] unless
+    /// `0 < p < 1`, [`ParamError::TooLarge`] if more than 2^32 bits would be
+    /// needed.
+    pub fn for_items(layout: Layout, n: u64, p: f64) -> Result<Self, ParamError> {
+        if n == 0 {
+            return Err(ParamError::NoItems);
+        }
+        if !(p > 0.0 && p < 1.0) {
+            return Err(ParamError::Rate(p));
+        }
+        let nf = n as f64;
+        match layout {
+            Layout::Classic => {
+                let ln2 = std::f64::consts::LN_2;
+                let m = (-nf * p.ln() / (ln2 * ln2)).ceil().max(64.0);
+                let m = ((m / 64.0).ceil() * 64.0) as u64;
+                if m > MAX_BITS {
+                    return Err(ParamError::TooLarge);
+                }
+                let k = ((m as f64 / nf) * ln2).round().clamp(1.0, MAX_K as f64) as usize;
+                Params::new(layout, m, k)
+            }
+            Layout::Blocked => {
+                // Start where a block holds at most 512 keys (below that the
+                // rate is near 1 anyway) and grow by doubling.
+                let min_blocks = (nf / BLOCK_BITS as f64).ceil().max(1.0) as u64;
+                let mut log2_blocks = min_blocks.next_power_of_two().trailing_zeros();
+                while (BLOCK_BITS << log2_blocks) <= MAX_BITS {
+                    let blocks = 1u64 << log2_blocks;
+                    if let Some(k) = (1..=MAX_K).find(|&k| blocked_fpr(nf, blocks, k) <= p) {
+                        return Params::new(layout, blocks * BLOCK_BITS, k);
+                    }
+                    log2_blocks += 1;
+                }
+                Err(ParamError::TooLarge)
+            }
+        }
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// `m`: bits of a [`crate::bloom::Bloom`], counters of a
+    /// [`crate::bloom::CountingBloom`], positions of a
+    /// [`crate::bloom::PortFilter`].
+    pub fn bits(&self) -> u64 {
+        self.bits
+    }
+
+    /// `k`: positions per key.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Number of 512-bit blocks (Blocked) or 0 (Classic).
+    pub fn blocks(&self) -> u64 {
+        match self.layout {
+            Layout::Classic => 0,
+            Layout::Blocked => self.bits / BLOCK_BITS,
+        }
+    }
+
+    /// The false-positive rate after `n` distinct items, by the layout's
+    /// formula (see [`Layout`]).
+    pub fn false_positive_rate(&self, n: f64) -> f64 {
+        let k = self.k as f64;
+        match self.layout {
+            Layout::Classic => {
+                let m = self.bits as f64;
+                (1.0 - (1.0 - 1.0 / m).powf(k * n)).powf(k)
+            }
+            Layout::Blocked => blocked_fpr(n, self.blocks(), self.k),
+        }
+    }
+
+    /// Estimated number of distinct items from the number of set bits `x`
+    /// (Swamidass and Baldi 2007).
+    ///
+    /// * Classic: each insertion leaves a given bit zero with probability
+    ///   `(1 - 1/m)^k`, so `n* = ln(1 - x/m) / (k ln(1 - 1/m))`, which is
+    ///   `-(m / k) ln(1 - x / m)` to first order.
+    /// * Blocked: a block's load is Poisson(`n / R`), `R` blocks, so the
+    ///   expected zero fraction is `exp(-(n / R) (1 - (1 - 1/512)^k))` and
+    ///   `n* = -R ln(1 - x/m) / (1 - (1 - 1/512)^k)` (the classic form would
+    ///   be biased by about `(k - 1) / 1024`).
+    ///
+    /// Infinite when every bit is set.
+    pub fn estimate_items(&self, x: u64) -> f64 {
+        let m = self.bits as f64;
+        let frac_zero = 1.0 - x as f64 / m;
+        if frac_zero <= 0.0 {
+            return f64::INFINITY;
+        }
+        let k = self.k as f64;
+        match self.layout {
+            Layout::Classic => frac_zero.ln() / (k * (1.0 - 1.0 / m).ln()),
+            Layout::Blocked => {
+                let per_key = 1.0 - (1.0 - 1.0 / BLOCK_BITS as f64).powf(k);
+                -(self.blocks() as f64) * frac_zero.ln() / per_key
+            }
+        }
+    }
+
+    /// Whether two geometries (and hash keys) agree.
+    pub(crate) fn check(&self, other: &Params, key_a: u32, key_b: u32) -> Result<(), Incompatible> {
+        if self.layout != other.layout {
+            return Err(Incompatible::Layout(self.layout, other.layout));
+        }
+        if self.bits != other.bits {
+            return Err(Incompatible::Bits(self.bits, other.bits));
+        }
+        if self.k != other.k {
+            return Err(Incompatible::HashCount(self.k, other.k));
+        }
+        if key_a != key_b {
+            return Err(Incompatible::Key(key_a, key_b));
+        }
+        Ok(())
+    }
+
+    /// Keys per chunk so that `k * chunk <= POS_CAP`.
+    pub(crate) fn chunk(&self) -> usize {
+        (POS_CAP / self.k).min(BATCH)
+    }
+
+    /// Blocked layout only: hashes `keys` (at most [`Params::chunk`]) and
+    /// returns their blocks and in-block bits (`bits[j * n + i]`, `< 512`).
+    #[inline(always)]
+    pub(crate) fn blocked_indices<'s, const W: usize>(
+        &self,
+        hasher: &Hasher,
+        keys: &[[u32; W]],
+        s: &'s mut Scratch,
+    ) -> (&'s [u32], &'s [u32]) {
+        let n = keys.len();
+        debug_assert!(self.layout == Layout::Blocked && n <= self.chunk());
+        let pairs = &mut s.pairs[..n];
+        hasher.hash_batch(keys, pairs);
+        let log2_blocks = (self.bits / BLOCK_BITS).trailing_zeros();
+        let layout = Blocked::new(log2_blocks, LOG2_BLOCK_BITS, self.k);
+        let (blocks, pos) = (&mut s.blocks[..n], &mut s.pos[..self.k * n]);
+        hasher.blocked(pairs, layout, blocks, pos);
+        (blocks, pos)
+    }
+
+    /// Hashes `keys` (at most [`Params::chunk`] of them) and writes their
+    /// positions, index-major: `s.pos[j * n + i]` is position `j` of key `i`,
+    /// in `0..m`. Blocked: `block * 512 + bit`; Classic: `(x_j * m) >> 32`.
+    #[inline]
+    pub(crate) fn positions<const W: usize>(
+        &self,
+        hasher: &Hasher,
+        keys: &[[u32; W]],
+        s: &mut Scratch,
+    ) {
+        let n = keys.len();
+        debug_assert!(n <= self.chunk());
+        let pairs = &mut s.pairs[..n];
+        hasher.hash_batch(keys, pairs);
+        let pos = &mut s.pos[..self.k * n];
+        match self.layout {
+            Layout::Blocked => {
+                let log2_blocks = (self.bits / BLOCK_BITS).trailing_zeros();
+                let layout = Blocked::new(log2_blocks, LOG2_BLOCK_BITS, self.k);
+                let blocks = &mut s.blocks[..n];
+                hasher.blocked(pairs, layout, blocks, pos);
+                for row in pos.chunks_exact_mut(n) {
+                    for (p, &b) in row.iter_mut().zip(blocks.iter()) {
+                        *p |= b << LOG2_BLOCK_BITS;
+                    }
+                }
+            }
+            Layout::Classic => {
+                // log2 width 32: the raw double-hashing sums h1 + r * s.
+                hasher.partitioned(pairs, Partitioned::new(self.k, 32), pos);
+                let m = self.bits;
+                for p in pos.iter_mut() {
+                    *p = ((u64::from(*p) * m) >> 32) as u32;
+                }
+            }
+        }
+    }
+}
+
+/// Scratch for one chunk of keys, on the stack.
+pub(crate) struct Scratch {
+    pub(crate) pairs: [HashPair; BATCH],
+    pub(crate) blocks: [u32; BATCH],
+    pub(crate) pos: [u32; POS_CAP],
+}
+
+impl Scratch {
+    #[inline(always)]
+    pub(crate) fn new() -> Self {
+        Scratch {
+            pairs: [HashPair::default(); BATCH],
+            blocks: [0; BATCH],
+            pos: [0; POS_CAP],
+        }
+    }
+}
+
+/// The blocked layout's false-positive rate (Putze, Sanders, Singler 2007):
+/// `sum_i Poisson(i; n / blocks) * (1 - (1 - 1/512)^(i k))^k`, summed in log
+/// space so large loads do not underflow `e^-lambda`.
+pub fn blocked_fpr(n: f64, blocks: u64, k: usize) -> f64 {
+    let lambda = n / blocks as f64;
+    if lambda <= 0.0 {
+        return 0.0;
+    }
+    let kf = k as f64;
+    let ln_keep = (1.0 - 1.0 / BLOCK_BITS as f64).ln();
+    let ln_l = lambda.ln();
+    let hi = (lambda + 12.0 * lambda.sqrt() + 30.0).ceil() as u64;
+    let mut ln_fact = 0.0f64;
+    let mut sum = 0.0;
+    for i in 0..=hi {
+        if i > 0 {
+            ln_fact += (i as f64).ln();
+        }
+        let ln_pmf = -lambda + i as f64 * ln_l - ln_fact;
+        if ln_pmf < -60.0 {
+            continue;
+        }
+        let inner = 1.0 - (ln_keep * i as f64 * kf).exp();
+        sum += ln_pmf.exp() * inner.powf(kf);
+    }
+    sum.min(1.0)
+}
+
+/// Asks the CPU to bring the cache line holding `slice[at]` into L1. A hint
+/// only: it changes no state a program can observe.
+#[inline(always)]
+pub(crate) fn prefetch<T>(slice: &[T], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let p = slice.as_ptr().wrapping_add(at).cast::<i8>();
+        // SAFETY: `prefetch` (SSE, baseline on x86_64) never faults and
+        // reads or writes nothing architecturally, whatever the address; the
+        // pointer comes from `wrapping_add`, so forming it is defined even if
+        // `at` were out of bounds (callers pass positions below `m`).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // No stable prefetch intrinsic elsewhere (aarch64's is unstable);
+        // the out-of-order core still overlaps the independent loads.
+        let _ = (slice, at);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocked_sizing_rounds_to_power_of_two_and_meets_target() {
+        for (n, p) in [(50_000u64, 0.01), (1000, 0.001), (13_000, 0.05), (1, 0.5)] {
+            let pr = Params::for_items(Layout::Blocked, n, p).unwrap();
+            assert!(pr.blocks().is_power_of_two());
+            assert!(pr.false_positive_rate(n as f64) <= p, "{n} {p} {pr:?}");
+            // Half the blocks would not do with any k.
+            if pr.blocks() > 1 {
+                let half = pr.blocks() / 2;
+                assert!((1..=MAX_K).all(|k| blocked_fpr(n as f64, half, k) > p));
+            }
+        }
+    }
+
+    #[test]
+    fn classic_sizing_matches_textbook() {
+        let pr = Params::for_items(Layout::Classic, 10_000, 0.01).unwrap();
+        assert_eq!(pr.k(), 7);
+        assert!((95_800..=96_000).contains(&pr.bits()), "{pr:?}");
+        assert!(pr.false_positive_rate(10_000.0) < 0.0102);
+    }
+
+    #[test]
+    fn bad_params_are_errors() {
+        assert_eq!(
+            Params::for_items(Layout::Blocked, 0, 0.1),
+            Err(ParamError::NoItems)
+        );
+        assert!(matches!(
+            Params::for_items(Layout::Blocked, 1, 1.0),
+            Err(ParamError::Rate(_))
+        ));
+        assert!(matches!(
+            Params::for_items(Layout::Blocked, 1, f64::NAN),
+            Err(ParamError::Rate(_))
+        ));
+        assert_eq!(
+            Params::new(Layout::Blocked, 1000, 3),
+            Err(ParamError::Bits(Layout::Blocked, 1000))
+        );
+        assert_eq!(
+            Params::new(Layout::Classic, 100, 3),
+            Err(ParamError::Bits(Layout::Classic, 100))
+        );
+        assert_eq!(
+            Params::new(Layout::Classic, 128, 33),
+            Err(ParamError::HashCount(33))
+        );
+        assert_eq!(
+            Params::new(Layout::Classic, 128, 0),
+            Err(ParamError::HashCount(0))
+        );
+        assert!(Params::for_items(Layout::Blocked, u64::MAX / 2, 1e-9).is_err());
+    }
+
+    #[test]
+    fn classic_formula_limits() {
+        let pr = Params::new(Layout::Classic, 160_000, 11).unwrap();
+        let f = pr.false_positive_rate(10_000.0);
+        assert!((f - 0.000459).abs() / 0.000459 < 0.01, "{f}");
+    }
+}
