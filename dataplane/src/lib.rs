@@ -3,6 +3,9 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map.
 
+pub mod clock;
 pub mod flow;
 pub mod io;
+pub mod pipeline;
+pub mod stage;
 pub mod wire;

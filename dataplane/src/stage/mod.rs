@@ -1,0 +1,4 @@
+//! The stages: one file, one struct with its own counters each. Every stage
+//! implements [`crate::pipeline::Stage`].
+
+pub mod heavy;
