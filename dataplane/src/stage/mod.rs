@@ -2,3 +2,4 @@
 //! implements [`crate::pipeline::Stage`].
 
 pub mod heavy;
+pub mod icarus;

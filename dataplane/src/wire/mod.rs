@@ -37,6 +37,7 @@
 use core::ops::{Range, RangeFrom};
 
 pub mod ethernet;
+pub mod icarus;
 pub mod icmpv4;
 pub mod icmpv6;
 pub mod igmp;
