@@ -47,10 +47,11 @@ pub const MAX_LOG2_WIDTH: u32 = 31;
 
 /// How many keys ahead the batched loops prefetch a key's counters.
 ///
-/// Sixteen keys of four rows keep 64 lines in flight, enough to hide an L2
-/// or L3 hit behind the work on the keys in between; measured on the
-/// `cms/cu-update` bench (8 and 32 were no better).
-const PREFETCH_AHEAD: usize = 16;
+/// Measured on 4 rows of 2^16 and 2^18 counters (1 and 4 MiB, AVX2, Zen 4):
+/// 4 keys ahead (16 lines in flight) beat 2, 8, 16 and 32; the out-of-order
+/// core already overlaps the loads of neighbouring keys, so a longer
+/// distance only adds cache pressure.
+const PREFETCH_AHEAD: usize = 4;
 
 /// Why two sketches cannot be merged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -432,26 +433,22 @@ impl CountMin {
         );
         scratch.index(&self.hasher, self.layout, keys);
         let (d, b) = (self.rows(), self.log2_width());
-        let idx = &scratch.idx[..d * n];
+        let (idx, out) = (&scratch.idx[..d * n], &mut out[..n]);
         let counters = &self.counters[..];
-        for i in 0..n.min(PREFETCH_AHEAD) {
-            prefetch_key(counters, idx, n, d, b, i);
-        }
-        for (i, o) in out[..n].iter_mut().enumerate() {
-            if i + PREFETCH_AHEAD < n {
-                prefetch_key(counters, idx, n, d, b, i + PREFETCH_AHEAD);
-            }
-            let mut m = u32::MAX;
-            for r in 0..d {
-                m = m.min(counters[(r << b) + idx[r * n + i] as usize]);
-            }
-            *o = m;
+        match d {
+            1 => estimate_fixed::<1>(counters, b, idx, out),
+            2 => estimate_fixed::<2>(counters, b, idx, out),
+            3 => estimate_fixed::<3>(counters, b, idx, out),
+            4 => estimate_fixed::<4>(counters, b, idx, out),
+            5 => estimate_fixed::<5>(counters, b, idx, out),
+            6 => estimate_fixed::<6>(counters, b, idx, out),
+            7 => estimate_fixed::<7>(counters, b, idx, out),
+            8 => estimate_fixed::<8>(counters, b, idx, out),
+            _ => estimate_any(counters, d, b, idx, out),
         }
     }
 
-    /// The batched update loop; `CU` picks conservative over plain update.
-    /// Hashes and indexes the whole batch, then updates key by key in order
-    /// (gather, min, raise), prefetching `PREFETCH_AHEAD` keys ahead.
+    /// The batched update; `CU` picks conservative over plain update.
     fn update_batch<const W: usize, const CU: bool>(
         &mut self,
         keys: &[[u32; W]],
@@ -468,34 +465,17 @@ impl CountMin {
         let (d, b) = (self.rows(), self.log2_width());
         let idx = &self.scratch.idx[..d * n];
         let est = &mut self.scratch.est[..n];
-        let counters = &mut self.counters[..];
-        for i in 0..n.min(PREFETCH_AHEAD) {
-            prefetch_key(counters, idx, n, d, b, i);
-        }
-        for (i, (e, &v)) in est.iter_mut().zip(values).enumerate() {
-            if i + PREFETCH_AHEAD < n {
-                prefetch_key(counters, idx, n, d, b, i + PREFETCH_AHEAD);
-            }
-            if CU {
-                let mut m = u32::MAX;
-                for r in 0..d {
-                    m = m.min(counters[(r << b) + idx[r * n + i] as usize]);
-                }
-                let new = m.saturating_add(v);
-                for r in 0..d {
-                    let c = &mut counters[(r << b) + idx[r * n + i] as usize];
-                    *c = (*c).max(new);
-                }
-                *e = new;
-            } else {
-                let mut m = u32::MAX;
-                for r in 0..d {
-                    let c = &mut counters[(r << b) + idx[r * n + i] as usize];
-                    *c = c.saturating_add(v);
-                    m = m.min(*c);
-                }
-                *e = m;
-            }
+        let c = &mut self.counters[..];
+        match d {
+            1 => update_fixed::<1, CU>(c, b, idx, values, est),
+            2 => update_fixed::<2, CU>(c, b, idx, values, est),
+            3 => update_fixed::<3, CU>(c, b, idx, values, est),
+            4 => update_fixed::<4, CU>(c, b, idx, values, est),
+            5 => update_fixed::<5, CU>(c, b, idx, values, est),
+            6 => update_fixed::<6, CU>(c, b, idx, values, est),
+            7 => update_fixed::<7, CU>(c, b, idx, values, est),
+            8 => update_fixed::<8, CU>(c, b, idx, values, est),
+            _ => update_any::<CU>(c, d, b, idx, values, est),
         }
         &self.scratch.est[..n]
     }
@@ -542,11 +522,161 @@ impl CountMin {
     }
 }
 
-/// Prefetches the `d` counters of key `i` (row indices `idx[r * n + i]`).
+// The batched kernels. Each walks the keys in batch order and prefetches
+// the counters of the key `PREFETCH_AHEAD` places ahead. An update gathers
+// the key's counters, takes their minimum, then raises (conservative update,
+// `CU`) or adds, key by key, so a key repeated within a batch sees the
+// earlier updates exactly as sequential single-key calls would.
+//
+// `*_fixed` take the row count as a constant `D` (1..=8, the sizes in use):
+// the row loops unroll, each row is its own slice of `w` counters and each
+// row's indices their own slice of `n`, and an index masked with `w - 1`
+// is provably in bounds, so the loop body has no bounds checks. `*_any`
+// serve any row count with plain loops over the flat array.
+
+/// Prefetches the counters of key `i`, `D` rows.
 #[inline(always)]
-fn prefetch_key(counters: &[u32], idx: &[u32], n: usize, d: usize, b: u32, i: usize) {
+fn prefetch_fixed<const D: usize, R: AsRef<[u32]>>(rows: &[R; D], ix: &[&[u32]; D], i: usize) {
+    for (row, ix) in rows.iter().zip(ix) {
+        prefetch(row.as_ref(), ix[i] as usize);
+    }
+}
+
+/// Batched estimates over a constant `D` rows.
+#[inline(always)]
+fn estimate_fixed<const D: usize>(counters: &[u32], b: u32, idx: &[u32], out: &mut [u32]) {
+    let n = out.len();
+    if n == 0 {
+        return;
+    }
+    let mask = (1usize << b) - 1;
+    let mut it = counters.chunks_exact(mask + 1);
+    let rows: [&[u32]; D] = std::array::from_fn(|_| it.next().expect("count-min row"));
+    let mut it = idx.chunks_exact(n);
+    let ix: [&[u32]; D] = std::array::from_fn(|_| it.next().expect("row indices"));
+    for i in 0..n.min(PREFETCH_AHEAD) {
+        prefetch_fixed(&rows, &ix, i);
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        if i + PREFETCH_AHEAD < n {
+            prefetch_fixed(&rows, &ix, i + PREFETCH_AHEAD);
+        }
+        let mut m = u32::MAX;
+        for r in 0..D {
+            m = m.min(rows[r][ix[r][i] as usize & mask]);
+        }
+        *o = m;
+    }
+}
+
+/// Batched update over a constant `D` rows.
+#[inline(always)]
+fn update_fixed<const D: usize, const CU: bool>(
+    counters: &mut [u32],
+    b: u32,
+    idx: &[u32],
+    values: &[u32],
+    est: &mut [u32],
+) {
+    let n = values.len();
+    if n == 0 {
+        return;
+    }
+    let mask = (1usize << b) - 1;
+    let mut it = counters.chunks_exact_mut(mask + 1);
+    let rows: [&mut [u32]; D] = std::array::from_fn(|_| it.next().expect("count-min row"));
+    let mut it = idx.chunks_exact(n);
+    let ix: [&[u32]; D] = std::array::from_fn(|_| it.next().expect("row indices"));
+    for i in 0..n.min(PREFETCH_AHEAD) {
+        prefetch_fixed(&rows, &ix, i);
+    }
+    for (i, (e, &v)) in est.iter_mut().zip(values).enumerate() {
+        if i + PREFETCH_AHEAD < n {
+            prefetch_fixed(&rows, &ix, i + PREFETCH_AHEAD);
+        }
+        let o: [usize; D] = std::array::from_fn(|r| ix[r][i] as usize & mask);
+        if CU {
+            let mut m = u32::MAX;
+            for r in 0..D {
+                m = m.min(rows[r][o[r]]);
+            }
+            let new = m.saturating_add(v);
+            for r in 0..D {
+                let c = &mut rows[r][o[r]];
+                *c = (*c).max(new);
+            }
+            *e = new;
+        } else {
+            let mut m = u32::MAX;
+            for r in 0..D {
+                let c = &mut rows[r][o[r]];
+                *c = c.saturating_add(v);
+                m = m.min(*c);
+            }
+            *e = m;
+        }
+    }
+}
+
+/// Prefetches the `d` counters of key `i` in the flat layout.
+#[inline(always)]
+fn prefetch_any(counters: &[u32], d: usize, b: u32, idx: &[u32], n: usize, i: usize) {
     for r in 0..d {
         prefetch(counters, (r << b) + idx[r * n + i] as usize);
+    }
+}
+
+/// Batched estimates over any number of rows.
+fn estimate_any(counters: &[u32], d: usize, b: u32, idx: &[u32], out: &mut [u32]) {
+    let n = out.len();
+    for i in 0..n.min(PREFETCH_AHEAD) {
+        prefetch_any(counters, d, b, idx, n, i);
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        if i + PREFETCH_AHEAD < n {
+            prefetch_any(counters, d, b, idx, n, i + PREFETCH_AHEAD);
+        }
+        *o = (0..d).fold(u32::MAX, |m, r| {
+            m.min(counters[(r << b) + idx[r * n + i] as usize])
+        });
+    }
+}
+
+/// Batched update over any number of rows.
+fn update_any<const CU: bool>(
+    counters: &mut [u32],
+    d: usize,
+    b: u32,
+    idx: &[u32],
+    values: &[u32],
+    est: &mut [u32],
+) {
+    let n = values.len();
+    for i in 0..n.min(PREFETCH_AHEAD) {
+        prefetch_any(counters, d, b, idx, n, i);
+    }
+    for (i, (e, &v)) in est.iter_mut().zip(values).enumerate() {
+        if i + PREFETCH_AHEAD < n {
+            prefetch_any(counters, d, b, idx, n, i + PREFETCH_AHEAD);
+        }
+        let at = |r: usize| (r << b) + idx[r * n + i] as usize;
+        if CU {
+            let m = (0..d).fold(u32::MAX, |m, r| m.min(counters[at(r)]));
+            let new = m.saturating_add(v);
+            for r in 0..d {
+                let c = &mut counters[at(r)];
+                *c = (*c).max(new);
+            }
+            *e = new;
+        } else {
+            let mut m = u32::MAX;
+            for r in 0..d {
+                let c = &mut counters[at(r)];
+                *c = c.saturating_add(v);
+                m = m.min(*c);
+            }
+            *e = m;
+        }
     }
 }
 
