@@ -1,0 +1,357 @@
+//! The egress queue of a port: a FIFO with a packet limit, drained by a
+//! token-bucket shaper at a configured rate (what `tbf` or an `htb` class
+//! does under `sfb` in a Linux setup).
+//!
+//! # Time
+//!
+//! The queue never reads a clock: [`EgressQueue::enqueue`] and
+//! [`EgressQueue::dequeue`] take `now` ([`Timestamp`], nanoseconds), which on
+//! replay is the capture's time, so every result is deterministic.
+//!
+//! # The shaper
+//!
+//! Tokens are bytes. The bucket holds at most `burst_bytes` and fills at
+//! `rate_bps / 8` bytes per second, continuously: the credit is kept
+//! exactly, as an integer count of `1 / (8 * 10^9)` bytes (one bit-second
+//! per nanosecond), so no fraction of a token is ever lost to rounding and
+//! the long-run output is exactly `rate * t + burst`. The head packet leaves
+//! at the first instant the bucket holds its length; that instant is
+//! computed, not polled: [`EgressQueue::next_departure`] says when it will
+//! be, and a [`Departure`] carries it. A `dequeue(now)` called late (once per
+//! batch, say) still reports every packet at the time the shaper released it,
+//! so sojourn times do not depend on how often the owner polls. A driver that
+//! calls `dequeue` exactly at `next_departure()` sees `departed == now`.
+//!
+//! A packet longer than `burst_bytes` could never collect its tokens; it
+//! waits until the bucket holds its length instead (the bucket may grow past
+//! `burst_bytes` for that packet only), so the queue never stalls and the
+//! output stays within `rate * t + max(burst, largest packet)`.
+//!
+//! `rate_bps == 0` means unshaped: a packet leaves at the time it arrived.
+//!
+//! # Sojourn
+//!
+//! Every [`Departure`] records its enqueue and departure times;
+//! [`Departure::sojourn_ns`] is their difference, and [`EgressStats`] keeps
+//! the count, sum and maximum.
+
+use std::collections::VecDeque;
+
+use serde::Deserialize;
+
+use crate::clock::Timestamp;
+use crate::pipeline::DropReason;
+
+/// Token units per byte: 8 bits x 10^9 ns. One nanosecond at `rate_bps`
+/// adds `rate_bps` units.
+const UNITS_PER_BYTE: u128 = 8 * 1_000_000_000;
+
+/// Egress queue settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressConfig {
+    /// Drain rate in bits per second; 0 for unshaped.
+    pub rate_bps: u64,
+    /// Bucket depth in bytes (the most that leaves back to back after idling).
+    pub burst_bytes: u64,
+    /// The most packets in the queue.
+    pub limit: usize,
+}
+
+impl Default for EgressConfig {
+    /// 1 Gbit/s, a burst of ten full Ethernet frames (15140 bytes), 1000
+    /// packets (Linux's default `txqueuelen`).
+    fn default() -> Self {
+        EgressConfig {
+            rate_bps: 1_000_000_000,
+            burst_bytes: 10 * 1514,
+            limit: 1000,
+        }
+    }
+}
+
+/// A token bucket in exact integer units (see the module docs).
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    /// Units added per nanosecond (= bits per second).
+    rate: u128,
+    /// Depth in units.
+    cap: u128,
+    /// Credit at `at`.
+    tokens: u128,
+    /// The instant `tokens` refers to.
+    at: Timestamp,
+}
+
+impl Bucket {
+    fn new(cfg: &EgressConfig) -> Self {
+        let cap = u128::from(cfg.burst_bytes) * UNITS_PER_BYTE;
+        Bucket {
+            rate: u128::from(cfg.rate_bps),
+            cap,
+            tokens: cap,
+            at: Timestamp::ZERO,
+        }
+    }
+
+    /// When a packet needing `len` bytes, eligible from `ready`, leaves, and
+    /// the credit left after it.
+    fn departure(&self, ready: Timestamp, len: u32) -> (Timestamp, u128) {
+        let need = u128::from(len) * UNITS_PER_BYTE;
+        let cap = self.cap.max(need);
+        let t0 = ready.max(self.at);
+        let gained = u128::from(t0.nanos_since(self.at)).saturating_mul(self.rate);
+        let tokens = self.tokens.saturating_add(gained).min(cap);
+        if tokens >= need {
+            return (t0, tokens - need);
+        }
+        // rate > 0 here: an unshaped queue never reaches this point. The
+        // deficit of any real packet fits 64 bits, where division is cheap.
+        let deficit = need - tokens;
+        let wait = match (u64::try_from(deficit), u64::try_from(self.rate)) {
+            (Ok(d), Ok(r)) => u128::from(d.div_ceil(r)),
+            _ => deficit.div_ceil(self.rate),
+        };
+        let tokens = tokens.saturating_add(wait * self.rate).min(cap);
+        let wait = u64::try_from(wait).unwrap_or(u64::MAX);
+        (t0.add_nanos(wait), tokens - need)
+    }
+}
+
+/// A packet that left the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Departure<T> {
+    /// What was queued.
+    pub item: T,
+    /// Its length in bytes.
+    pub len: u32,
+    /// When it was enqueued.
+    pub enqueued: Timestamp,
+    /// When the shaper released it (at most the `now` of the dequeue call).
+    pub departed: Timestamp,
+}
+
+impl<T> Departure<T> {
+    /// Time spent in the queue, in nanoseconds.
+    #[inline]
+    pub fn sojourn_ns(&self) -> u64 {
+        self.departed.nanos_since(self.enqueued)
+    }
+}
+
+/// Counters of an [`EgressQueue`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EgressStats {
+    /// Packets accepted.
+    pub enqueued: u64,
+    /// Packets refused because the queue held `limit` packets.
+    pub overlimit: u64,
+    /// Packets that left.
+    pub dequeued: u64,
+    /// Bytes that left.
+    pub bytes_out: u64,
+    /// Sum of the sojourn times of the packets that left, ns.
+    pub sojourn_sum_ns: u64,
+    /// Longest sojourn time, ns.
+    pub sojourn_max_ns: u64,
+}
+
+impl EgressStats {
+    /// Mean sojourn time in ns (0 before the first departure).
+    pub fn mean_sojourn_ns(&self) -> f64 {
+        if self.dequeued == 0 {
+            0.0
+        } else {
+            self.sojourn_sum_ns as f64 / self.dequeued as f64
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Slot<T> {
+    item: T,
+    len: u32,
+    enqueued: Timestamp,
+}
+
+/// A FIFO of up to `limit` packets drained by a token-bucket shaper.
+#[derive(Debug, Clone)]
+pub struct EgressQueue<T> {
+    cfg: EgressConfig,
+    fifo: VecDeque<Slot<T>>,
+    bucket: Bucket,
+    /// The head's departure and the credit after it, once computed (valid
+    /// until the head leaves: arrivals behind it do not change it).
+    due: Option<(Timestamp, u128)>,
+    backlog: u64,
+    stats: EgressStats,
+}
+
+impl<T> EgressQueue<T> {
+    /// An empty queue with a full bucket.
+    pub fn new(cfg: EgressConfig) -> Self {
+        EgressQueue {
+            cfg,
+            fifo: VecDeque::with_capacity(cfg.limit.min(1 << 16)),
+            bucket: Bucket::new(&cfg),
+            due: None,
+            backlog: 0,
+            stats: EgressStats::default(),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &EgressConfig {
+        &self.cfg
+    }
+
+    /// Packets queued.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.fifo.len()
+    }
+
+    /// Whether no packet is queued.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.fifo.is_empty()
+    }
+
+    /// Bytes queued.
+    #[inline]
+    pub fn backlog_bytes(&self) -> u64 {
+        self.backlog
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &EgressStats {
+        &self.stats
+    }
+
+    /// Appends a packet of `len` bytes at `now`; [`DropReason::QueueFull`]
+    /// (and the item dropped) when the queue holds `limit` packets.
+    #[inline]
+    pub fn enqueue(&mut self, item: T, len: u32, now: Timestamp) -> Result<(), DropReason> {
+        if self.fifo.len() >= self.cfg.limit {
+            self.stats.overlimit = self.stats.overlimit.saturating_add(1);
+            return Err(DropReason::QueueFull);
+        }
+        self.fifo.push_back(Slot {
+            item,
+            len,
+            enqueued: now,
+        });
+        self.backlog = self.backlog.saturating_add(u64::from(len));
+        self.stats.enqueued = self.stats.enqueued.saturating_add(1);
+        Ok(())
+    }
+
+    /// When the head packet leaves (`None` when empty). Later arrivals do
+    /// not change it.
+    #[inline]
+    pub fn next_departure(&self) -> Option<Timestamp> {
+        self.fifo.front().map(|h| self.head_departure(h).0)
+    }
+
+    #[inline]
+    fn head_departure(&self, head: &Slot<T>) -> (Timestamp, u128) {
+        if self.bucket.rate == 0 {
+            // Unshaped: leave on arrival (never before the previous packet).
+            (head.enqueued.max(self.bucket.at), 0)
+        } else {
+            self.bucket.departure(head.enqueued, head.len)
+        }
+    }
+
+    /// The head packet if the shaper has released it by `now`.
+    #[inline]
+    pub fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
+        let (departed, tokens) = match self.due {
+            Some(due) => due,
+            None => {
+                let due = self.head_departure(self.fifo.front()?);
+                self.due = Some(due);
+                due
+            }
+        };
+        if departed > now {
+            return None;
+        }
+        let slot = self.fifo.pop_front()?;
+        self.due = None;
+        self.bucket.tokens = tokens;
+        self.bucket.at = departed;
+        self.backlog = self.backlog.saturating_sub(u64::from(slot.len));
+        let d = Departure {
+            item: slot.item,
+            len: slot.len,
+            enqueued: slot.enqueued,
+            departed,
+        };
+        let s = &mut self.stats;
+        s.dequeued = s.dequeued.saturating_add(1);
+        s.bytes_out = s.bytes_out.saturating_add(u64::from(d.len));
+        let sj = d.sojourn_ns();
+        s.sojourn_sum_ns = s.sojourn_sum_ns.saturating_add(sj);
+        s.sojourn_max_ns = s.sojourn_max_ns.max(sj);
+        Some(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ns: u64) -> Timestamp {
+        Timestamp::from_nanos(ns)
+    }
+
+    #[test]
+    fn unshaped_leaves_on_arrival() {
+        let mut q = EgressQueue::new(EgressConfig {
+            rate_bps: 0,
+            burst_bytes: 0,
+            limit: 4,
+        });
+        q.enqueue(1u32, 1500, t(10)).unwrap();
+        q.enqueue(2u32, 1500, t(20)).unwrap();
+        assert_eq!(q.next_departure(), Some(t(10)));
+        let d = q.dequeue(t(100)).unwrap();
+        assert_eq!((d.item, d.departed, d.sojourn_ns()), (1, t(10), 0));
+        let d = q.dequeue(t(100)).unwrap();
+        assert_eq!((d.item, d.departed), (2, t(20)));
+        assert!(q.dequeue(t(100)).is_none());
+    }
+
+    #[test]
+    fn oversized_packet_does_not_stall() {
+        // 8000 bit/s = 1000 byte/s, burst 100 bytes, one 1000-byte packet.
+        let mut q = EgressQueue::new(EgressConfig {
+            rate_bps: 8000,
+            burst_bytes: 100,
+            limit: 4,
+        });
+        q.enqueue((), 1000, t(0)).unwrap();
+        // The bucket holds 100 bytes at t = 0 and needs 900 more: 0.9 s.
+        assert_eq!(q.next_departure(), Some(t(900_000_000)));
+        assert!(q.dequeue(t(899_999_999)).is_none());
+        assert_eq!(
+            q.dequeue(t(1_000_000_000)).unwrap().departed,
+            t(900_000_000)
+        );
+    }
+
+    #[test]
+    fn limit_refuses() {
+        let mut q = EgressQueue::new(EgressConfig {
+            rate_bps: 1,
+            burst_bytes: 0,
+            limit: 2,
+        });
+        assert!(q.enqueue((), 1, t(0)).is_ok());
+        assert!(q.enqueue((), 1, t(0)).is_ok());
+        assert_eq!(q.enqueue((), 1, t(0)), Err(DropReason::QueueFull));
+        assert_eq!(q.stats().overlimit, 1);
+        assert_eq!(q.backlog_bytes(), 2);
+    }
+}

@@ -1,0 +1,646 @@
+//! SFB and the egress shaper against their own APIs: the figures the design
+//! promises (time to probability 1, mark/drop split, misjudged-flow rate,
+//! penalty box, exact shaping), balance of the bin counts across rehashes,
+//! and the pipeline adapter end to end.
+
+use dataplane::clock::Timestamp;
+use dataplane::pipeline::{Batch, DropReason, Pipeline, PipelineConfig, PortSet, Verdict};
+use dataplane::stage::egress::{EgressConfig, EgressQueue};
+use dataplane::stage::sfb::{
+    Admit, BinIndex, Enqueued, KeyBatch, SFB_MAX_PROB, Sfb, SfbConfig, SfbDrop, SfbQueue, SfbStage,
+    SfbStageConfig, bench_workload,
+};
+use dataplane::wire::{LinkType, parse};
+
+const MS: u64 = 1_000_000;
+
+fn t(ns: u64) -> Timestamp {
+    Timestamp::from_nanos(ns)
+}
+
+fn cfg() -> SfbConfig {
+    SfbConfig {
+        seed: Some(7),
+        rehash_ms: 0,
+        ..SfbConfig::default()
+    }
+}
+
+/// SplitMix64 for test inputs.
+fn mix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn random_flow(state: &mut u64) -> [u32; 4] {
+    let a = mix(state);
+    let b = mix(state);
+    [a as u32, (a >> 32) as u32, b as u32, 17]
+}
+
+/// Offers one packet to the bare SFB and, if admitted, counts it queued.
+fn offer(sfb: &mut Sfb, words: &[u32; 4], ecn: bool, qlen: usize, now: Timestamp) -> Admit {
+    let key = sfb.key_one(words);
+    let a = sfb.enqueue(&key, None, ecn, qlen, now);
+    if let Admit::Enqueue { tag, .. } = a {
+        sfb.commit(&tag);
+    }
+    a
+}
+
+/// Arrivals at a flow whose bins sit at `target` until its probability is 1.
+fn arrivals_to_probability_one(increment: u16) -> u32 {
+    let mut sfb = Sfb::new(SfbConfig { increment, ..cfg() }).unwrap();
+    sfb.tick(t(0));
+    let flow = [10, 20, 30, 6];
+    for i in 0..20 {
+        assert!(matches!(
+            offer(&mut sfb, &flow, false, i, t(0)),
+            Admit::Enqueue { mark: false, .. }
+        ));
+    }
+    let key = sfb.key_one(&flow);
+    assert_eq!(sfb.probe(&key), (20, 0));
+    let mut arrivals = 0;
+    while sfb.probe(&key).1 < SFB_MAX_PROB {
+        offer(&mut sfb, &flow, false, 20, t(0));
+        arrivals += 1;
+        assert!(arrivals < 100_000);
+    }
+    arrivals
+}
+
+#[test]
+fn probability_one_after_ceil_of_inverse_increment() {
+    // Kernel default: increment (0xFFFF + 500) / 1000 = 66.
+    let inc = SfbConfig::default().increment;
+    assert_eq!(inc, 66);
+    let n = arrivals_to_probability_one(inc);
+    assert_eq!(n, u32::from(SFB_MAX_PROB).div_ceil(u32::from(inc)));
+    assert_eq!(n, 993);
+    // tc's default when options are given: (0xFFFF + 1000) / 2000 = 33.
+    assert_eq!(arrivals_to_probability_one(33), 1986);
+}
+
+#[test]
+fn fixed_probability_three_quarters_splits_marks_and_drops() {
+    let mut sfb = Sfb::new(SfbConfig {
+        increment: 0,
+        decrement: 0,
+        ..cfg()
+    })
+    .unwrap();
+    sfb.tick(t(0));
+    let p = SfbConfig::prob(0.75);
+    sfb.force_probability(p);
+    let n = 100_000u32;
+    let flow = [1, 2, 3, 17];
+    let key = sfb.key_one(&flow);
+    let mut count = |ecn: bool| {
+        let (mut marked, mut dropped) = (0u32, 0u32);
+        for _ in 0..n {
+            match sfb.enqueue(&key, None, ecn, 0, t(0)) {
+                Admit::Enqueue { mark, tag } => {
+                    sfb.commit(&tag);
+                    sfb.release(&tag);
+                    marked += u32::from(mark);
+                }
+                Admit::Drop(SfbDrop::Early) => dropped += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        (
+            f64::from(marked) / f64::from(n),
+            f64::from(dropped) / f64::from(n),
+        )
+    };
+    let (ecn_mark, ecn_drop) = count(true);
+    let (plain_mark, plain_drop) = count(false);
+    let within = |x: f64, q: f64| {
+        let sigma = (q * (1.0 - q) / f64::from(n)).sqrt();
+        (x - q).abs() <= 4.0 * sigma
+    };
+    eprintln!(
+        "p = {p}/65535: ECN marked {ecn_mark:.4} dropped {ecn_drop:.4}; \
+         non-ECN marked {plain_mark:.4} dropped {plain_drop:.4}"
+    );
+    assert!(within(ecn_drop, 0.5), "{ecn_drop}");
+    assert!(within(ecn_mark, 0.25), "{ecn_mark}");
+    assert_eq!(plain_mark, 0.0);
+    assert!(within(plain_drop, 0.75), "{plain_drop}");
+    assert_eq!(
+        sfb.counters().marked,
+        (ecn_mark * f64::from(n)).round() as u64
+    );
+    assert!(sfb.counts_are_zero());
+}
+
+#[test]
+fn counts_return_to_zero_after_rehash_and_drain() {
+    // Fast rehash (100 ms, 30 ms warm-up), a slow queue that stays backlogged,
+    // quick probability growth so that flows reach the penalty box and the
+    // standby set gets counted during double buffering.
+    let sfb = SfbConfig {
+        rehash_ms: 100,
+        db_ms: 30,
+        increment: 0x0800,
+        max: 60,
+        target: 4,
+        penalty_rate: 500,
+        penalty_burst: 50,
+        seed: Some(11),
+        ..SfbConfig::default()
+    };
+    let egress = EgressConfig {
+        rate_bps: 2_000_000,
+        burst_bytes: 1500,
+        limit: 1000,
+    };
+    let mut q: SfbQueue<u32> = SfbQueue::new(sfb, egress).unwrap();
+    let mut s = 5u64;
+    let flows: Vec<[u32; 4]> = (0..40).map(|_| random_flow(&mut s)).collect();
+    let (mut both_sets, mut queued) = (0u64, 0u64);
+    let mut dual_standby_seen = false;
+    for k in 0..60_000u64 {
+        let now = t(k * 10_000); // 100 kpps for 0.6 s
+        q.drain_until(now, |_| {});
+        q.sfb_mut().tick(now);
+        let f = &flows[(mix(&mut s) % 40) as usize];
+        let key = q.sfb().key_one(f);
+        if q.enqueue(&key, None, k % 3 < 1, 0, 500, now).is_ok() {
+            queued += 1;
+        }
+        if q.sfb().double_buffering() {
+            let standby = q.sfb().active_set() ^ 1;
+            if q.sfb().bins(standby).iter().any(|b| b.qlen > 0) {
+                dual_standby_seen = true;
+            }
+        }
+        if k % 1000 < 1 {
+            both_sets += q
+                .sfb()
+                .bins(0)
+                .iter()
+                .map(|b| u64::from(b.qlen))
+                .sum::<u64>()
+                .min(1)
+                * q.sfb()
+                    .bins(1)
+                    .iter()
+                    .map(|b| u64::from(b.qlen))
+                    .sum::<u64>()
+                    .min(1);
+        }
+    }
+    assert!(q.sfb().generation() >= 6, "{}", q.sfb().generation());
+    assert!(dual_standby_seen, "the standby set was never warmed");
+    assert!(both_sets > 0);
+    assert!(queued > 0 && !q.queue().is_empty());
+    assert!(!q.sfb().counts_are_zero());
+    let left = q.drain_until(t(u64::MAX), |_| {});
+    assert!(left > 0);
+    assert!(q.queue().is_empty());
+    assert!(q.sfb().counts_are_zero());
+    eprintln!(
+        "rehash drain: {} generations, {}",
+        q.sfb().generation(),
+        q.sfb().stats(t(600 * MS))
+    );
+}
+
+/// Fraction of innocent flows whose every bin is held at probability 1 by
+/// `m` penalised flows, measured over `seeds` key draws.
+fn misjudged(
+    index: BinIndex,
+    (levels, log2_bins): (usize, u32),
+    m: usize,
+    seeds: u64,
+    probes: usize,
+) -> (f64, f64) {
+    let mut fractions = Vec::new();
+    let mut s = 99u64;
+    let mut kb = KeyBatch::new();
+    for seed in 0..seeds {
+        let mut sfb = Sfb::new(SfbConfig {
+            levels,
+            log2_bins,
+            index,
+            increment: 0x1000,
+            target: 1,
+            max: 10_000,
+            limit: 1 << 20,
+            seed: Some(seed),
+            ..cfg()
+        })
+        .unwrap();
+        sfb.tick(t(0));
+        let bad: Vec<[u32; 4]> = (0..m).map(|_| random_flow(&mut s)).collect();
+        let keys: Vec<_> = bad.iter().map(|f| sfb.key_one(f)).collect();
+        let mut rounds = 0;
+        while keys.iter().any(|k| sfb.probe(k).1 < SFB_MAX_PROB) {
+            for (f, k) in bad.iter().zip(&keys) {
+                if sfb.probe(k).1 < SFB_MAX_PROB {
+                    offer(&mut sfb, f, true, 0, t(0));
+                }
+            }
+            rounds += 1;
+            assert!(rounds < 1000);
+        }
+        let innocent: Vec<[u32; 4]> = (0..probes).map(|_| random_flow(&mut s)).collect();
+        let mut hit = 0usize;
+        for chunk in innocent.chunks(64) {
+            kb.hash(&sfb, chunk);
+            hit += (0..chunk.len())
+                .filter(|&i| sfb.probe(&kb.key(i)).1 == SFB_MAX_PROB)
+                .count();
+        }
+        fractions.push(hit as f64 / probes as f64);
+    }
+    let mean = fractions.iter().sum::<f64>() / fractions.len() as f64;
+    let var =
+        fractions.iter().map(|f| (f - mean).powi(2)).sum::<f64>() / (fractions.len() - 1) as f64;
+    (mean, (var / fractions.len() as f64).sqrt())
+}
+
+#[test]
+fn misjudged_fraction_matches_formula() {
+    let m = 10;
+    for (levels, log2_bins, seeds) in [(2usize, 4u32, 300u64), (8, 4, 400), (4, 3, 300)] {
+        let n = f64::from(1u32 << log2_bins);
+        let expected = (1.0 - (1.0 - 1.0 / n).powi(m as i32)).powi(levels as i32);
+        let (mean, se) = misjudged(BinIndex::Slices, (levels, log2_bins), m, seeds, 20_000);
+        let (pmean, pse) = misjudged(
+            BinIndex::Partitioned,
+            (levels, log2_bins),
+            m,
+            seeds / 2,
+            20_000,
+        );
+        eprintln!(
+            "L={levels} N={n}: misjudged {mean:.5} +- {se:.5} with slices, \
+             {pmean:.5} +- {pse:.5} with partitioned indices (formula {expected:.5}, {seeds} seeds)"
+        );
+        assert!(
+            (mean - expected).abs() <= 4.0 * se + 1e-4,
+            "L={levels} N={n}: {mean} vs {expected} (se {se})"
+        );
+    }
+}
+
+/// The kernel's penalty bucket as `sch_sfb.c` behaves (re-expressed): refill
+/// only when empty, whole tokens from the time since the last refill, and the
+/// refill time reset even when nothing accrued. Jiffies at HZ = 1000.
+fn kernel_penalty_admits(rate: u64, burst: u64, arrivals_ms: impl Iterator<Item = u64>) -> u64 {
+    const HZ: u64 = 1000;
+    let (mut tokens, mut token_time, mut admitted) = (burst, 0u64, 0u64);
+    for jiffies in arrivals_ms {
+        if tokens < 1 {
+            let age = (jiffies - token_time).min(10 * HZ);
+            tokens = (age * rate / HZ).min(burst);
+            token_time = jiffies;
+            if tokens < 1 {
+                continue;
+            }
+        }
+        tokens -= 1;
+        admitted += 1;
+    }
+    admitted
+}
+
+#[test]
+fn penalty_box_admits_rate_times_time_plus_burst() {
+    let mut sfb = Sfb::new(SfbConfig {
+        increment: 0,
+        decrement: 0,
+        ..cfg()
+    })
+    .unwrap();
+    sfb.tick(t(0));
+    sfb.force_probability(SFB_MAX_PROB);
+    let flow = dataplane::flow::FlowKey::V4(dataplane::flow::Flow4 {
+        src: [10, 0, 0, 1].into(),
+        dst: [10, 0, 0, 2].into(),
+        src_port: 5000,
+        dst_port: 80,
+        protocol: dataplane::wire::IpProtocol::Udp,
+    });
+    let words = [0x0a00_0001, 0x0a00_0002, (5000 << 16) | 80, 17];
+    let (mut admitted, mut dropped) = (0u64, 0u64);
+    // 100 pps for 10 s, each admitted packet leaving at once.
+    for k in 0..1000u64 {
+        let now = t(k * 10 * MS);
+        let key = sfb.key_one(&words);
+        match sfb.enqueue(&key, Some(&flow), true, 0, now) {
+            Admit::Enqueue { mark, tag } => {
+                assert!(!mark, "penalised packets are not marked");
+                sfb.commit(&tag);
+                sfb.release(&tag);
+                admitted += 1;
+            }
+            Admit::Drop(SfbDrop::Penalty) => dropped += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    let kernel = kernel_penalty_admits(10, 20, (0..1000).map(|k| k * 10));
+    eprintln!("penalty box: admitted {admitted} (kernel's bucket: {kernel}), dropped {dropped}");
+    // 20 + 10/s * 9.99 s: the burst and every whole token since.
+    assert_eq!(admitted, 20 + 99);
+    assert!(kernel <= 22, "{kernel}");
+    assert_eq!(sfb.counters().penaltydrop, dropped);
+    let stats = sfb.stats(t(9990 * MS));
+    assert_eq!(stats.penalised.len(), 1);
+    let e = stats.penalised[0];
+    assert_eq!((e.flow, e.admitted, e.dropped), (flow, admitted, dropped));
+    let shown = stats.to_string();
+    assert!(shown.contains("penalty box 1 flows"), "{shown}");
+    // A second later it has left the listing (no penalised packet since).
+    assert!(sfb.stats(t(11_000 * MS)).penalised.is_empty());
+}
+
+#[test]
+fn shaper_drains_at_exactly_the_configured_rate() {
+    // 1 Mbit/s, 3000-byte bucket, 1500-byte packets all queued at t = 0:
+    // two leave at once, then one every 12 ms.
+    let mut q = EgressQueue::new(EgressConfig {
+        rate_bps: 1_000_000,
+        burst_bytes: 3000,
+        limit: 1000,
+    });
+    for i in 0..100u32 {
+        q.enqueue(i, 1500, t(0)).unwrap();
+    }
+    let mut deps = Vec::new();
+    // Poll coarsely (every 7 ms): departure times stay exact.
+    let mut now = 0;
+    while !q.is_empty() {
+        while let Some(d) = q.dequeue(t(now)) {
+            deps.push(d);
+        }
+        now += 7 * MS;
+    }
+    for (k, d) in deps.iter().enumerate() {
+        let expect = (k as u64).saturating_sub(1) * 12 * MS;
+        assert_eq!(d.departed, t(expect), "packet {k}");
+        assert_eq!(d.sojourn_ns(), expect);
+    }
+    assert_eq!(q.stats().bytes_out, 150_000);
+
+    // An awkward rate: the k-th departure of a backlog is exactly
+    // ceil((k * len - burst) * 8e9 / rate) ns, no drift over 10^4 packets.
+    let (rate, len, burst) = (1_000_003u64, 1000u64, 2500u64);
+    let mut q = EgressQueue::new(EgressConfig {
+        rate_bps: rate,
+        burst_bytes: burst,
+        limit: 20_000,
+    });
+    for _ in 0..10_000 {
+        q.enqueue((), len as u32, t(0)).unwrap();
+    }
+    let mut k = 0u64;
+    while let Some(d) = q.dequeue(t(u64::MAX)) {
+        k += 1;
+        let bits = u128::from((k * len).saturating_sub(burst)) * 8_000_000_000;
+        let expect = bits.div_ceil(u128::from(rate)) as u64;
+        assert_eq!(d.departed, t(expect), "packet {k}");
+    }
+    assert_eq!(k, 10_000);
+
+    // After idling, the bucket refills to the burst and no further.
+    let mut q = EgressQueue::new(EgressConfig {
+        rate_bps: 8_000, // 1000 byte/s
+        burst_bytes: 2000,
+        limit: 10,
+    });
+    for _ in 0..4 {
+        q.enqueue((), 1000, t(10_000 * MS)).unwrap();
+    }
+    let times: Vec<u64> = std::iter::from_fn(|| q.dequeue(t(u64::MAX)))
+        .map(|d| d.departed.as_nanos() / MS)
+        .collect();
+    assert_eq!(times, vec![10_000, 10_000, 11_000, 12_000]);
+}
+
+#[test]
+fn queue_limit_and_child_limit() {
+    let slow = EgressConfig {
+        rate_bps: 1000,
+        burst_bytes: 0,
+        limit: 1000,
+    };
+    let mut q: SfbQueue<()> = SfbQueue::new(SfbConfig { limit: 10, ..cfg() }, slow).unwrap();
+    q.sfb_mut().tick(t(0));
+    let mut s = 1u64;
+    let mut results = Vec::new();
+    for _ in 0..15 {
+        let key = q.sfb().key_one(&random_flow(&mut s));
+        results.push(q.enqueue(&key, None, false, (), 100, t(0)));
+    }
+    assert!(results[..10].iter().all(|r| *r == Ok(Enqueued::Forward)));
+    assert!(
+        results[10..]
+            .iter()
+            .all(|r| *r == Err(DropReason::QueueFull))
+    );
+    assert_eq!(q.sfb().counters().queuedrop, 5);
+    let maxqlen = q.sfb().stats(t(0)).maxqlen;
+    assert!((1..=10).contains(&maxqlen), "{maxqlen}");
+
+    // The queue's own limit below SFB's: SFB admits, the queue refuses.
+    let small = EgressConfig { limit: 5, ..slow };
+    let mut q: SfbQueue<()> = SfbQueue::new(cfg(), small).unwrap();
+    q.sfb_mut().tick(t(0));
+    for _ in 0..8 {
+        let key = q.sfb().key_one(&random_flow(&mut s));
+        let _ = q.enqueue(&key, None, false, (), 100, t(0));
+    }
+    assert_eq!(q.sfb().counters().childdrop, 3);
+    assert_eq!(q.sfb().counters().queuedrop, 0);
+    assert_eq!(q.queue().len(), 5);
+    q.drain_until(t(u64::MAX), |_| {});
+    assert!(q.sfb().counts_are_zero());
+}
+
+#[test]
+fn replay_is_deterministic() {
+    let w = bench_workload(20_000, 64, 3);
+    let run = || {
+        let mut q = w.queue();
+        let (sum, end) = w.run(&mut q, 32, 1_000_000_000);
+        (sum, end, q.sfb().stats(t(end)), *q.queue().stats())
+    };
+    let a = run();
+    assert_eq!(a, run());
+    let c = a.2.counters;
+    eprintln!("workload: {}\n  queue {:?}", a.2, a.3);
+    assert!(c.marked > 0 && c.earlydrop > 0);
+}
+
+/// Ethernet + IPv4 (ECN `ecn`) + UDP `sport` -> 10.0.0.2:2000, `len` payload bytes.
+fn udp_frame(sport: u16, ecn: u8, payload: usize) -> Vec<u8> {
+    let total = (20 + 8 + payload) as u16;
+    let mut f = vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00];
+    f.extend_from_slice(&[
+        0x45,
+        ecn,
+        (total >> 8) as u8,
+        total as u8,
+        0,
+        0,
+        0,
+        0,
+        64,
+        17,
+    ]);
+    f.extend_from_slice(&[0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+    let ulen = 8 + payload as u16;
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&[0x07, 0xd0, (ulen >> 8) as u8, ulen as u8, 0, 0]);
+    f.resize(f.len() + payload, 0xab);
+    let sum = !dataplane::wire::checksum::sum(&f[14..34]);
+    f[24..26].copy_from_slice(&sum.to_be_bytes());
+    f
+}
+
+#[test]
+fn stage_marks_drops_and_balances_in_the_pipeline() {
+    // 8 Mbit/s port, 4 flows (2 ECN-capable) each at 4 Mbit/s: 2x overload.
+    let cfg = SfbStageConfig {
+        port: 1,
+        sfb: SfbConfig {
+            seed: Some(5),
+            ..SfbConfig::default()
+        },
+        egress: EgressConfig {
+            rate_bps: 8_000_000,
+            burst_bytes: 3000,
+            limit: 1000,
+        },
+        record_departures: true,
+    };
+    let mut p = Pipeline::new(PipelineConfig {
+        default_egress: PortSet::single(1).union(PortSet::single(2)),
+        ..PipelineConfig::default()
+    })
+    .with_stage(SfbStage::new(cfg).unwrap());
+    let frames: Vec<Vec<u8>> = (0..4u16)
+        .map(|i| udp_frame(1000 + i, if i & 1 == 0 { 0b10 } else { 0 }, 972))
+        .collect();
+    let len = frames[0].len() as u32; // 1014 bytes
+    let mut batch = Batch::new();
+    let (mut ce_seen, mut dropped_port1, mut seen) = (0u64, 0u64, 0u64);
+    let mut ts = 0u64;
+    let mut departures = Vec::new();
+    for _ in 0..600 {
+        batch.clear();
+        for k in 0..32usize {
+            // 4 flows x 500 pps = 2000 pps of 1014 bytes = 16.2 Mbit/s.
+            batch.push(t(ts), len, LinkType::Ethernet, &frames[k % 4]);
+            ts += 500_000;
+        }
+        let now = batch.latest_ts().unwrap();
+        p.process(&mut batch, now);
+        for pk in batch.packets() {
+            seen += 1;
+            match pk.verdict {
+                Verdict::Mark(ports) => {
+                    assert!(ports.contains(1));
+                    let parsed = parse(LinkType::Ethernet, pk.data()).unwrap();
+                    assert_eq!(parsed.ecn, dataplane::wire::Ecn::Ce);
+                    ce_seen += 1;
+                }
+                // A drop on port 1 leaves the copy to port 2.
+                Verdict::Forward(ports) if !ports.contains(1) => {
+                    assert!(ports.contains(2));
+                    dropped_port1 += 1;
+                }
+                Verdict::Forward(_) => {}
+                Verdict::Drop(r) => panic!("port 2 has no SFB, yet dropped: {r}"),
+            }
+        }
+        if let Some(s) = p.stage_mut::<SfbStage>() {
+            s.take_departures(&mut departures);
+        }
+    }
+    p.finish(t(ts));
+    let st = p.stage_mut::<SfbStage>().unwrap();
+    st.take_departures(&mut departures);
+    let stats = st.stats(t(ts));
+    let c = stats.counters;
+    eprintln!("stage over {seen} packets:\n{stats}");
+    assert_eq!(c.marked, ce_seen);
+    assert_eq!(
+        c.earlydrop + c.penaltydrop + c.bucketdrop + c.queuedrop + c.childdrop,
+        dropped_port1
+    );
+    assert!(c.marked > 0 && dropped_port1 > 0);
+    let qs = *st.queue().queue().stats();
+    assert_eq!(qs.dequeued as usize, departures.len());
+    assert_eq!(qs.enqueued, qs.dequeued);
+    assert_eq!(qs.enqueued + dropped_port1, seen);
+    assert!(st.queue().sfb().counts_are_zero());
+    // The token-bucket bound on every run of up to 64 departures: bytes
+    // out in [t_i, t_j] <= burst + rate * (t_j - t_i).
+    for i in 0..departures.len() {
+        let mut bytes = 0u128;
+        for d in &departures[i..(i + 64).min(departures.len())] {
+            bytes += u128::from(d.len);
+            let span = u128::from(d.departed.nanos_since(departures[i].departed));
+            assert!(bytes * 8_000_000_000 <= 3000 * 8_000_000_000 + 8_000_000 * span);
+        }
+    }
+    // And the port stays busy: SFB keeps the 2x overload from idling it.
+    let (first, last) = (
+        departures[0].departed,
+        departures[departures.len() - 1].departed,
+    );
+    let util = qs.bytes_out as f64 * 8.0 / (last.nanos_since(first) as f64 * 8e-3);
+    eprintln!(
+        "port utilisation {util:.3}, mean sojourn {:.0} us",
+        qs.mean_sojourn_ns() / 1e3
+    );
+    assert!(util > 0.95, "{util}");
+    assert!(p.counters().is_consistent());
+}
+
+#[test]
+#[ignore = "timing report, run with --release --ignored --nocapture"]
+fn sfb_ns_per_packet() {
+    use std::hint::black_box;
+    use std::time::Instant;
+    let w = bench_workload(1 << 18, 1024, 1);
+    let best = |f: &mut dyn FnMut() -> u64| {
+        let mut best = f64::MAX;
+        for _ in 0..15 {
+            let start = Instant::now();
+            black_box(f());
+            best = best.min(start.elapsed().as_secs_f64() * 1e9 / w.len() as f64);
+        }
+        best
+    };
+    // The whole thing: hash, decide, enqueue, dequeue.
+    let full = best(&mut || {
+        let mut q = w.queue();
+        w.run(&mut q, 32, 0).0
+    });
+    // Hashing alone (one KeyBatch per 32 keys).
+    let keys: Vec<[u32; 4]> = (0..w.len() as u32).map(|i| [i, i ^ 77, 5, 6]).collect();
+    let q = w.queue();
+    let mut kb = KeyBatch::new();
+    let hash = best(&mut || {
+        let mut acc = 0u64;
+        for c in keys.chunks(32) {
+            kb.hash(q.sfb(), c);
+            acc ^= kb.key(c.len() - 1).packed(0);
+        }
+        acc
+    });
+    eprintln!(
+        "SFB enqueue+dequeue, batches of 32, 8x16 bins, backend {:?}: {full:.1} ns/packet \
+         (of which batch hashing {hash:.1})",
+        q.sfb().hasher(0).backend()
+    );
+}
