@@ -17,6 +17,16 @@
 //!   positives than the independent-position formula; multiply-shift
 //!   positions match it (see `tests/quality.rs`).
 //!
+//! * **Split block** (split-block Bloom filters, as in Parquet): `2^B`
+//!   blocks of 256 bits, each eight 32-bit words, exactly one bit per word
+//!   (`k = 8`). The block is `h1 >> (32 - B)`, as in the blocked layout;
+//!   word `j` of it gets bit `(h2 * SALT[j]) >> 27`, `j = 0..8`, where
+//!   `SALT` are the first eight of [`SALTS`] (the Parquet salts). The eight
+//!   masks of a key are one vector multiply, shift and variable shift, and a
+//!   query is one 32-byte load and one test ([`split_block_contains`]).
+//!   With `lambda = n / 2^B` keys per block, the false-positive rate is
+//!   `sum_i Poisson(i; lambda) * (1 - (1 - 1/32)^i)^8`.
+//!
 //! Shifts by 32 (a width of 1, `b = 0`) give index 0. Outputs are
 //! index-major (`out[r * n + i]` for key `i`), so each row's indices for a
 //! batch are contiguous: a structure walks one row at a time, which is what
@@ -57,6 +67,65 @@ impl Partitioned {
 
 /// The most bit positions per key a blocked layout supports.
 pub const MAX_BLOCKED_K: usize = crate::lanes::SALTS.len();
+
+/// The odd multipliers of blocked and split-block bit positions: position
+/// `j` of a key is `(h2 * SALTS[j]) >> (32 - c)`. The first eight are the
+/// salts of the Parquet split-block Bloom filter specification (the
+/// split-block layout uses exactly those); the rest continue with odd
+/// SplitMix64 outputs.
+pub const SALTS: [u32; MAX_BLOCKED_K] = crate::lanes::SALTS;
+
+/// Words (and so bits per key, `k`) of one split block.
+pub const SPLIT_BLOCK_WORDS: usize = 8;
+
+/// One split block: 256 bits as eight 32-bit words, word `j` holding bits
+/// `32 j .. 32 j + 32`.
+pub type SplitBlockWords = [u32; SPLIT_BLOCK_WORDS];
+
+/// A split-block layout: `2^log2_blocks` blocks of 256 bits, one bit per
+/// 32-bit word per key (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitBlock {
+    log2_blocks: u32,
+}
+
+impl SplitBlock {
+    /// `2^log2_blocks` blocks of 256 bits.
+    ///
+    /// # Panics
+    /// If `log2_blocks > 32`.
+    pub fn new(log2_blocks: u32) -> Self {
+        assert!(log2_blocks <= 32, "2^{log2_blocks} blocks exceed 2^32");
+        SplitBlock { log2_blocks }
+    }
+
+    /// log2 of the number of blocks.
+    pub fn log2_blocks(&self) -> u32 {
+        self.log2_blocks
+    }
+
+    /// The number of blocks, `2^log2_blocks`.
+    pub fn blocks(&self) -> u64 {
+        1 << self.log2_blocks
+    }
+
+    /// The block of a key: `h1 >> (32 - log2_blocks)` (0 for one block).
+    #[inline(always)]
+    pub fn block(&self, pair: HashPair) -> usize {
+        crate::lanes::split_block_of(pair.h1, self.log2_blocks)
+    }
+
+    /// The eight one-bit masks of a key, word `j` being
+    /// `1 << ((h2 * SALTS[j]) >> 27)` (the scalar definition every backend
+    /// matches).
+    pub fn mask(pair: HashPair) -> SplitBlockWords {
+        let mut m = [0u32; SPLIT_BLOCK_WORDS];
+        for (mj, &salt) in m.iter_mut().zip(&SALTS) {
+            *mj = 1 << (pair.h2.wrapping_mul(salt) >> 27);
+        }
+        m
+    }
+}
 
 /// A blocked layout: `2^log2_blocks` blocks of `2^log2_block_bits` bits, `k`
 /// bit positions per key inside its block.
@@ -166,6 +235,58 @@ pub fn blocked(
         #[cfg(target_arch = "aarch64")]
         Backend::Neon => arch::aarch64::neon::blocked(pairs, layout, blocks, bits),
         _ => arch::scalar::blocked(pairs, layout, blocks, bits),
+    }
+}
+
+/// Split-block queries on `backend`: `out[i]` becomes whether every bit of
+/// `pairs[i]`'s mask is set in its block of `blocks`. Prefetches every
+/// key's block first, then tests each with one load.
+///
+/// # Panics
+/// If `blocks.len()` is not `layout.blocks()`, `out` is shorter than
+/// `pairs`, or `backend` is not available on this CPU.
+pub fn split_block_contains(
+    backend: Backend,
+    pairs: &[HashPair],
+    layout: SplitBlock,
+    blocks: &[SplitBlockWords],
+    out: &mut [bool],
+) {
+    match checked(backend) {
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx2 => {
+            // SAFETY: `checked` proved AVX2 is available; the callee checks
+            // the lengths.
+            unsafe { arch::x86_64::avx2::split_block_contains(pairs, layout, blocks, out) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        Backend::Neon => arch::aarch64::neon::split_block_contains(pairs, layout, blocks, out),
+        _ => arch::scalar::split_block_contains(pairs, layout, blocks, out),
+    }
+}
+
+/// Split-block inserts on `backend`: ORs every pair's mask into its block,
+/// in order.
+///
+/// # Panics
+/// If `blocks.len()` is not `layout.blocks()`, or `backend` is not
+/// available on this CPU.
+pub fn split_block_insert(
+    backend: Backend,
+    pairs: &[HashPair],
+    layout: SplitBlock,
+    blocks: &mut [SplitBlockWords],
+) {
+    match checked(backend) {
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx2 => {
+            // SAFETY: `checked` proved AVX2 is available; the callee checks
+            // the length.
+            unsafe { arch::x86_64::avx2::split_block_insert(pairs, layout, blocks) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        Backend::Neon => arch::aarch64::neon::split_block_insert(pairs, layout, blocks),
+        _ => arch::scalar::split_block_insert(pairs, layout, blocks),
     }
 }
 

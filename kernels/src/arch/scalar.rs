@@ -1,8 +1,8 @@
 //! The portable one-lane backend and reference implementation.
 
 use crate::hash::HashPair;
-use crate::index::{Blocked, Partitioned};
-use crate::lanes::{self, Lanes};
+use crate::index::{Blocked, Partitioned, SplitBlock, SplitBlockWords};
+use crate::lanes::{self, Block, Lanes, SPLIT_SALTS, SplitLanes};
 use crate::seed::HashKey;
 
 // One lane: plain wrapping `u32` arithmetic. None of these need any CPU
@@ -114,4 +114,82 @@ pub fn blocked(pairs: &[HashPair], layout: Blocked, blocks: &mut [u32], bits: &m
             bits,
         )
     }
+}
+
+// Eight plain words. No CPU feature needed; `unsafe fn` only because the
+// trait's methods are.
+impl SplitLanes for u32 {
+    type Salts = [u32; 8];
+    type Mask = [u32; 8];
+
+    #[inline(always)]
+    unsafe fn split_salts() -> [u32; 8] {
+        SPLIT_SALTS
+    }
+    #[inline(always)]
+    unsafe fn split_mask(salts: [u32; 8], h2: u32) -> [u32; 8] {
+        let mut m = [0u32; 8];
+        for (mj, &sj) in m.iter_mut().zip(&salts) {
+            *mj = 1 << (h2.wrapping_mul(sj) >> 27);
+        }
+        m
+    }
+    #[inline(always)]
+    unsafe fn split_test(block: *const Block, mask: [u32; 8]) -> bool {
+        // SAFETY: the caller guarantees one readable block.
+        let b = unsafe { &*block };
+        let mut miss = 0;
+        for (&w, &m) in b.iter().zip(&mask) {
+            miss |= m & !w;
+        }
+        miss == 0
+    }
+    #[inline(always)]
+    unsafe fn split_set(block: *mut Block, mask: [u32; 8]) {
+        // SAFETY: the caller guarantees one readable, writable block.
+        let b = unsafe { &mut *block };
+        for (w, &m) in b.iter_mut().zip(&mask) {
+            *w |= m;
+        }
+    }
+}
+
+/// Split-block queries (reference implementation); see
+/// [`crate::index::split_block_contains`].
+///
+/// # Panics
+/// If `blocks.len()` is not `layout.blocks()` or `out` is shorter than
+/// `pairs`.
+pub fn split_block_contains(
+    pairs: &[HashPair],
+    layout: SplitBlock,
+    blocks: &[SplitBlockWords],
+    out: &mut [bool],
+) {
+    assert_eq!(
+        blocks.len() as u64,
+        layout.blocks(),
+        "split_block_contains: wrong number of blocks"
+    );
+    assert!(
+        out.len() >= pairs.len(),
+        "split_block_contains: output too short"
+    );
+    // SAFETY: no CPU feature needed; lengths checked above.
+    unsafe { lanes::split_block_contains::<u32>(pairs, layout.log2_blocks(), blocks, out) }
+}
+
+/// Split-block inserts (reference implementation); see
+/// [`crate::index::split_block_insert`].
+///
+/// # Panics
+/// If `blocks.len()` is not `layout.blocks()`.
+pub fn split_block_insert(pairs: &[HashPair], layout: SplitBlock, blocks: &mut [SplitBlockWords]) {
+    assert_eq!(
+        blocks.len() as u64,
+        layout.blocks(),
+        "split_block_insert: wrong number of blocks"
+    );
+    // SAFETY: no CPU feature needed; length checked above.
+    unsafe { lanes::split_block_insert::<u32>(pairs, layout.log2_blocks(), blocks) }
 }

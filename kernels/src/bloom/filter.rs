@@ -1,7 +1,8 @@
 //! The plain Bloom filter.
 
 use super::params::{BATCH, Incompatible, Layout, ParamError, Params, Scratch, prefetch};
-use crate::Hasher;
+use crate::index::{SplitBlock, SplitBlockWords};
+use crate::{HashPair, Hasher, arch};
 
 /// One 64-byte cache line of bits: the unit of the blocked layout, and the
 /// alignment of every filter's storage.
@@ -9,10 +10,36 @@ use crate::Hasher;
 #[repr(C, align(64))]
 pub(crate) struct Line(pub(crate) [u64; 8]);
 
-/// A Bloom filter over keys `[u32; W]`, in either [`Layout`].
+/// One 256-bit block of the split-block layout: eight 32-bit words, 32-byte
+/// aligned. Split-block filters keep their bits in [`Line`]s like every
+/// other filter (so union, halving, counting and the transfer forms share
+/// one storage) and the kernels see each line as two such blocks, as
+/// `[u32; 8]` slices ([`Bloom::split_blocks`]); the assertions below are
+/// what makes that view sound and every block 32-byte aligned, so a block
+/// load never splits a cache line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C, align(32))]
+pub(crate) struct Block(pub(crate) SplitBlockWords);
+
+const _: () = {
+    assert!(size_of::<Line>() == 2 * size_of::<Block>());
+    assert!(align_of::<Line>() >= align_of::<Block>());
+    assert!(size_of::<Block>() == size_of::<SplitBlockWords>());
+};
+
+/// Whether the split-block kernels may view the `u64` storage as `u32`
+/// words. Position `p = 256 b + 32 j + i` (bit `i` of word `j` of block `b`)
+/// is bit `p % 64` of word `p / 64`; on a little-endian target that is bit
+/// `i` of the `u32` at byte `32 b + 4 j`, which is what the kernels load.
+/// Big-endian targets use the portable position path instead.
+const SPLIT_VIEW: bool = cfg!(target_endian = "little");
+
+/// A Bloom filter over keys `[u32; W]`, in any [`Layout`].
 ///
 /// Bit `p` (a position in `0..m`) is bit `p % 64` of word `p / 64`; storage
-/// is cache-line aligned, so a blocked filter's block is exactly one line.
+/// is cache-line aligned, so a blocked filter's block is exactly one line
+/// and a split-block filter's block exactly half of one (bit `i` of its
+/// 32-bit word `j` is position `256 block + 32 j + i`).
 ///
 /// ```
 /// use kernels::Hasher;
@@ -63,14 +90,26 @@ impl Bloom {
         }
     }
 
-    /// An empty blocked filter for `n` items at false-positive rate `p`, on
-    /// the process-wide key ([`Hasher::new`]).
+    /// An empty filter for `n` items at false-positive rate `p`, on the
+    /// process-wide key ([`Hasher::new`]), in the default layout
+    /// ([`Layout::SplitBlock`]: the fastest to query and insert at the same
+    /// target rate; see the [module docs](crate::bloom)).
+    ///
+    /// ```
+    /// use kernels::bloom::{Bloom, Layout};
+    ///
+    /// let mut flows = Bloom::with_rate(10_000, 0.01).unwrap();
+    /// assert_eq!(flows.params().layout(), Layout::SplitBlock);
+    /// assert_eq!(flows.params().k(), 8);
+    /// flows.insert(&[0x0a00_0001u32, 0x0a00_0002, (1234 << 16) | 80, 6]);
+    /// assert!(flows.contains(&[0x0a00_0001u32, 0x0a00_0002, (1234 << 16) | 80, 6]));
+    /// ```
     ///
     /// # Errors
     /// See [`Params::for_items`].
     pub fn with_rate(n: u64, p: f64) -> Result<Self, ParamError> {
         Ok(Bloom::new(
-            Params::for_items(Layout::Blocked, n, p)?,
+            Params::for_items(Layout::default(), n, p)?,
             Hasher::new(),
         ))
     }
@@ -83,6 +122,21 @@ impl Bloom {
     /// The hasher (its key's id is the filter's key id).
     pub fn hasher(&self) -> &Hasher {
         &self.hasher
+    }
+
+    /// The split-block view of the storage: `blocks()` blocks of eight
+    /// `u32` words (only meaningful when [`SPLIT_VIEW`]).
+    #[inline(always)]
+    fn split_blocks(&self) -> &[SplitBlockWords] {
+        let n = self.params.blocks() as usize;
+        assert!(n <= 2 * self.lines.len());
+        // SAFETY: a `Line` is 64 bytes of `u64`s with no padding (`repr(C)`,
+        // asserted above), so the lines are `2 * len` contiguous, initialised
+        // 32-byte chunks, each aligned to 32 bytes, more than `[u32; 8]`
+        // needs, and every bit pattern is a valid `[u32; 8]`. `n` chunks lie
+        // inside the allocation (checked above), and the shared borrow of
+        // `self` keeps them alive and unwritten for the slice's lifetime.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<SplitBlockWords>(), n) }
     }
 
     #[inline(always)]
@@ -116,7 +170,15 @@ impl Bloom {
 
     /// Inserts every key: hashes a chunk of up to 64 keys at once, derives
     /// all their positions, prefetches their lines, then sets the bits.
+    ///
+    /// The split-block layout hashes the chunk into a [`HashPair`] buffer
+    /// (set up once per call), prefetches each key's block and ORs its
+    /// eight-word mask in with the backend's kernel.
     pub fn insert_batch<const W: usize>(&mut self, keys: &[[u32; W]]) {
+        if SPLIT_VIEW && self.params.layout() == Layout::SplitBlock {
+            self.insert_split(keys);
+            return;
+        }
         let mut s = Scratch::new();
         let k = self.params.k();
         for chunk in keys.chunks(self.params.chunk()) {
@@ -132,7 +194,9 @@ impl Bloom {
 
     /// `out[i] = self.contains(&keys[i])`, a chunk of up to 64 keys at a
     /// time (hash, positions, prefetch, then one branch-free AND of `k` bit
-    /// tests per key).
+    /// tests per key). The split-block layout needs no positions: after
+    /// hashing, its kernel prefetches each key's block, builds the key's
+    /// eight-word mask in registers and tests it with one load.
     ///
     /// # Panics
     /// If `out` is shorter than `keys`.
@@ -143,13 +207,17 @@ impl Bloom {
             out.len(),
             keys.len()
         );
+        if SPLIT_VIEW && self.params.layout() == Layout::SplitBlock {
+            self.contains_split(keys, out);
+            return;
+        }
         let mut s = Scratch::new();
         let k = self.params.k();
         let chunk = self.params.chunk();
         for (keys, out) in keys.chunks(chunk).zip(out.chunks_mut(chunk)) {
             match self.params.layout() {
                 Layout::Blocked => self.contains_blocked(keys, out, &mut s),
-                Layout::Classic => {
+                Layout::Classic | Layout::SplitBlock => {
                     let n = keys.len();
                     self.params.positions(&self.hasher, keys, &mut s);
                     let pos = &s.pos[..k * n];
@@ -168,11 +236,72 @@ impl Bloom {
         }
     }
 
+    /// The split-block query: per chunk of up to 64 keys, hash into `pairs`
+    /// (initialised once per call, 512 bytes), then the backend's kernel.
+    /// The backend is the hasher's, checked when the hasher was built.
+    #[inline]
+    fn contains_split<const W: usize>(&self, keys: &[[u32; W]], out: &mut [bool]) {
+        let layout = SplitBlock::new(self.params.blocks().trailing_zeros());
+        let blocks = self.split_blocks();
+        let backend = self.hasher.backend();
+        let mut pairs = [HashPair::default(); BATCH];
+        for (keys, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            let pairs = &mut pairs[..keys.len()];
+            self.hasher.hash_batch(keys, pairs);
+            match backend {
+                #[cfg(target_arch = "x86_64")]
+                crate::Backend::Avx2 => {
+                    // SAFETY: a `Hasher` holds `Avx2` only if
+                    // `Backend::require` or `Backend::active` found AVX2 on
+                    // this CPU when it was built (its invariant).
+                    unsafe { arch::x86_64::avx2::split_block_contains(pairs, layout, blocks, out) }
+                }
+                #[cfg(target_arch = "aarch64")]
+                crate::Backend::Neon => {
+                    arch::aarch64::neon::split_block_contains(pairs, layout, blocks, out)
+                }
+                _ => arch::scalar::split_block_contains(pairs, layout, blocks, out),
+            }
+        }
+    }
+
+    /// The split-block insert: as [`Bloom::contains_split`], ORing masks in.
+    #[inline]
+    fn insert_split<const W: usize>(&mut self, keys: &[[u32; W]]) {
+        let layout = SplitBlock::new(self.params.blocks().trailing_zeros());
+        let backend = self.hasher.backend();
+        let hasher = &self.hasher;
+        let blocks = split_blocks_mut(&mut self.lines, self.params.blocks() as usize);
+        let mut pairs = [HashPair::default(); BATCH];
+        for keys in keys.chunks(BATCH) {
+            let pairs = &mut pairs[..keys.len()];
+            hasher.hash_batch(keys, pairs);
+            match backend {
+                #[cfg(target_arch = "x86_64")]
+                crate::Backend::Avx2 => {
+                    // SAFETY: as in `contains_split`: the hasher's backend
+                    // was found on this CPU when the hasher was built.
+                    unsafe { arch::x86_64::avx2::split_block_insert(pairs, layout, blocks) }
+                }
+                #[cfg(target_arch = "aarch64")]
+                crate::Backend::Neon => {
+                    arch::aarch64::neon::split_block_insert(pairs, layout, blocks)
+                }
+                _ => arch::scalar::split_block_insert(pairs, layout, blocks),
+            }
+        }
+    }
+
     /// The blocked query of one chunk: block and in-block bits straight
     /// from [`Hasher::blocked`], one line per key, the `k` tests of a key in
     /// registers.
     #[inline(always)]
-    fn contains_blocked<const W: usize>(&self, keys: &[[u32; W]], out: &mut [bool], s: &mut Scratch) {
+    fn contains_blocked<const W: usize>(
+        &self,
+        keys: &[[u32; W]],
+        out: &mut [bool],
+        s: &mut Scratch,
+    ) {
         let n = keys.len();
         let k = self.params.k();
         let (blocks, bits) = self.params.blocked_indices(&self.hasher, keys, s);
@@ -195,7 +324,7 @@ impl Bloom {
     #[inline(always)]
     fn prefetch(&self, pos: &[u32], n: usize) {
         let pos = match self.params.layout() {
-            Layout::Blocked => &pos[..n],
+            Layout::Blocked | Layout::SplitBlock => &pos[..n],
             Layout::Classic => pos,
         };
         for &p in pos {
@@ -324,9 +453,9 @@ impl Bloom {
     /// index is the *top* bits of a 32-bit quantity in both layouts, so
     /// halving drops the lowest of them:
     ///
-    /// * Blocked: block `b` becomes `b >> 1`, so new block `j` is the OR of
-    ///   old blocks `2j` and `2j + 1` (the bits inside a block depend on
-    ///   `h2` only and do not move).
+    /// * Blocked and SplitBlock: block `b` becomes `b >> 1`, so new block
+    ///   `j` is the OR of old blocks `2j` and `2j + 1` (the bits inside a
+    ///   block depend on `h2` only and do not move).
     /// * Classic with `m = 2^b`: position `x >> (32 - b)` becomes
     ///   `x >> (33 - b)`, so new bit `j` is the OR of old bits `2j`, `2j + 1`.
     ///
@@ -348,6 +477,19 @@ impl Bloom {
                 for (o, pair) in out.lines.iter_mut().zip(self.lines.chunks_exact(2)) {
                     for (w, (a, b)) in o.0.iter_mut().zip(pair[0].0.iter().zip(&pair[1].0)) {
                         *w = a | b;
+                    }
+                }
+            }
+            Layout::SplitBlock => {
+                // Old blocks 2j and 2j + 1 are the halves of old line j (u64
+                // words 0..4 and 4..8); new block j is half j % 2 of new
+                // line j / 2.
+                let new_blocks = params.blocks() as usize;
+                for (j, old) in self.lines.iter().take(new_blocks).enumerate() {
+                    let half = (j % 2) * 4;
+                    let dst = &mut out.lines[j / 2].0[half..half + 4];
+                    for (w, d) in dst.iter_mut().enumerate() {
+                        *d = old.0[w] | old.0[4 + w];
                     }
                 }
             }
@@ -385,6 +527,15 @@ impl Bloom {
         }
         b
     }
+}
+
+/// The mutable split-block view of `n` blocks (see [`Bloom::split_blocks`]).
+#[inline(always)]
+fn split_blocks_mut(lines: &mut [Line], n: usize) -> &mut [SplitBlockWords] {
+    assert!(n <= 2 * lines.len());
+    // SAFETY: as in `Bloom::split_blocks`; the exclusive borrow of `lines`
+    // makes the slice the only access to the storage while it lives.
+    unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<SplitBlockWords>(), n) }
 }
 
 /// OR of each adjacent pair of bits, compacted: bit `j` of the result is

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::index::{Blocked, Partitioned};
+use crate::index::{Blocked, Partitioned, SPLIT_BLOCK_WORDS};
 use crate::{HashPair, Hasher};
 
 /// Keys hashed together: one batch of the dataplane.
@@ -23,6 +23,12 @@ pub const MAX_BITS: u64 = 1 << 32;
 pub const LOG2_BLOCK_BITS: u32 = 9;
 /// Bits per block of the blocked layout.
 pub const BLOCK_BITS: u64 = 1 << LOG2_BLOCK_BITS;
+/// log2 of the bits in one block of the split-block layout (32 bytes).
+pub const LOG2_SPLIT_BLOCK_BITS: u32 = 8;
+/// Bits per block of the split-block layout: eight 32-bit words.
+pub const SPLIT_BLOCK_BITS: u64 = 1 << LOG2_SPLIT_BLOCK_BITS;
+/// `k` of the split-block layout: one bit in each of the eight words.
+pub const SPLIT_BLOCK_K: usize = SPLIT_BLOCK_WORDS;
 
 /// Where the `k` bits of a key go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -35,7 +41,7 @@ pub enum Layout {
     /// False-positive rate after `n` keys: `f = (1 - (1 - 1/m)^(k n))^k
     /// ~= (1 - e^(-k n / m))^k`.
     Classic,
-    /// Blocked (split-block) filter (Putze, Sanders, Singler 2007): `m / 512`
+    /// Blocked filter (Putze, Sanders, Singler 2007): `m / 512`
     /// blocks of 512 bits, one 64-byte cache line each, a power of two of
     /// them. The block is the top bits of `h1`; the `k` bits inside it come
     /// from `h2` by multiply-shift ([`crate::index`]). A query touches one
@@ -44,6 +50,28 @@ pub enum Layout {
     /// A block's load is Poisson with mean `lambda = n / blocks`, so
     /// `f = sum_i Poisson(i; lambda) * (1 - (1 - 1/512)^(i k))^k`.
     Blocked,
+    /// Split-block filter (as in Parquet and Impala): `m / 256` blocks of
+    /// 256 bits (32 bytes, aligned, so half a cache line), a power of two of
+    /// them, each eight 32-bit words. `k` is always 8: exactly one bit per
+    /// word, bit `(h2 * SALT[j]) >> 27` of word `j`, `SALT` the Parquet salts
+    /// ([`crate::index::SALTS`]); the block is the top bits of `h1`. A key's
+    /// mask is a few vector instructions and a query is one 32-byte load
+    /// and one test, so this is the fastest layout (and the one
+    /// [`Layout::default`] and [`crate::bloom::Bloom::with_rate`] pick).
+    ///
+    /// A block's load is Poisson with mean `lambda = n / blocks` and each
+    /// key sets one of 32 bits in each word, so
+    /// `f = sum_i Poisson(i; lambda) * (1 - (1 - 1/32)^i)^8`.
+    SplitBlock,
+}
+
+impl Default for Layout {
+    /// [`Layout::SplitBlock`], the layout [`crate::bloom::Bloom::with_rate`]
+    /// picks (the fastest at the same false-positive target; see the
+    /// [`bloom`](crate::bloom) module docs for the measurement).
+    fn default() -> Self {
+        Layout::SplitBlock
+    }
 }
 
 impl Layout {
@@ -51,6 +79,7 @@ impl Layout {
         match self {
             Layout::Classic => 0,
             Layout::Blocked => 1,
+            Layout::SplitBlock => 2,
         }
     }
 
@@ -58,6 +87,7 @@ impl Layout {
         match c {
             0 => Some(Layout::Classic),
             1 => Some(Layout::Blocked),
+            2 => Some(Layout::SplitBlock),
             _ => None,
         }
     }
@@ -73,8 +103,12 @@ pub enum ParamError {
     /// `k` is not in `1..=32`.
     HashCount(usize),
     /// `m` does not fit the layout: Classic needs a multiple of 64 in
-    /// `64..=2^32`, Blocked a power of two in `512..=2^32`.
+    /// `64..=2^32`, Blocked a power of two in `512..=2^32`, SplitBlock a
+    /// power of two in `256..=2^32`.
     Bits(Layout, u64),
+    /// The split-block layout sets exactly one bit per 32-bit word of its
+    /// block: `k` must be 8.
+    SplitBlockK(usize),
     /// No filter of at most [`MAX_BITS`] bits reaches the target rate.
     TooLarge,
     /// Halving needs a power-of-two `m` of at least 1024 bits.
@@ -94,6 +128,14 @@ impl fmt::Display for ParamError {
             ParamError::Bits(Layout::Blocked, m) => write!(
                 f,
                 "m = {m} bits: the blocked layout needs a power of two in 512..=2^32"
+            ),
+            ParamError::Bits(Layout::SplitBlock, m) => write!(
+                f,
+                "m = {m} bits: the split-block layout needs a power of two in 256..=2^32"
+            ),
+            ParamError::SplitBlockK(k) => write!(
+                f,
+                "k = {k}: the split-block layout sets one bit in each of its 8 words, so k must be 8"
             ),
             ParamError::TooLarge => write!(
                 f,
@@ -159,14 +201,22 @@ impl Params {
     /// [`ParamError::HashCount`] unless `1 <= k <= 32`; [`ParamError::Bits`]
     /// unless `m` is a multiple of 64 in `64..=2^32` (Classic) or a power of
     /// two in `512..=2^32` (Blocked: the block index is the top bits of `h1`,
-    /// so the block count is a power of two).
+    /// so the block count is a power of two) or in `256..=2^32`
+    /// (SplitBlock); [`ParamError::SplitBlockK`] unless `k == 8` for
+    /// SplitBlock.
     pub fn new(layout: Layout, bits: u64, k: usize) -> Result<Self, ParamError> {
         if !(1..=MAX_K).contains(&k) {
             return Err(ParamError::HashCount(k));
         }
+        if layout == Layout::SplitBlock && k != SPLIT_BLOCK_K {
+            return Err(ParamError::SplitBlockK(k));
+        }
         let ok = match layout {
-            Layout::Classic => (64..=MAX_BITS).contains(&bits) && bits % 64 == 0,
+            Layout::Classic => (64..=MAX_BITS).contains(&bits) && bits & 63 == 0,
             Layout::Blocked => (BLOCK_BITS..=MAX_BITS).contains(&bits) && bits.is_power_of_two(),
+            Layout::SplitBlock => {
+                (SPLIT_BLOCK_BITS..=MAX_BITS).contains(&bits) && bits.is_power_of_two()
+            }
         };
         if !ok {
             return Err(ParamError::Bits(layout, bits));
@@ -185,6 +235,9 @@ impl Params {
     ///   underestimates a blocked filter's rate, by about 15% at 1%). Since the
     ///   rounding leaves slack, `k` is the *smallest* that reaches `p`: fewer
     ///   bits to test per query, same target.
+    /// * SplitBlock: `k = 8`; the number of blocks is the smallest power of
+    ///   two whose rate by the formula of [`Layout::SplitBlock`] is at most
+    ///   `p`.
     ///
     /// # Errors
     /// [`ParamError::NoItems`] if `n == 0`, [`ParamError::Rate`] unless
@@ -202,12 +255,20 @@ impl Params {
             Layout::Classic => {
                 let ln2 = std::f64::consts::LN_2;
                 let m = (-nf * p.ln() / (ln2 * ln2)).ceil().max(64.0);
-                let m = ((m / 64.0).ceil() * 64.0) as u64;
-                if m > MAX_BITS {
-                    return Err(ParamError::TooLarge);
+                let mut m = ((m / 64.0).ceil() * 64.0) as u64;
+                // Rounding k can leave the rate a hair above p: grow m until
+                // the exact formula meets it.
+                loop {
+                    if m > MAX_BITS {
+                        return Err(ParamError::TooLarge);
+                    }
+                    let k = ((m as f64 / nf) * ln2).round().clamp(1.0, MAX_K as f64) as usize;
+                    let params = Params::new(layout, m, k)?;
+                    if params.false_positive_rate(nf) <= p {
+                        return Ok(params);
+                    }
+                    m += 64;
                 }
-                let k = ((m as f64 / nf) * ln2).round().clamp(1.0, MAX_K as f64) as usize;
-                Params::new(layout, m, k)
             }
             Layout::Blocked => {
                 // Start where a block holds at most 512 keys (below that the
@@ -218,6 +279,18 @@ impl Params {
                     let blocks = 1u64 << log2_blocks;
                     if let Some(k) = (1..=MAX_K).find(|&k| blocked_fpr(nf, blocks, k) <= p) {
                         return Params::new(layout, blocks * BLOCK_BITS, k);
+                    }
+                    log2_blocks += 1;
+                }
+                Err(ParamError::TooLarge)
+            }
+            Layout::SplitBlock => {
+                let min_blocks = (nf / SPLIT_BLOCK_BITS as f64).ceil().max(1.0) as u64;
+                let mut log2_blocks = min_blocks.next_power_of_two().trailing_zeros();
+                while (SPLIT_BLOCK_BITS << log2_blocks) <= MAX_BITS {
+                    let blocks = 1u64 << log2_blocks;
+                    if split_block_fpr(nf, blocks) <= p {
+                        return Params::new(layout, blocks * SPLIT_BLOCK_BITS, SPLIT_BLOCK_K);
                     }
                     log2_blocks += 1;
                 }
@@ -243,11 +316,13 @@ impl Params {
         self.k
     }
 
-    /// Number of 512-bit blocks (Blocked) or 0 (Classic).
+    /// Number of blocks: of 512 bits (Blocked), of 256 bits (SplitBlock),
+    /// or 0 (Classic).
     pub fn blocks(&self) -> u64 {
         match self.layout {
             Layout::Classic => 0,
             Layout::Blocked => self.bits / BLOCK_BITS,
+            Layout::SplitBlock => self.bits / SPLIT_BLOCK_BITS,
         }
     }
 
@@ -261,6 +336,7 @@ impl Params {
                 (1.0 - (1.0 - 1.0 / m).powf(k * n)).powf(k)
             }
             Layout::Blocked => blocked_fpr(n, self.blocks(), self.k),
+            Layout::SplitBlock => split_block_fpr(n, self.blocks()),
         }
     }
 
@@ -274,6 +350,9 @@ impl Params {
     ///   expected zero fraction is `exp(-(n / R) (1 - (1 - 1/512)^k))` and
     ///   `n* = -R ln(1 - x/m) / (1 - (1 - 1/512)^k)` (the classic form would
     ///   be biased by about `(k - 1) / 1024`).
+    /// * SplitBlock: a key sets a given bit of its block with probability
+    ///   1/32, so the zero fraction is `exp(-(n / R) / 32)` and
+    ///   `n* = -32 R ln(1 - x/m)`.
     ///
     /// Infinite when every bit is set.
     pub fn estimate_items(&self, x: u64) -> f64 {
@@ -289,6 +368,7 @@ impl Params {
                 let per_key = 1.0 - (1.0 - 1.0 / BLOCK_BITS as f64).powf(k);
                 -(self.blocks() as f64) * frac_zero.ln() / per_key
             }
+            Layout::SplitBlock => -(self.blocks() as f64) * frac_zero.ln() * 32.0,
         }
     }
 
@@ -336,7 +416,9 @@ impl Params {
 
     /// Hashes `keys` (at most [`Params::chunk`] of them) and writes their
     /// positions, index-major: `s.pos[j * n + i]` is position `j` of key `i`,
-    /// in `0..m`. Blocked: `block * 512 + bit`; Classic: `(x_j * m) >> 32`.
+    /// in `0..m`. Blocked: `block * 512 + bit`; SplitBlock:
+    /// `block * 256 + 32 j + bit_j` (bit `i` of word `j` of the block is
+    /// position `256 block + 32 j + i`); Classic: `(x_j * m) >> 32`.
     #[inline]
     pub(crate) fn positions<const W: usize>(
         &self,
@@ -358,6 +440,19 @@ impl Params {
                 for row in pos.chunks_exact_mut(n) {
                     for (p, &b) in row.iter_mut().zip(blocks.iter()) {
                         *p |= b << LOG2_BLOCK_BITS;
+                    }
+                }
+            }
+            Layout::SplitBlock => {
+                // Word j's bit is (h2 * SALT[j]) >> 27: the blocked
+                // derivation with 32-bit "blocks" of bits and k = 8.
+                let log2_blocks = self.blocks().trailing_zeros();
+                let layout = Blocked::new(log2_blocks, 5, SPLIT_BLOCK_K);
+                let blocks = &mut s.blocks[..n];
+                hasher.blocked(pairs, layout, blocks, pos);
+                for (j, row) in pos.chunks_exact_mut(n).enumerate() {
+                    for (p, &b) in row.iter_mut().zip(blocks.iter()) {
+                        *p |= (b << LOG2_SPLIT_BLOCK_BITS) | ((j as u32) << 5);
                     }
                 }
             }
@@ -414,6 +509,35 @@ pub fn blocked_fpr(n: f64, blocks: u64, k: usize) -> f64 {
             continue;
         }
         let inner = 1.0 - (ln_keep * i as f64 * kf).exp();
+        sum += ln_pmf.exp() * inner.powf(kf);
+    }
+    sum.min(1.0)
+}
+
+/// The split-block layout's false-positive rate: `sum_i Poisson(i; n /
+/// blocks) * (1 - (1 - 1/32)^i)^8` (each of the `i` keys in the block sets
+/// one of 32 bits in each of the 8 words), summed in log space like
+/// [`blocked_fpr`].
+pub fn split_block_fpr(n: f64, blocks: u64) -> f64 {
+    let lambda = n / blocks as f64;
+    if lambda <= 0.0 {
+        return 0.0;
+    }
+    let kf = SPLIT_BLOCK_K as f64;
+    let ln_keep = (1.0 - 1.0 / 32.0f64).ln();
+    let ln_l = lambda.ln();
+    let hi = (lambda + 12.0 * lambda.sqrt() + 30.0).ceil() as u64;
+    let mut ln_fact = 0.0f64;
+    let mut sum = 0.0;
+    for i in 0..=hi {
+        if i > 0 {
+            ln_fact += (i as f64).ln();
+        }
+        let ln_pmf = -lambda + i as f64 * ln_l - ln_fact;
+        if ln_pmf < -60.0 {
+            continue;
+        }
+        let inner = 1.0 - (ln_keep * i as f64).exp();
         sum += ln_pmf.exp() * inner.powf(kf);
     }
     sum.min(1.0)

@@ -132,7 +132,8 @@ impl From<Incompatible> for PortError {
 /// The cost of a query is `k` loads of `ceil(ports / 64)` words, so it does
 /// not depend on the port count up to 64. With the blocked layout a key's
 /// positions lie in one block of 512 positions (4 KiB per 64 ports): `k`
-/// cache lines of one page. Built from per-port [`CountingBloom`]s (the
+/// cache lines of one page; with the split-block layout in one block of 256
+/// (2 KiB per 64 ports), one position in each run of 32. Built from per-port [`CountingBloom`]s (the
 /// control path), all with the same [`Params`] and key.
 #[derive(Debug, Clone)]
 pub struct PortFilter {

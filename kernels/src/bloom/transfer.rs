@@ -8,7 +8,7 @@
 //!  0     4    magic "BLMF"
 //!  4     1    version (1)
 //!  5     1    encoding: 0 raw, 1 range-coded
-//!  6     1    layout: 0 classic, 1 blocked
+//!  6     1    layout: 0 classic, 1 blocked, 2 split block
 //!  7     1    k
 //!  8     8    m, bits
 //! 16     4    hash key id (HashKey::id)
@@ -281,12 +281,15 @@ impl Bloom {
         let present = payload.len() as u64;
         if present < payload_len {
             return Err(DecodeError::Truncated {
-                need: HEADER_LEN as u64 + payload_len,
+                need: (HEADER_LEN as u64).saturating_add(payload_len),
                 have,
             });
         }
         if present > payload_len {
             return Err(DecodeError::TrailingBytes(present - payload_len));
+        }
+        if encoding == RAW && payload_len != m / 8 {
+            return Err(DecodeError::PayloadLength(payload_len));
         }
         if ones > m {
             return Err(DecodeError::Ones(ones));
@@ -296,9 +299,6 @@ impl Bloom {
         }
         let bloom = match encoding {
             RAW => {
-                if payload_len != m / 8 {
-                    return Err(DecodeError::PayloadLength(payload_len));
-                }
                 let words = payload
                     .chunks_exact(8)
                     .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])));
@@ -340,7 +340,7 @@ fn decode_coded(
     // short payload cannot make us decode a large filter.
     let expect = code_bits(m, ones, p0, p1);
     let bits = len as f64 * 8.0;
-    if len % 4 != 0 || bits < expect * 0.99 - 128.0 || bits > expect * 1.01 + 128.0 {
+    if len & 3 != 0 || bits < expect * 0.99 - 128.0 || bits > expect * 1.01 + 128.0 {
         return Err(DecodeError::PayloadLength(len));
     }
     let compressed: Vec<u32> = payload

@@ -6,8 +6,8 @@
 use core::arch::aarch64::*;
 
 use crate::hash::HashPair;
-use crate::index::{Blocked, Partitioned};
-use crate::lanes::{self, Lanes};
+use crate::index::{Blocked, Partitioned, SplitBlock, SplitBlockWords};
+use crate::lanes::{self, Block, Lanes, SPLIT_SALTS, SplitLanes};
 use crate::seed::HashKey;
 
 // NEON is always present on aarch64; the `unsafe` blocks below are needed
@@ -139,4 +139,98 @@ pub fn blocked(pairs: &[HashPair], layout: Blocked, blocks: &mut [u32], bits: &m
             bits,
         )
     }
+}
+
+// A key's eight word masks in two registers (words 0..4, 4..8). A query
+// ORs `mask & !block` of both halves and asks whether any lane is non-zero.
+#[allow(unused_unsafe)]
+impl SplitLanes for uint32x4_t {
+    type Salts = [uint32x4_t; 2];
+    type Mask = [uint32x4_t; 2];
+
+    #[inline(always)]
+    unsafe fn split_salts() -> [uint32x4_t; 2] {
+        // SAFETY: NEON is baseline; `SPLIT_SALTS` holds 8 readable words.
+        unsafe {
+            [
+                vld1q_u32(SPLIT_SALTS.as_ptr()),
+                vld1q_u32(SPLIT_SALTS.as_ptr().add(4)),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn split_mask(salts: [uint32x4_t; 2], h2: u32) -> [uint32x4_t; 2] {
+        // SAFETY: NEON is baseline on aarch64; no memory is touched. The
+        // shift counts are 0..32, so reading them as signed (USHL shifts
+        // left for positive counts) is exact.
+        unsafe {
+            let h = vdupq_n_u32(h2);
+            let one = vdupq_n_u32(1);
+            let lo = vshrq_n_u32::<27>(vmulq_u32(h, salts[0]));
+            let hi = vshrq_n_u32::<27>(vmulq_u32(h, salts[1]));
+            [
+                vshlq_u32(one, vreinterpretq_s32_u32(lo)),
+                vshlq_u32(one, vreinterpretq_s32_u32(hi)),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn split_test(block: *const Block, mask: [uint32x4_t; 2]) -> bool {
+        // SAFETY: the caller guarantees a readable block of 8 words.
+        unsafe {
+            let p = block.cast::<u32>();
+            let miss = vorrq_u32(
+                vbicq_u32(mask[0], vld1q_u32(p)),
+                vbicq_u32(mask[1], vld1q_u32(p.add(4))),
+            );
+            vmaxvq_u32(miss) == 0
+        }
+    }
+    #[inline(always)]
+    unsafe fn split_set(block: *mut Block, mask: [uint32x4_t; 2]) {
+        // SAFETY: the caller guarantees a readable, writable block of 8 words.
+        unsafe {
+            let p = block.cast::<u32>();
+            vst1q_u32(p, vorrq_u32(vld1q_u32(p), mask[0]));
+            vst1q_u32(p.add(4), vorrq_u32(vld1q_u32(p.add(4)), mask[1]));
+        }
+    }
+}
+
+/// Split-block queries with NEON; see [`crate::index::split_block_contains`].
+///
+/// # Panics
+/// If `blocks.len()` is not `layout.blocks()` or `out` is shorter than
+/// `pairs`.
+pub fn split_block_contains(
+    pairs: &[HashPair],
+    layout: SplitBlock,
+    blocks: &[SplitBlockWords],
+    out: &mut [bool],
+) {
+    assert_eq!(
+        blocks.len() as u64,
+        layout.blocks(),
+        "split_block_contains: wrong number of blocks"
+    );
+    assert!(
+        out.len() >= pairs.len(),
+        "split_block_contains: output too short"
+    );
+    // SAFETY: NEON is baseline on aarch64; lengths checked above.
+    unsafe { lanes::split_block_contains::<uint32x4_t>(pairs, layout.log2_blocks(), blocks, out) }
+}
+
+/// Split-block inserts with NEON; see [`crate::index::split_block_insert`].
+///
+/// # Panics
+/// If `blocks.len()` is not `layout.blocks()`.
+pub fn split_block_insert(pairs: &[HashPair], layout: SplitBlock, blocks: &mut [SplitBlockWords]) {
+    assert_eq!(
+        blocks.len() as u64,
+        layout.blocks(),
+        "split_block_insert: wrong number of blocks"
+    );
+    // SAFETY: NEON is baseline on aarch64; length checked above.
+    unsafe { lanes::split_block_insert::<uint32x4_t>(pairs, layout.log2_blocks(), blocks) }
 }

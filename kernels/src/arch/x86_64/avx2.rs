@@ -8,8 +8,8 @@
 use core::arch::x86_64::*;
 
 use crate::hash::HashPair;
-use crate::index::{Blocked, Partitioned};
-use crate::lanes::{self, Lanes};
+use crate::index::{Blocked, Partitioned, SplitBlock, SplitBlockWords};
+use crate::lanes::{self, Block, Lanes, SPLIT_SALTS, SplitLanes};
 use crate::seed::HashKey;
 
 /// Up to four words of key `j` starting at word `c`, zero-padded; never
@@ -259,4 +259,107 @@ pub unsafe fn blocked(pairs: &[HashPair], layout: Blocked, blocks: &mut [u32], b
             bits,
         )
     }
+}
+
+// One key's eight word masks in one register: broadcast h2, multiply by the
+// salts, keep the top five bits, shift a one by them; a query is one load
+// and VPTEST (CF = 1 iff every mask bit is set in the block).
+impl SplitLanes for __m256i {
+    type Salts = __m256i;
+    type Mask = __m256i;
+
+    #[inline(always)]
+    unsafe fn split_salts() -> __m256i {
+        // SAFETY: the caller guarantees AVX2; `SPLIT_SALTS` is 32 readable
+        // bytes (unaligned load).
+        unsafe { _mm256_loadu_si256(SPLIT_SALTS.as_ptr().cast()) }
+    }
+    #[inline(always)]
+    unsafe fn split_mask(salts: __m256i, h2: u32) -> __m256i {
+        // SAFETY: the caller guarantees AVX2; no memory is touched.
+        unsafe {
+            let x = _mm256_mullo_epi32(_mm256_set1_epi32(h2 as i32), salts);
+            _mm256_sllv_epi32(_mm256_set1_epi32(1), _mm256_srli_epi32::<27>(x))
+        }
+    }
+    #[inline(always)]
+    unsafe fn split_test(block: *const Block, mask: __m256i) -> bool {
+        // SAFETY: the caller guarantees AVX2 and a readable block of 32
+        // bytes (unaligned load).
+        unsafe { _mm256_testc_si256(_mm256_loadu_si256(block.cast()), mask) != 0 }
+    }
+    #[inline(always)]
+    unsafe fn split_set(block: *mut Block, mask: __m256i) {
+        // SAFETY: the caller guarantees AVX2 and a readable, writable block
+        // of 32 bytes (unaligned accesses).
+        unsafe {
+            let p = block.cast::<__m256i>();
+            _mm256_storeu_si256(p, _mm256_or_si256(_mm256_loadu_si256(p), mask));
+        }
+    }
+}
+
+#[target_feature(enable = "avx2")]
+unsafe fn split_block_contains_avx2(
+    pairs: &[HashPair],
+    log2_blocks: u32,
+    blocks: &[Block],
+    out: &mut [bool],
+) {
+    // SAFETY: AVX2 is enabled here; the caller checked the lengths.
+    unsafe { lanes::split_block_contains::<__m256i>(pairs, log2_blocks, blocks, out) }
+}
+
+#[target_feature(enable = "avx2")]
+unsafe fn split_block_insert_avx2(pairs: &[HashPair], log2_blocks: u32, blocks: &mut [Block]) {
+    // SAFETY: AVX2 is enabled here; the caller checked the length.
+    unsafe { lanes::split_block_insert::<__m256i>(pairs, log2_blocks, blocks) }
+}
+
+/// Split-block queries with AVX2; see [`crate::index::split_block_contains`].
+///
+/// # Safety
+/// The CPU must support AVX2.
+///
+/// # Panics
+/// If `blocks.len()` is not `layout.blocks()` or `out` is shorter than
+/// `pairs`.
+pub unsafe fn split_block_contains(
+    pairs: &[HashPair],
+    layout: SplitBlock,
+    blocks: &[SplitBlockWords],
+    out: &mut [bool],
+) {
+    assert_eq!(
+        blocks.len() as u64,
+        layout.blocks(),
+        "split_block_contains: wrong number of blocks"
+    );
+    assert!(
+        out.len() >= pairs.len(),
+        "split_block_contains: output too short"
+    );
+    // SAFETY: AVX2 support is the caller's promise; lengths checked above.
+    unsafe { split_block_contains_avx2(pairs, layout.log2_blocks(), blocks, out) }
+}
+
+/// Split-block inserts with AVX2; see [`crate::index::split_block_insert`].
+///
+/// # Safety
+/// The CPU must support AVX2.
+///
+/// # Panics
+/// If `blocks.len()` is not `layout.blocks()`.
+pub unsafe fn split_block_insert(
+    pairs: &[HashPair],
+    layout: SplitBlock,
+    blocks: &mut [SplitBlockWords],
+) {
+    assert_eq!(
+        blocks.len() as u64,
+        layout.blocks(),
+        "split_block_insert: wrong number of blocks"
+    );
+    // SAFETY: AVX2 support is the caller's promise; length checked above.
+    unsafe { split_block_insert_avx2(pairs, layout.log2_blocks(), blocks) }
 }
