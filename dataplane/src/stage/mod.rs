@@ -4,4 +4,5 @@
 pub mod egress;
 pub mod heavy;
 pub mod icarus;
+pub mod multicast;
 pub mod sfb;
