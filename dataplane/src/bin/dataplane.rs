@@ -1,0 +1,157 @@
+//! The `dataplane` binary: run the router, or check a configuration.
+//!
+//! ```text
+//! dataplane check-config router.toml
+//! dataplane run --config router.toml [--stats-interval 5s] [--heavy-report FILE] [--final-report FILE]
+//! ```
+//!
+//! `run` prints the counters (per interface, per stage, per drop reason) to
+//! standard error every `--stats-interval` and on exit; SIGINT or SIGTERM
+//! drain the sockets, close the heavy-flow epochs, write the final report
+//! and exit 0.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use dataplane::config::RouterConfig;
+use dataplane::runtime::{Router, RunOptions, Stats};
+
+#[derive(Debug, Parser)]
+#[command(name = "dataplane", version, about = "Bloomplane router dataplane")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate a configuration file without opening any socket.
+    CheckConfig {
+        /// The TOML file.
+        file: PathBuf,
+    },
+    /// Run the router.
+    Run {
+        /// The TOML file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Print counters this often (e.g. 500ms, 5s, 1m); 0 prints only on exit.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        stats_interval: Duration,
+        /// Heavy-flow JSON lines go here ("-" for stdout), overriding `heavy.report`.
+        #[arg(long)]
+        heavy_report: Option<String>,
+        /// Write the final counters as JSON (merged and per worker) to this file.
+        #[arg(long)]
+        final_report: Option<PathBuf>,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| s.split_at(i));
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("\"{s}\": expected a number with a unit (ms, s, m)"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" => v * 60.0,
+        _ => return Err(format!("\"{s}\": unknown unit \"{unit}\" (ms, s, m)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("\"{s}\": {e}"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.command {
+        Command::CheckConfig { file } => check(&file),
+        Command::Run {
+            config,
+            stats_interval,
+            heavy_report,
+            final_report,
+        } => run(&config, stats_interval, heavy_report, final_report),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dataplane: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check(file: &std::path::Path) -> anyhow::Result<()> {
+    let cfg = RouterConfig::load(file)?;
+    println!(
+        "{}: ok ({} interfaces, {} wires, {} workers)",
+        file.display(),
+        cfg.interfaces.len(),
+        cfg.wires.len(),
+        cfg.workers.resolved_count()
+    );
+    Ok(())
+}
+
+fn run(
+    file: &std::path::Path,
+    interval: Duration,
+    heavy_report: Option<String>,
+    final_report: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let cfg = RouterConfig::load(file)?;
+    let mut router = Router::start(&cfg, &RunOptions { heavy_report })?;
+    let stop = router.stop_flag();
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    eprintln!(
+        "dataplane: running ({} workers); SIGINT/SIGTERM to stop",
+        cfg.workers.resolved_count()
+    );
+    let mut last = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+        router.pump_reports()?;
+        if router.any_worker_exited() {
+            eprintln!("dataplane: a worker exited; stopping");
+            break;
+        }
+        if !interval.is_zero() && last.elapsed() >= interval {
+            last = Instant::now();
+            eprint!("{}", Stats::merged(&router.snapshot()).render());
+        }
+    }
+    eprintln!("dataplane: stopping: draining and writing the final report");
+    let per_worker = router.shutdown()?;
+    let merged = Stats::merged(&per_worker);
+    for w in &per_worker {
+        eprint!("{}", w.render());
+    }
+    eprint!("{}", merged.render());
+    if let Some(path) = final_report {
+        let json = serde_json::json!({ "total": merged, "workers": per_worker });
+        std::fs::write(&path, serde_json::to_vec_pretty(&json)?)
+            .map_err(|e| anyhow::anyhow!("--final-report {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        assert!(parse_duration("3h").is_err());
+        assert!(parse_duration("x").is_err());
+    }
+}

@@ -1,0 +1,911 @@
+//! The router's configuration: one TOML file.
+//!
+//! [`RouterConfig::load`] reads a file, [`RouterConfig::from_toml_str`]
+//! parses text. Both deserialize with the key path tracked
+//! (`serde_path_to_error`) and then run a validation pass over the whole
+//! file, so every error names the key and the reason:
+//!
+//! ```text
+//! router.toml: interfaces[1].name: duplicate interface "veth1" (also interfaces[0])
+//! router.toml: interfaces[0].sfb.levels: 0 is outside 1..=16
+//! router.toml: wires[0].to: unknown interface "eth9"
+//! ```
+//!
+//! The sections (see `dataplane/examples/router.toml`, annotated):
+//!
+//! * `[workers]` — how many worker threads and the cores they are pinned to;
+//! * `[[interfaces]]` — one per port, in port order (port `i` is the `i`-th
+//!   table): socket options, static multicast groups, and the port's egress
+//!   queue (`[interfaces.egress]` rate and `[interfaces.sfb]`, the
+//!   [`SfbConfig`] of `stage/sfb.rs`);
+//! * `[[wires]]` — unicast forwarding: what arrives on `from` leaves by
+//!   `to` (and back with `bidirectional = true`);
+//! * `[heavy]` — heavy-flow detection ([`HeavyConfig`]) and where its JSON
+//!   lines go; absent means the stage is off;
+//! * `[icarus]` — loop detection ([`IcarusConfig`]): node id, filter width,
+//!   edge interfaces; absent means the stage is off;
+//! * `[multicast]` — the multicast stage's [`MulticastConfig`] (filter
+//!   sizing, membership interval, ...) except its `interfaces`, which come
+//!   from `interfaces[i].multicast_groups`. The stage is on when the table is
+//!   present or any interface lists a group; off, multicast follows the wires.
+//!
+//! Validation only looks at the file: whether an interface exists, is up,
+//! and may be opened is checked when the router starts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::pipeline::PortSet;
+use crate::stage::egress::EgressConfig;
+use crate::stage::heavy::{HeavyConfig, Threshold};
+use crate::stage::icarus::{FilterParams, IcarusConfig, LoopAction, default_k};
+use crate::stage::multicast::{self, MulticastConfig, MulticastStage};
+use crate::stage::sfb::{SfbConfig, SfbStageConfig};
+use crate::wire::icarus::FilterWidth;
+
+/// Linux's `IFNAMSIZ` less the terminating NUL.
+pub const MAX_IFNAME_LEN: usize = 15;
+
+/// The most interfaces (ports are bits of a [`PortSet`]).
+pub const MAX_INTERFACES: usize = PortSet::MAX_PORTS as usize;
+
+/// The most worker threads.
+pub const MAX_WORKERS: usize = 256;
+
+/// The default socket receive buffer (`SO_RCVBUF`), 4 MiB.
+pub const DEFAULT_RECV_BUFFER: u64 = 4 << 20;
+
+/// The smallest and largest receive buffer accepted.
+pub const RECV_BUFFER_RANGE: std::ops::RangeInclusive<u64> = (64 << 10)..=(1 << 30);
+
+/// The largest count-min row width accepted from the file (2^24 counters,
+/// 64 MiB per row): beyond it a typo costs gigabytes.
+pub const MAX_LOG2_WIDTH: u32 = 24;
+
+/// A configuration error: where (file, key) and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}: {}{reason}", key_prefix(.key))]
+pub struct ConfigError {
+    /// The file (or `<string>`).
+    pub origin: String,
+    /// The key path, e.g. `interfaces[1].name`; empty for a syntax or I/O
+    /// error that has no key.
+    pub key: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+fn key_prefix(key: &str) -> String {
+    if key.is_empty() {
+        String::new()
+    } else {
+        format!("{key}: ")
+    }
+}
+
+/// Worker threads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkersConfig {
+    /// Number of workers; defaults to the number of `cores`, or 1.
+    pub count: Option<usize>,
+    /// Core ids to pin worker `i` to (`cores[i]`); empty: not pinned.
+    pub cores: Vec<usize>,
+}
+
+impl WorkersConfig {
+    /// The number of workers.
+    pub fn resolved_count(&self) -> usize {
+        self.count.unwrap_or(self.cores.len().max(1))
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_recv_buffer() -> u64 {
+    DEFAULT_RECV_BUFFER
+}
+
+/// One interface (one port).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterfaceConfig {
+    /// The Linux interface name.
+    pub name: String,
+    /// Receive frames for every MAC address (default true: a router port).
+    #[serde(default = "default_true")]
+    pub promiscuous: bool,
+    /// Socket receive buffer in bytes (`SO_RCVBUFFORCE`), default 4 MiB.
+    #[serde(default = "default_recv_buffer")]
+    pub recv_buffer_bytes: u64,
+    /// Multicast groups delivered out of this interface (static joins).
+    #[serde(default)]
+    pub multicast_groups: Vec<IpAddr>,
+    /// The egress shaper (needs `sfb`): rate, burst, limit.
+    #[serde(default)]
+    pub egress: Option<EgressConfig>,
+    /// SFB on this port's egress queue; absent: no queue model, frames leave
+    /// as they come.
+    #[serde(default)]
+    pub sfb: Option<SfbConfig>,
+}
+
+/// A unicast forwarding rule.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireConfig {
+    /// Ingress interface.
+    pub from: String,
+    /// Egress interface.
+    pub to: String,
+    /// Also forward from `to` to `from`.
+    #[serde(default)]
+    pub bidirectional: bool,
+}
+
+/// The heavy-flow threshold as written in the file:
+/// `{ share = 0.01 }`, `{ bytes = 1000000 }` or `{ packets = 1000 }`.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ThresholdConfig {
+    /// A share (0, 1] of the epoch's bytes.
+    Share(f64),
+    /// Bytes per epoch.
+    Bytes(u64),
+    /// Packets per epoch.
+    Packets(u64),
+}
+
+impl From<ThresholdConfig> for Threshold {
+    fn from(t: ThresholdConfig) -> Threshold {
+        match t {
+            ThresholdConfig::Share(s) => Threshold::ByteShare(s),
+            ThresholdConfig::Bytes(b) => Threshold::Bytes(b),
+            ThresholdConfig::Packets(p) => Threshold::Packets(p),
+        }
+    }
+}
+
+/// `[heavy]`: the heavy-flow stage. Missing keys take
+/// [`HeavyConfig::default`]'s values.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HeavySection {
+    /// When a flow is heavy.
+    pub threshold: ThresholdConfig,
+    /// Epoch length in ms; absent: one epoch for the whole run.
+    pub epoch_ms: Option<u64>,
+    /// Rows of the bytes sketch.
+    pub rows: usize,
+    /// log2 of the bytes sketch's row width.
+    pub log2_width: u32,
+    /// Rows of the packets sketch.
+    pub packet_rows: usize,
+    /// log2 of the packets sketch's row width.
+    pub packet_log2_width: u32,
+    /// Most flows tracked per worker.
+    pub capacity: usize,
+    /// Hash seed; absent: random per process.
+    pub seed: Option<u64>,
+    /// Where the JSON lines go: a file path, or `-` for standard output
+    /// (the default).
+    pub report: String,
+}
+
+impl Default for HeavySection {
+    fn default() -> Self {
+        let d = HeavyConfig::default();
+        HeavySection {
+            threshold: match d.threshold {
+                Threshold::ByteShare(s) => ThresholdConfig::Share(s),
+                Threshold::Bytes(b) => ThresholdConfig::Bytes(b),
+                Threshold::Packets(p) => ThresholdConfig::Packets(p),
+            },
+            epoch_ms: None,
+            rows: d.rows,
+            log2_width: d.log2_width,
+            packet_rows: d.packet_rows,
+            packet_log2_width: d.packet_log2_width,
+            capacity: d.capacity,
+            seed: d.seed,
+            report: "-".into(),
+        }
+    }
+}
+
+impl HeavySection {
+    /// The stage's settings.
+    pub fn stage_config(&self) -> HeavyConfig {
+        HeavyConfig {
+            threshold: self.threshold.into(),
+            epoch_ns: self.epoch_ms.map(|ms| ms.saturating_mul(1_000_000)),
+            rows: self.rows,
+            log2_width: self.log2_width,
+            packet_rows: self.packet_rows,
+            packet_log2_width: self.packet_log2_width,
+            capacity: self.capacity,
+            seed: self.seed,
+        }
+    }
+}
+
+/// What to do with a looping packet, as written in the file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLoop {
+    /// Count and drop.
+    #[default]
+    Drop,
+    /// Count and forward.
+    Forward,
+}
+
+/// `[icarus]`: loop detection.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IcarusSection {
+    /// This node's id.
+    pub node_id: u64,
+    /// Filter width m in bits: 64, 128 (default) or 256.
+    #[serde(default = "default_width")]
+    pub filter_bits: usize,
+    /// Mask bits k; default: the best k for m over 10 hops.
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// Domain seed (every node of a domain must agree); default: the
+    /// built-in one.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// `drop` (default) or `forward`.
+    #[serde(default)]
+    pub on_loop: OnLoop,
+    /// Edge interfaces whose arriving packets get an empty filter.
+    #[serde(default)]
+    pub insert_on: Vec<String>,
+    /// Edge interfaces whose departing packets lose the filter.
+    #[serde(default)]
+    pub strip_on: Vec<String>,
+}
+
+fn default_width() -> usize {
+    FilterWidth::default().bits()
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterConfig {
+    /// Worker threads.
+    #[serde(default)]
+    pub workers: WorkersConfig,
+    /// The ports, in port order.
+    pub interfaces: Vec<InterfaceConfig>,
+    /// Unicast forwarding.
+    #[serde(default)]
+    pub wires: Vec<WireConfig>,
+    /// Heavy-flow detection; absent: off.
+    #[serde(default)]
+    pub heavy: Option<HeavySection>,
+    /// Loop detection; absent: off.
+    #[serde(default)]
+    pub icarus: Option<IcarusSection>,
+    /// Multicast forwarding settings (its `interfaces` come from
+    /// `interfaces[i].multicast_groups`).
+    #[serde(default)]
+    pub multicast: Option<MulticastConfig>,
+}
+
+impl RouterConfig {
+    /// Reads and validates `path`. Errors are prefixed with the file name.
+    pub fn load(path: &Path) -> Result<RouterConfig, ConfigError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            origin: origin.clone(),
+            key: String::new(),
+            reason: format!("cannot read: {e}"),
+        })?;
+        Self::from_toml_str(&text, &origin)
+    }
+
+    /// Parses and validates `text`; `origin` names it in errors.
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<RouterConfig, ConfigError> {
+        let de = toml::Deserializer::new(text);
+        let cfg: RouterConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.inner();
+            let mut reason = inner.message().trim().to_string();
+            if let Some(span) = inner.span() {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                reason.push_str(&format!(" (line {line})"));
+            }
+            ConfigError {
+                origin: origin.to_string(),
+                // serde_path_to_error writes `.` for the root.
+                key: if key == "." { String::new() } else { key },
+                reason,
+            }
+        })?;
+        let raw_multicast_interfaces = text
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|t| t.get("multicast")?.get("interfaces").cloned())
+            .is_some();
+        if raw_multicast_interfaces {
+            return Err(ConfigError {
+                origin: origin.to_string(),
+                key: "multicast.interfaces".into(),
+                reason: "not set here: list static groups in interfaces[i].multicast_groups".into(),
+            });
+        }
+        cfg.validate().map_err(|(key, reason)| ConfigError {
+            origin: origin.to_string(),
+            key,
+            reason,
+        })?;
+        Ok(cfg)
+    }
+
+    /// The port of interface `name`.
+    pub fn port_of(&self, name: &str) -> Option<u8> {
+        self.interfaces
+            .iter()
+            .position(|i| i.name == name)
+            .and_then(|p| u8::try_from(p).ok())
+    }
+
+    /// Unicast egress ports per ingress port (index = ingress port): the
+    /// union of the wires out of it, never the ingress port itself.
+    pub fn unicast_routes(&self) -> Vec<PortSet> {
+        let mut routes = vec![PortSet::EMPTY; self.interfaces.len()];
+        for w in &self.wires {
+            let (Some(f), Some(t)) = (self.port_of(&w.from), self.port_of(&w.to)) else {
+                continue;
+            };
+            if f == t {
+                continue;
+            }
+            routes[usize::from(f)] = routes[usize::from(f)].union(PortSet::single(t));
+            if w.bidirectional {
+                routes[usize::from(t)] = routes[usize::from(t)].union(PortSet::single(f));
+            }
+        }
+        routes
+    }
+
+    /// The multicast stage's settings, when enabled: the `[multicast]`
+    /// table (or the defaults) with one entry per interface holding its
+    /// name and `multicast_groups` as static groups.
+    pub fn multicast_config(&self) -> Option<MulticastConfig> {
+        let any_groups = self
+            .interfaces
+            .iter()
+            .any(|i| !i.multicast_groups.is_empty());
+        if self.multicast.is_none() && !any_groups {
+            return None;
+        }
+        let mut m = self.multicast.clone().unwrap_or_default();
+        m.interfaces = self
+            .interfaces
+            .iter()
+            .map(|i| multicast::InterfaceConfig {
+                name: Some(i.name.clone()),
+                static_groups: i.multicast_groups.clone(),
+            })
+            .collect();
+        Some(m)
+    }
+
+    /// One SFB queue per interface that has an `sfb` table.
+    pub fn sfb_stages(&self) -> Vec<SfbStageConfig> {
+        self.interfaces
+            .iter()
+            .enumerate()
+            .filter_map(|(port, i)| {
+                i.sfb.map(|sfb| SfbStageConfig {
+                    port: port as u8,
+                    sfb,
+                    egress: i.egress.unwrap_or_default(),
+                    record_departures: false,
+                })
+            })
+            .collect()
+    }
+
+    /// The heavy-flow stage's settings, when enabled.
+    pub fn heavy_config(&self) -> Option<HeavyConfig> {
+        self.heavy.as_ref().map(HeavySection::stage_config)
+    }
+
+    /// The icarus stage's settings, when enabled.
+    pub fn icarus_config(&self) -> Option<IcarusConfig> {
+        let s = self.icarus.as_ref()?;
+        let width = FilterWidth::from_bits(s.filter_bits)?;
+        let mut params = FilterParams::new(width, s.k.unwrap_or(default_k(width))).ok()?;
+        if let Some(seed) = s.seed {
+            params = params.with_seed(seed);
+        }
+        let mut c = IcarusConfig::new(s.node_id);
+        c.params = params;
+        c.on_loop = match s.on_loop {
+            OnLoop::Drop => LoopAction::Drop,
+            OnLoop::Forward => LoopAction::Forward,
+        };
+        for n in &s.insert_on {
+            c = c.insert_on(self.port_of(n)?);
+        }
+        for n in &s.strip_on {
+            c = c.strip_on(self.port_of(n)?);
+        }
+        Some(c)
+    }
+
+    /// The validation pass: `Err((key, reason))` for the first problem.
+    fn validate(&self) -> Result<(), (String, String)> {
+        let err = |key: String, reason: String| Err((key, reason));
+        // Workers.
+        let w = &self.workers;
+        if let Some(n) = w.count {
+            if n == 0 || n > MAX_WORKERS {
+                return err(
+                    "workers.count".into(),
+                    format!("{n} is outside 1..={MAX_WORKERS}"),
+                );
+            }
+            if !w.cores.is_empty() && w.cores.len() != n {
+                return err(
+                    "workers.cores".into(),
+                    format!(
+                        "{} cores listed for {n} workers (one core per worker)",
+                        w.cores.len()
+                    ),
+                );
+            }
+        }
+        if w.cores.len() > MAX_WORKERS {
+            return err(
+                "workers.cores".into(),
+                format!("{} cores: at most {MAX_WORKERS} workers", w.cores.len()),
+            );
+        }
+        let mut seen_cores = BTreeMap::new();
+        for (i, c) in w.cores.iter().enumerate() {
+            if let Some(j) = seen_cores.insert(*c, i) {
+                return err(
+                    format!("workers.cores[{i}]"),
+                    format!("core {c} is already used by worker {j}"),
+                );
+            }
+        }
+
+        // Interfaces.
+        if self.interfaces.is_empty() {
+            return err(
+                "interfaces".into(),
+                "at least one interface is needed".into(),
+            );
+        }
+        if self.interfaces.len() > MAX_INTERFACES {
+            return err(
+                "interfaces".into(),
+                format!(
+                    "{} interfaces: at most {MAX_INTERFACES}",
+                    self.interfaces.len()
+                ),
+            );
+        }
+        let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, ifc) in self.interfaces.iter().enumerate() {
+            let key = |k: &str| format!("interfaces[{i}].{k}");
+            let n = ifc.name.as_str();
+            if n.is_empty() || n.len() > MAX_IFNAME_LEN {
+                return err(
+                    key("name"),
+                    format!("\"{n}\" must be 1..={MAX_IFNAME_LEN} bytes long"),
+                );
+            }
+            if n == "." || n == ".." || n.chars().any(|c| c == '/' || c.is_whitespace()) {
+                return err(
+                    key("name"),
+                    format!("\"{n}\" is not a valid interface name"),
+                );
+            }
+            if let Some(j) = names.insert(n, i) {
+                return err(
+                    key("name"),
+                    format!("duplicate interface \"{n}\" (also interfaces[{j}])"),
+                );
+            }
+            if !RECV_BUFFER_RANGE.contains(&ifc.recv_buffer_bytes) {
+                return err(
+                    key("recv_buffer_bytes"),
+                    format!(
+                        "{} is outside {}..={}",
+                        ifc.recv_buffer_bytes,
+                        RECV_BUFFER_RANGE.start(),
+                        RECV_BUFFER_RANGE.end()
+                    ),
+                );
+            }
+            let mut groups = BTreeSet::new();
+            for (g, addr) in ifc.multicast_groups.iter().enumerate() {
+                if !addr.is_multicast() {
+                    return err(
+                        key(&format!("multicast_groups[{g}]")),
+                        format!("{addr} is not a multicast address"),
+                    );
+                }
+                if !groups.insert(*addr) {
+                    return err(
+                        key(&format!("multicast_groups[{g}]")),
+                        format!("duplicate group {addr}"),
+                    );
+                }
+            }
+            if let Some(e) = &ifc.egress {
+                if ifc.sfb.is_none() {
+                    return err(
+                        key("egress"),
+                        "needs an [interfaces.sfb] table: the egress queue is SFB's".into(),
+                    );
+                }
+                if e.limit == 0 {
+                    return err(key("egress.limit"), "must be at least 1 packet".into());
+                }
+            }
+            if let Some(s) = &ifc.sfb {
+                s.validate()
+                    .map_err(|e| (key(&format!("sfb.{}", e.key)), e.reason))?;
+            }
+        }
+
+        // Wires.
+        let mut wires = BTreeMap::new();
+        for (i, wire) in self.wires.iter().enumerate() {
+            let key = |k: &str| format!("wires[{i}].{k}");
+            if !names.contains_key(wire.from.as_str()) {
+                return err(key("from"), format!("unknown interface \"{}\"", wire.from));
+            }
+            if !names.contains_key(wire.to.as_str()) {
+                return err(key("to"), format!("unknown interface \"{}\"", wire.to));
+            }
+            if wire.from == wire.to {
+                return err(
+                    key("to"),
+                    format!(
+                        "\"{}\" is also `from`: a frame never leaves by the interface it came in on",
+                        wire.to
+                    ),
+                );
+            }
+            let mut dirs = vec![(wire.from.as_str(), wire.to.as_str())];
+            if wire.bidirectional {
+                dirs.push((wire.to.as_str(), wire.from.as_str()));
+            }
+            for d in dirs {
+                if let Some(j) = wires.insert(d, i) {
+                    return err(
+                        format!("wires[{i}]"),
+                        format!("{} -> {} is already wires[{j}]", d.0, d.1),
+                    );
+                }
+            }
+        }
+
+        // Heavy.
+        if let Some(h) = &self.heavy {
+            let key = |k: &str| format!("heavy.{k}");
+            match h.threshold {
+                ThresholdConfig::Share(s) if !(s > 0.0 && s <= 1.0) => {
+                    return err(key("threshold.share"), format!("{s} is outside (0, 1]"));
+                }
+                ThresholdConfig::Bytes(0) => {
+                    return err(key("threshold.bytes"), "must be at least 1".into());
+                }
+                ThresholdConfig::Packets(0) => {
+                    return err(key("threshold.packets"), "must be at least 1".into());
+                }
+                _ => {}
+            }
+            if h.epoch_ms == Some(0) {
+                return err(key("epoch_ms"), "must be at least 1 ms".into());
+            }
+            let max_rows = kernels::cms::MAX_ROWS;
+            for (k, rows) in [("rows", h.rows), ("packet_rows", h.packet_rows)] {
+                if !(1..=max_rows).contains(&rows) {
+                    return err(key(k), format!("{rows} is outside 1..={max_rows}"));
+                }
+            }
+            for (k, lw) in [
+                ("log2_width", h.log2_width),
+                ("packet_log2_width", h.packet_log2_width),
+            ] {
+                if lw > MAX_LOG2_WIDTH {
+                    return err(key(k), format!("{lw} is above {MAX_LOG2_WIDTH}"));
+                }
+            }
+            if h.capacity == 0 {
+                return err(key("capacity"), "must be at least 1 flow".into());
+            }
+            if h.report.is_empty() {
+                return err(
+                    key("report"),
+                    "empty: give a file path, or \"-\" for standard output".into(),
+                );
+            }
+        }
+
+        // Multicast: the stage's own checks, on the assembled settings.
+        if let Some(m) = self.multicast_config() {
+            if let Err(e) = MulticastStage::new(&m) {
+                let msg = e.to_string();
+                return Err(match msg.split_once(": ") {
+                    Some((k, r)) if k.starts_with("multicast.") => (k.to_string(), r.to_string()),
+                    _ => ("multicast".to_string(), msg),
+                });
+            }
+        }
+
+        // Icarus.
+        if let Some(ic) = &self.icarus {
+            let Some(width) = FilterWidth::from_bits(ic.filter_bits) else {
+                return err(
+                    "icarus.filter_bits".into(),
+                    format!("{} is not one of 64, 128, 256", ic.filter_bits),
+                );
+            };
+            if let Some(k) = ic.k {
+                FilterParams::new(width, k).map_err(|_| {
+                    (
+                        "icarus.k".to_string(),
+                        format!(
+                            "{k} is outside 1..={}",
+                            crate::stage::icarus::MAX_K.min(width.bits())
+                        ),
+                    )
+                })?;
+            }
+            for (list, names_in) in [("insert_on", &ic.insert_on), ("strip_on", &ic.strip_on)] {
+                for (i, n) in names_in.iter().enumerate() {
+                    if !names.contains_key(n.as_str()) {
+                        return err(
+                            format!("icarus.{list}[{i}]"),
+                            format!("unknown interface \"{n}\""),
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = r#"
+[[interfaces]]
+name = "veth0"
+[[interfaces]]
+name = "veth1"
+[[wires]]
+from = "veth0"
+to = "veth1"
+bidirectional = true
+"#;
+
+    fn parse(text: &str) -> Result<RouterConfig, String> {
+        RouterConfig::from_toml_str(text, "router.toml").map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn minimal() {
+        let c = parse(MIN).unwrap();
+        assert_eq!(c.workers.resolved_count(), 1);
+        assert!(c.interfaces[0].promiscuous);
+        assert_eq!(c.interfaces[0].recv_buffer_bytes, DEFAULT_RECV_BUFFER);
+        let r = c.unicast_routes();
+        assert_eq!(r, vec![PortSet::single(1), PortSet::single(0)]);
+        assert!(c.heavy_config().is_none() && c.icarus_config().is_none());
+        assert!(c.sfb_stages().is_empty());
+    }
+
+    #[test]
+    fn duplicate_interface() {
+        let t = MIN.replace("name = \"veth1\"", "name = \"veth0\"");
+        assert_eq!(
+            parse(&t).unwrap_err(),
+            "router.toml: interfaces[1].name: duplicate interface \"veth0\" (also interfaces[0])"
+        );
+    }
+
+    #[test]
+    fn serde_errors_carry_the_path() {
+        let t = format!("{MIN}\n[interfaces.sfb]\nlevels = \"eight\"\n");
+        let e = parse(&t).unwrap_err();
+        assert!(
+            e.starts_with("router.toml: interfaces[1].sfb.levels: invalid type"),
+            "{e}"
+        );
+        assert!(e.contains("(line "), "{e}");
+        let e = parse(&format!("{MIN}\n[heavy]\nthreshold = {{ percent = 3 }}\n")).unwrap_err();
+        assert!(e.starts_with("router.toml: heavy.threshold: "), "{e}");
+        let e = parse(&MIN.replace("bidirectional", "bidirectionl")).unwrap_err();
+        assert!(
+            e.contains("wires[0].bidirectionl: unknown field `bidirectionl`"),
+            "{e}"
+        );
+        let e = parse("interfaces = 3").unwrap_err();
+        assert!(
+            e.starts_with("router.toml: interfaces: invalid type"),
+            "{e}"
+        );
+        let e = parse("[[interfaces]\n").unwrap_err();
+        assert!(e.starts_with("router.toml: "), "{e}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "[workers]\ncount = 0",
+                "workers.count: 0 is outside 1..=256",
+            ),
+            (
+                "[workers]\ncount = 2\ncores = [1]",
+                "workers.cores: 1 cores listed for 2 workers",
+            ),
+            (
+                "[workers]\ncores = [1, 1]",
+                "workers.cores[1]: core 1 is already used by worker 0",
+            ),
+            (
+                "[[wires]]\nfrom = \"veth0\"\nto = \"veth9\"",
+                "wires[1].to: unknown interface \"veth9\"",
+            ),
+            (
+                "[[wires]]\nfrom = \"veth1\"\nto = \"veth1\"",
+                "wires[1].to: \"veth1\" is also `from`",
+            ),
+            (
+                "[[wires]]\nfrom = \"veth1\"\nto = \"veth0\"",
+                "wires[1]: veth1 -> veth0 is already wires[0]",
+            ),
+            (
+                "[heavy]\nthreshold = { share = 1.5 }",
+                "heavy.threshold.share: 1.5 is outside (0, 1]",
+            ),
+            (
+                "[heavy]\nepoch_ms = 0",
+                "heavy.epoch_ms: must be at least 1 ms",
+            ),
+            ("[heavy]\nrows = 0", "heavy.rows: 0 is outside 1..="),
+            (
+                "[heavy]\nlog2_width = 40",
+                "heavy.log2_width: 40 is above 24",
+            ),
+            (
+                "[icarus]\nnode_id = 1\nfilter_bits = 100",
+                "icarus.filter_bits: 100 is not one of 64, 128, 256",
+            ),
+            (
+                "[icarus]\nnode_id = 1\nk = 0",
+                "icarus.k: 0 is outside 1..=",
+            ),
+            (
+                "[icarus]\nnode_id = 1\nstrip_on = [\"eth7\"]",
+                "icarus.strip_on[0]: unknown interface \"eth7\"",
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = parse(&format!("{MIN}\n{extra}\n")).unwrap_err();
+            assert!(
+                e.starts_with(&format!("router.toml: {want}")),
+                "{extra:?}: got {e}"
+            );
+        }
+        let iface_cases: &[(&str, &str)] = &[
+            (
+                "multicast_groups = [\"10.0.0.1\"]",
+                "interfaces[0].multicast_groups[0]: 10.0.0.1 is not a multicast address",
+            ),
+            (
+                "recv_buffer_bytes = 10",
+                "interfaces[0].recv_buffer_bytes: 10 is outside",
+            ),
+            (
+                "[interfaces.egress]\nrate_bps = 1000",
+                "interfaces[0].egress: needs an [interfaces.sfb] table",
+            ),
+            (
+                "[interfaces.sfb]\nlevels = 0",
+                "interfaces[0].sfb.levels: 0 is outside 1..=",
+            ),
+        ];
+        for (extra, want) in iface_cases {
+            let t = MIN.replacen(
+                "name = \"veth0\"\n",
+                &format!("name = \"veth0\"\n{extra}\n"),
+                1,
+            );
+            let e = parse(&t).unwrap_err();
+            assert!(
+                e.starts_with(&format!("router.toml: {want}")),
+                "{extra:?}: got {e}"
+            );
+        }
+        let long = MIN.replace("veth1", "a-very-long-interface");
+        assert!(
+            parse(&long)
+                .unwrap_err()
+                .starts_with("router.toml: interfaces[1].name: \"a-very-long-interface\" must be")
+        );
+        assert_eq!(
+            parse("interfaces = []").unwrap_err(),
+            "router.toml: interfaces: at least one interface is needed"
+        );
+    }
+
+    #[test]
+    fn stage_configs() {
+        let t = format!(
+            "{MIN}\n[interfaces.egress]\nrate_bps = 1000000\n[interfaces.sfb]\nlimit = 50\n\
+             [heavy]\nthreshold = {{ packets = 10 }}\nepoch_ms = 100\nreport = \"h.jsonl\"\n\
+             [icarus]\nnode_id = 7\nfilter_bits = 64\ninsert_on = [\"veth0\"]\nstrip_on = [\"veth1\"]\n"
+        );
+        let c = parse(&t).unwrap();
+        let s = c.sfb_stages();
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            (s[0].port, s[0].sfb.limit, s[0].egress.rate_bps),
+            (1, 50, 1_000_000)
+        );
+        let h = c.heavy_config().unwrap();
+        assert_eq!(h.threshold, Threshold::Packets(10));
+        assert_eq!(h.epoch_ns, Some(100_000_000));
+        let i = c.icarus_config().unwrap();
+        assert_eq!(i.node_id, 7);
+        assert_eq!(i.params.width(), FilterWidth::M64);
+        assert_eq!(i.params.k(), default_k(FilterWidth::M64));
+        assert_eq!((i.insert_on_ingress, i.strip_on_egress), (1, 2));
+    }
+
+    #[test]
+    fn multicast() {
+        let t = MIN.replacen(
+            "name = \"veth1\"\n",
+            "name = \"veth1\"\nmulticast_groups = [\"239.1.1.1\", \"ff15::1\"]\n",
+            1,
+        );
+        let c = parse(&t).unwrap();
+        let m = c.multicast_config().unwrap();
+        assert_eq!(m.interfaces.len(), 2);
+        assert_eq!(m.interfaces[1].static_groups.len(), 2);
+        assert_eq!(m.interfaces[0].name.as_deref(), Some("veth0"));
+        let t2 = format!("{t}\n[multicast]\nmembership_interval_ms = 1000\n");
+        assert_eq!(
+            parse(&t2)
+                .unwrap()
+                .multicast_config()
+                .unwrap()
+                .membership_interval_ms,
+            1000
+        );
+        let e = parse(&format!("{MIN}\n[multicast]\ninterfaces = []\n")).unwrap_err();
+        assert!(
+            e.starts_with("router.toml: multicast.interfaces: not set here"),
+            "{e}"
+        );
+        let e = parse(&format!("{MIN}\n[multicast]\nmembership_interval_ms = 0\n")).unwrap_err();
+        assert!(
+            e.starts_with("router.toml: multicast.membership_interval_ms: "),
+            "{e}"
+        );
+        assert!(parse(MIN).unwrap().multicast_config().is_none());
+    }
+}

@@ -1,0 +1,247 @@
+//! Live ports: one `AF_PACKET` socket per (worker, interface), handed to
+//! pnet for receive and transmit.
+//!
+//! pnet 0.35 (`pnet_datalink::linux::channel`) binds the socket, sets
+//! promiscuous membership and `PACKET_FANOUT` from its `Config`
+//! (`linux_fanout`, `promiscuous`), and accepts a socket of ours
+//! (`socket_fd`). It does not set the socket receive buffer (its
+//! `read_buffer_size` is the user-space buffer for one frame), and it drops
+//! the `sockaddr_ll` of every frame, so the packet type (`PACKET_OUTGOING`
+//! for frames this host sent) is not visible to its user. So the socket is
+//! created here, given its options, and passed to pnet:
+//!
+//! * created with protocol 0, so it receives nothing until pnet binds it to
+//!   the interface with `ETH_P_ALL` (no frame of another interface slips in);
+//! * `SO_RCVBUFFORCE` (needs `CAP_NET_ADMIN`; falls back to `SO_RCVBUF`,
+//!   which `net.core.rmem_max` caps);
+//! * `PACKET_IGNORE_OUTGOING` (Linux >= 4.20): the kernel does not loop the
+//!   frames sent on this interface (by us or the host stack) back to the
+//!   socket, so the router never re-reads what it transmitted. Filtering by
+//!   `pkttype` is impossible through pnet's receiver, so an older kernel is
+//!   refused with a clear error.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use pnet::datalink::{self, Channel, DataLinkReceiver, DataLinkSender, FanoutOption, FanoutType};
+
+use crate::config::InterfaceConfig;
+
+/// The largest frame read (a veth may hand over 64 KiB GRO frames when
+/// offloads are on).
+pub const READ_BUFFER: usize = 65_536 + 256;
+
+/// Why a port could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// No such interface.
+    #[error("interface \"{0}\" not found")]
+    Missing(String),
+    /// The interface is administratively down.
+    #[error("interface \"{0}\" is down (ip link set {0} up)")]
+    Down(String),
+    /// `socket(AF_PACKET)` refused: no `CAP_NET_RAW`.
+    #[error(
+        "interface \"{0}\": cannot open a packet socket: {1} (the process needs CAP_NET_RAW: run as root or `setcap cap_net_raw,cap_net_admin+ep`)"
+    )]
+    Permission(String, io::Error),
+    /// The kernel lacks `PACKET_IGNORE_OUTGOING`.
+    #[error(
+        "interface \"{0}\": PACKET_IGNORE_OUTGOING unsupported ({1}): Linux 4.20 or later is needed"
+    )]
+    IgnoreOutgoing(String, io::Error),
+    /// Anything else, with what was being done.
+    #[error("interface \"{name}\": {what}: {err}")]
+    Os {
+        /// The interface.
+        name: String,
+        /// The step that failed.
+        what: &'static str,
+        /// The error.
+        err: io::Error,
+    },
+}
+
+/// An open port of one worker.
+pub struct Port {
+    /// The interface name.
+    pub name: String,
+    /// The socket (owned by pnet; kept for `poll`).
+    pub fd: RawFd,
+    /// Transmit half.
+    pub tx: Box<dyn DataLinkSender>,
+    /// Receive half (non-blocking: `next` times out at once when empty).
+    pub rx: Box<dyn DataLinkReceiver>,
+    /// The receive buffer the kernel granted (`SO_RCVBUF` as read back).
+    pub recv_buffer: usize,
+}
+
+impl std::fmt::Debug for Port {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Port")
+            .field("name", &self.name)
+            .field("fd", &self.fd)
+            .field("recv_buffer", &self.recv_buffer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An interface as the system lists it.
+pub fn find_interface(name: &str) -> Result<datalink::NetworkInterface, PortError> {
+    let ifc = datalink::interfaces()
+        .into_iter()
+        .find(|i| i.name == name)
+        .ok_or_else(|| PortError::Missing(name.to_string()))?;
+    if !ifc.is_up() {
+        return Err(PortError::Down(name.to_string()));
+    }
+    Ok(ifc)
+}
+
+/// The fanout group id of an interface for this process: the same for every
+/// worker, distinct per interface (and, very likely, per process).
+pub fn fanout_group(ifindex: u32) -> u16 {
+    let pid = std::process::id();
+    (pid.wrapping_mul(0x9e37)
+        .wrapping_add(ifindex.wrapping_mul(0x1f1f))
+        & 0xffff) as u16
+}
+
+fn setsockopt_int(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `fd` is an open socket owned by the caller for the duration of
+    // the call; the option value is a live `c_int` and the length passed is
+    // exactly its size, which is what every option set here expects.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn getsockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `fd` is an open socket; `value` and `len` are live locals and
+    // `len` holds the size of `value`, so the kernel writes within it.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Opens `cfg`'s interface for one worker, in fanout group `group` (hash mode).
+pub fn open_port(cfg: &InterfaceConfig, group: u16) -> Result<Port, PortError> {
+    let name = cfg.name.clone();
+    let ifc = find_interface(&name)?;
+    let os = |what: &'static str| {
+        let name = name.clone();
+        move |err| PortError::Os { name, what, err }
+    };
+
+    // SAFETY: plain socket(2) call with constant arguments; the result is
+    // checked before use.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        let err = io::Error::last_os_error();
+        return Err(match err.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => PortError::Permission(name, err),
+            _ => PortError::Os {
+                name,
+                what: "socket(AF_PACKET)",
+                err,
+            },
+        });
+    }
+    // SAFETY: `raw` is a descriptor socket(2) just returned and nothing
+    // else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+
+    let want = libc::c_int::try_from(cfg.recv_buffer_bytes).unwrap_or(libc::c_int::MAX);
+    if setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, want).is_err() {
+        setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, want).map_err(os("SO_RCVBUF"))?;
+    }
+    let recv_buffer = getsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF)
+        .map_err(os("getsockopt(SO_RCVBUF)"))? as usize;
+    setsockopt_int(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)
+        .map_err(|e| PortError::IgnoreOutgoing(name.clone(), e))?;
+
+    let raw = fd.into_raw_fd();
+    let config = datalink::Config {
+        write_buffer_size: READ_BUFFER,
+        read_buffer_size: READ_BUFFER,
+        read_timeout: Some(Duration::ZERO),
+        write_timeout: Some(Duration::from_millis(10)),
+        linux_fanout: Some(FanoutOption {
+            group_id: group,
+            fanout_type: FanoutType::HASH,
+            defrag: false,
+            rollover: false,
+        }),
+        promiscuous: cfg.promiscuous,
+        socket_fd: Some(raw),
+        ..datalink::Config::default()
+    };
+    // pnet owns `raw` from here: it closes it on failure and on drop.
+    match datalink::channel(&ifc, config) {
+        Ok(Channel::Ethernet(tx, rx)) => Ok(Port {
+            name,
+            fd: raw,
+            tx,
+            rx,
+            recv_buffer,
+        }),
+        Ok(_) => Err(PortError::Os {
+            name,
+            what: "pnet channel",
+            err: io::Error::other("not an Ethernet channel"),
+        }),
+        Err(err) => Err(PortError::Os {
+            name,
+            what: "bind/fanout",
+            err,
+        }),
+    }
+}
+
+/// Waits up to `timeout` for any of `fds` to be readable (EINTR counts as
+/// a timeout).
+pub fn poll_readable(fds: &mut Vec<libc::pollfd>, ports: &[Port], timeout: Duration) {
+    fds.clear();
+    fds.extend(ports.iter().map(|p| libc::pollfd {
+        fd: p.fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }));
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `fds` is a live, initialised array of `fds.len()` pollfd
+    // structs for the duration of the call; the descriptors are open (pnet
+    // owns them and `ports` borrows pnet's halves).
+    unsafe {
+        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms);
+    }
+}
