@@ -1,7 +1,7 @@
 //! `traffic-gen`: replay captures through the embedded dataplane, or write
 //! synthetic ones. Run `traffic-gen --help`.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -9,9 +9,12 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use dataplane::pipeline::{MalformedPolicy, PipelineConfig};
 use dataplane::stage::heavy::{HeavyConfig, Threshold};
+use dataplane::stage::sfb::SfbConfig;
 use indicatif::{ProgressBar, ProgressStyle};
-use traffic_gen::replay::{Input, Pacing, ReplayConfig, replay};
+use traffic_gen::replay::{Input, Pacing, ReplayConfig, replay, write_hgrm};
+use traffic_gen::scenario::{self, SfbScenarioConfig, markdown_table, run_sfb_scenario};
 use traffic_gen::synth::{SynthConfig, write_pcap};
+use traffic_gen::synth_mcast::McastConfig;
 
 #[derive(Debug, Parser)]
 #[command(name = "traffic-gen", version, about = "Bloomplane traffic generator")]
@@ -29,6 +32,149 @@ enum Command {
     /// Write a synthetic Zipf workload as a pcap, with its ground truth in
     /// FILE.truth.json.
     Synth(SynthCmd),
+    /// Closed-loop scenarios against the embedded dataplane in virtual time.
+    #[command(subcommand)]
+    Scenario(ScenarioCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum ScenarioCmd {
+    /// AIMD (ECN) flows and one unresponsive UDP flow through one
+    /// bottleneck, under SFB and under a drop-tail FIFO of the same limit.
+    Sfb(SfbScenarioArgs),
+}
+
+#[derive(Debug, Args)]
+struct SfbScenarioArgs {
+    /// AIMD flows; a comma-separated list runs one row per value.
+    #[arg(long, value_delimiter = ',', default_value = "50")]
+    aimd: Vec<u32>,
+    /// The unresponsive flow's offered rate, in fair shares (rate / (aimd + 1)).
+    #[arg(long, default_value_t = 10.0)]
+    unresponsive_factor: f64,
+    /// Bottleneck rate, Mbit/s.
+    #[arg(long, default_value_t = 100.0)]
+    rate_mbps: f64,
+    /// Packet size, bytes.
+    #[arg(long, default_value_t = 1500)]
+    packet_bytes: u32,
+    /// Queue limit, packets (SFB's limit and the drop-tail FIFO's).
+    #[arg(long, default_value_t = 1000)]
+    limit: usize,
+    /// Base RTT of every flow (or the lower end with --rtt-max).
+    #[arg(long, default_value = "50ms", value_parser = scenario::parse_duration)]
+    rtt: u64,
+    /// Draw per-flow base RTTs uniformly from [--rtt, --rtt-max].
+    #[arg(long, value_parser = scenario::parse_duration)]
+    rtt_max: Option<u64>,
+    /// Simulated time.
+    #[arg(long, default_value = "60s", value_parser = scenario::parse_duration)]
+    duration: u64,
+    /// Unmeasured start (default: a third of --duration).
+    #[arg(long, value_parser = scenario::parse_duration)]
+    warmup: Option<u64>,
+    /// Seed (start times, RTTs, SFB's hash keys and coins).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// SFB `target` (bin count from which arrivals raise p_mark; kernel default 20).
+    #[arg(long)]
+    sfb_target: Option<u16>,
+    /// SFB `max` (bin count at which arrivals are dropped; kernel default 25).
+    #[arg(long)]
+    sfb_max: Option<u16>,
+    /// SFB `increment` as a probability (kernel default 0.001).
+    #[arg(long)]
+    sfb_increment: Option<f64>,
+    /// SFB `decrement` as a probability (kernel default 0.00017).
+    #[arg(long)]
+    sfb_decrement: Option<f64>,
+    /// SFB penalty box rate, packets per second (kernel default 10).
+    #[arg(long)]
+    sfb_penalty_rate: Option<u32>,
+    /// SFB penalty box burst, packets (kernel default 20).
+    #[arg(long)]
+    sfb_penalty_burst: Option<u32>,
+    /// Print every flow's throughput.
+    #[arg(long)]
+    per_flow: bool,
+    /// Write the sojourn distributions (.hgrm, microseconds) as
+    /// STEM-QUEUE-aimdN.EXT for each queue (sfb, droptail) and row.
+    #[arg(long, value_name = "FILE")]
+    hgrm: Option<PathBuf>,
+    /// Write the reports (every row, every flow) as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
+    if !(a.rate_mbps.is_finite() && a.rate_mbps > 0.0) {
+        bail!("--rate-mbps must be positive, got {}", a.rate_mbps);
+    }
+    let d = SfbConfig::default();
+    let sfb = SfbConfig {
+        target: a.sfb_target.unwrap_or(d.target),
+        max: a.sfb_max.unwrap_or(d.max),
+        increment: a.sfb_increment.map_or(d.increment, SfbConfig::prob),
+        decrement: a.sfb_decrement.map_or(d.decrement, SfbConfig::prob),
+        penalty_rate: a.sfb_penalty_rate.unwrap_or(d.penalty_rate),
+        penalty_burst: a.sfb_penalty_burst.unwrap_or(d.penalty_burst),
+        ..d
+    };
+    let mut reports = Vec::new();
+    let mut out = std::io::stdout().lock();
+    for (i, &aimd) in a.aimd.iter().enumerate() {
+        let cfg = SfbScenarioConfig {
+            aimd,
+            unresponsive_factor: a.unresponsive_factor,
+            rate_bps: (a.rate_mbps * 1e6).round() as u64,
+            packet_bytes: a.packet_bytes,
+            limit: a.limit,
+            rtt_ns: a.rtt,
+            rtt_max_ns: a.rtt_max,
+            duration_ns: a.duration,
+            warmup_ns: a.warmup.unwrap_or(a.duration / 3),
+            seed: a.seed,
+            sfb,
+        };
+        let started = std::time::Instant::now();
+        let rep = run_sfb_scenario(&cfg)?;
+        if i > 0 {
+            writeln!(out)?;
+        }
+        rep.write_text(&mut out, a.per_flow)?;
+        writeln!(out, "(wall time {:.2} s)", started.elapsed().as_secs_f64())?;
+        if let Some(p) = &a.hgrm {
+            for r in &rep.results {
+                let path = hgrm_path(p, r.queue.name(), aimd);
+                let mut f = std::fs::File::create(&path)
+                    .with_context(|| format!("{}: cannot create", path.display()))?;
+                write_hgrm(&r.histogram, &mut f)
+                    .with_context(|| format!("{}: write failed", path.display()))?;
+            }
+        }
+        reports.push(rep);
+    }
+    writeln!(out)?;
+    write!(out, "{}", markdown_table(&reports))?;
+    if let Some(p) = &a.json {
+        let f =
+            std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;
+        serde_json::to_writer_pretty(std::io::BufWriter::new(f), &reports)
+            .with_context(|| format!("{}: write failed", p.display()))?;
+    }
+    Ok(())
+}
+
+/// `dir/stem.ext` -> `dir/stem-QUEUE-aimdN.ext`.
+fn hgrm_path(p: &std::path::Path, queue: &str, aimd: u32) -> PathBuf {
+    let stem = p
+        .file_stem()
+        .map_or_else(|| "sojourn".into(), |s| s.to_string_lossy().into_owned());
+    let name = match p.extension() {
+        Some(e) => format!("{stem}-{queue}-aimd{aimd}.{}", e.to_string_lossy()),
+        None => format!("{stem}-{queue}-aimd{aimd}"),
+    };
+    p.with_file_name(name)
 }
 
 #[derive(Debug, Args)]
@@ -62,11 +208,33 @@ impl SynthArgs {
     }
 }
 
+/// Which synthetic workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SynthKind {
+    /// Zipf flows (heavy hitters); truth in FILE.truth.json.
+    Zipf,
+    /// Multicast joins/leaves/data over several interfaces; truth (ingress
+    /// and exact egress set per packet) in FILE.mcast.json.
+    Multicast,
+}
+
 #[derive(Debug, Args)]
 struct SynthCmd {
     /// Output pcap.
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
+    /// Workload kind.
+    #[arg(long, value_enum, default_value_t = SynthKind::Zipf)]
+    kind: SynthKind,
+    /// Multicast: interfaces (1..=64).
+    #[arg(long, default_value_t = 8)]
+    ports: usize,
+    /// Multicast: distinct groups.
+    #[arg(long, default_value_t = 64)]
+    groups: u32,
+    /// Multicast: capture time between packets, microseconds.
+    #[arg(long, default_value_t = 10_000)]
+    gap_us: u64,
     #[command(flatten)]
     synth: SynthArgs,
 }
@@ -208,6 +376,29 @@ fn run() -> Result<()> {
     let cli = Cli::parse();
     match &cli.command {
         Command::Replay(a) => run_replay(a),
+        Command::Scenario(ScenarioCmd::Sfb(a)) => run_scenario_sfb(a),
+        Command::Synth(s) if s.kind == SynthKind::Multicast => {
+            let cfg = McastConfig {
+                ports: s.ports,
+                groups: s.groups,
+                packets: s.synth.packets,
+                gap_ns: s.gap_us.saturating_mul(1_000),
+                seed: s.synth.seed,
+                ..McastConfig::default()
+            };
+            let truth = traffic_gen::synth_mcast::write_pcap(cfg, &s.output)?;
+            let data = truth.expected.iter().flatten().count();
+            println!(
+                "wrote {} packets ({} data, {} control) over {} interfaces to {} (truth in {}.mcast.json)",
+                truth.ingress.len(),
+                data,
+                truth.ingress.len() - data,
+                truth.ports,
+                s.output.display(),
+                s.output.display()
+            );
+            Ok(())
+        }
         Command::Synth(s) => {
             let truth = write_pcap(s.synth.config(), &s.output)?;
             println!(

@@ -44,7 +44,7 @@ use crate::pipeline::DropReason;
 
 /// Token units per byte: 8 bits x 10^9 ns. One nanosecond at `rate_bps`
 /// adds `rate_bps` units.
-const UNITS_PER_BYTE: u128 = 8 * 1_000_000_000;
+const UNITS_PER_BYTE: u64 = 8 * 1_000_000_000;
 
 /// Egress queue settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -70,24 +70,25 @@ impl Default for EgressConfig {
     }
 }
 
-/// A token bucket in exact integer units (see the module docs).
+/// A token bucket in exact integer units (see the module docs), in 64 bits:
+/// exact for bursts and packets up to 2.3 GB (larger ones saturate).
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     /// Units added per nanosecond (= bits per second).
-    rate: u128,
+    rate: u64,
     /// Depth in units.
-    cap: u128,
+    cap: u64,
     /// Credit at `at`.
-    tokens: u128,
+    tokens: u64,
     /// The instant `tokens` refers to.
     at: Timestamp,
 }
 
 impl Bucket {
     fn new(cfg: &EgressConfig) -> Self {
-        let cap = u128::from(cfg.burst_bytes) * UNITS_PER_BYTE;
+        let cap = cfg.burst_bytes.saturating_mul(UNITS_PER_BYTE);
         Bucket {
-            rate: u128::from(cfg.rate_bps),
+            rate: cfg.rate_bps,
             cap,
             tokens: cap,
             at: Timestamp::ZERO,
@@ -96,24 +97,21 @@ impl Bucket {
 
     /// When a packet needing `len` bytes, eligible from `ready`, leaves, and
     /// the credit left after it.
-    fn departure(&self, ready: Timestamp, len: u32) -> (Timestamp, u128) {
-        let need = u128::from(len) * UNITS_PER_BYTE;
+    #[inline]
+    fn departure(&self, ready: Timestamp, len: u32) -> (Timestamp, u64) {
+        let need = u64::from(len).saturating_mul(UNITS_PER_BYTE);
         let cap = self.cap.max(need);
         let t0 = ready.max(self.at);
-        let gained = u128::from(t0.nanos_since(self.at)).saturating_mul(self.rate);
+        let gained = t0.nanos_since(self.at).saturating_mul(self.rate);
         let tokens = self.tokens.saturating_add(gained).min(cap);
         if tokens >= need {
             return (t0, tokens - need);
         }
-        // rate > 0 here: an unshaped queue never reaches this point. The
-        // deficit of any real packet fits 64 bits, where division is cheap.
-        let deficit = need - tokens;
-        let wait = match (u64::try_from(deficit), u64::try_from(self.rate)) {
-            (Ok(d), Ok(r)) => u128::from(d.div_ceil(r)),
-            _ => deficit.div_ceil(self.rate),
-        };
-        let tokens = tokens.saturating_add(wait * self.rate).min(cap);
-        let wait = u64::try_from(wait).unwrap_or(u64::MAX);
+        // rate > 0 here: an unshaped queue never reaches this point.
+        let wait = (need - tokens).div_ceil(self.rate);
+        let tokens = tokens
+            .saturating_add(wait.saturating_mul(self.rate))
+            .min(cap);
         (t0.add_nanos(wait), tokens - need)
     }
 }
@@ -182,7 +180,7 @@ pub struct EgressQueue<T> {
     bucket: Bucket,
     /// The head's departure and the credit after it, once computed (valid
     /// until the head leaves: arrivals behind it do not change it).
-    due: Option<(Timestamp, u128)>,
+    due: Option<(Timestamp, u64)>,
     backlog: u64,
     stats: EgressStats,
 }
@@ -254,7 +252,7 @@ impl<T> EgressQueue<T> {
     }
 
     #[inline]
-    fn head_departure(&self, head: &Slot<T>) -> (Timestamp, u128) {
+    fn head_departure(&self, head: &Slot<T>) -> (Timestamp, u64) {
         if self.bucket.rate == 0 {
             // Unshaped: leave on arrival (never before the previous packet).
             (head.enqueued.max(self.bucket.at), 0)

@@ -117,7 +117,7 @@ use core::fmt;
 use std::any::Any;
 
 use kernels::index::Partitioned;
-use kernels::{HashPair, Hasher};
+use kernels::{Backend, BackendError, HashPair, Hasher};
 use serde::Deserialize;
 
 use crate::clock::Timestamp;
@@ -312,8 +312,10 @@ pub struct Bin {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SfbKey {
     packed: [u64; 2],
-    /// Bit `s` set: `packed[s]` is valid.
-    sets: u8,
+    /// Bit `s` set: `packed[s]` is valid. A full word: a narrower field,
+    /// written alone and read back with its neighbours when the key is
+    /// copied, stalls store-to-load forwarding on the hot path.
+    sets: u64,
 }
 
 impl SfbKey {
@@ -347,7 +349,7 @@ impl SfbTag {
     /// The bin sets the packet is counted in (bit `s` for set `s`).
     #[inline]
     pub fn sets(&self) -> u8 {
-        self.0.sets
+        self.0.sets as u8
     }
 }
 
@@ -587,9 +589,13 @@ pub struct Sfb {
     levels: usize,
     n: usize,
     log2: u32,
+    /// `levels == 8 && log2 == 4`: the bins are `[Bin; 128]`.
+    kernel_shape: bool,
     layout: Partitioned,
     bins: [Vec<Bin>; 2],
     hashers: [Hasher; 2],
+    /// The hash backend forced by [`Sfb::on_backend`], kept across swaps.
+    backend: Option<Backend>,
     active: usize,
     double_buffering: bool,
     rehash_time: Option<Timestamp>,
@@ -613,12 +619,14 @@ impl Sfb {
             levels: cfg.levels,
             n,
             log2: cfg.log2_bins,
+            kernel_shape: cfg.levels == KERNEL_LEVELS && cfg.log2_bins == KERNEL_LOG2,
             layout: Partitioned::new(cfg.levels, cfg.log2_bins),
             bins: [vec![Bin::default(); size], vec![Bin::default(); size]],
             hashers: [
                 Hasher::with_seed(derive_seed(base_seed, 0)),
                 Hasher::with_seed(derive_seed(base_seed, 1)),
             ],
+            backend: None,
             active: 0,
             double_buffering: false,
             rehash_time: None,
@@ -629,6 +637,17 @@ impl Sfb {
             counters: SfbCounters::default(),
             penalised: Vec::with_capacity(cfg.penalty_flows),
         })
+    }
+
+    /// The same SFB hashing on `backend` (now and after every swap); an
+    /// error if this CPU lacks it. Hashes do not depend on the backend.
+    pub fn on_backend(mut self, backend: Backend) -> Result<Self, BackendError> {
+        let backend = backend.require()?;
+        for h in &mut self.hashers {
+            *h = h.clone().on_backend(backend)?;
+        }
+        self.backend = Some(backend);
+        Ok(self)
     }
 
     /// The settings.
@@ -719,7 +738,12 @@ impl Sfb {
     pub fn swap(&mut self) {
         let old = self.active;
         self.generation += 1;
-        self.hashers[old] = Hasher::with_seed(derive_seed(self.base_seed, self.generation));
+        let h = Hasher::with_seed(derive_seed(self.base_seed, self.generation));
+        self.hashers[old] = match self.backend {
+            // Available: `on_backend` checked it.
+            Some(b) => h.clone().on_backend(b).unwrap_or(h),
+            None => h,
+        };
         for b in &mut self.bins[old] {
             b.p_mark = 0;
         }
@@ -731,7 +755,7 @@ impl Sfb {
     /// scalar path; [`KeyBatch`] is the batched one).
     pub fn key_one<const W: usize>(&self, words: &[u32; W]) -> SfbKey {
         let mut key = SfbKey {
-            sets: self.sets_in_use(),
+            sets: u64::from(self.sets_in_use()),
             ..SfbKey::default()
         };
         for set in 0..2 {
@@ -750,9 +774,16 @@ impl Sfb {
 
     /// Updates the probabilities of the bins `packed` names in `set`
     /// (branch-free); returns the minimum count and the minimum probability.
-    #[inline]
+    #[inline(always)]
     fn update(&mut self, set: usize, packed: u64) -> (u16, u16) {
-        // The kernel's shape (8 levels) gets a fully unrolled loop.
+        // The kernel's shape (8 x 16) indexes a fixed array: fully unrolled,
+        // no bounds checks.
+        if self.kernel_shape {
+            let (target, inc, dec) = self.steps();
+            if let Some(bins) = kernel_bins(&mut self.bins[set]) {
+                return update_kernel_shape(bins, packed, target, inc, dec);
+            }
+        }
         if self.levels == 8 {
             self.update_levels::<8>(set, packed)
         } else {
@@ -760,17 +791,23 @@ impl Sfb {
         }
     }
 
+    /// `target` (at least 1: `qlen == 0` decrements only, as the kernel's
+    /// else-if), `increment`, `decrement`.
+    #[inline(always)]
+    fn steps(&self) -> (u16, u16, u16) {
+        (
+            self.cfg.target.max(1),
+            self.cfg.increment,
+            self.cfg.decrement,
+        )
+    }
+
     /// [`update`](Self::update) over `L` levels (`L == 0`: `self.levels`).
     #[inline(always)]
     fn update_levels<const L: usize>(&mut self, set: usize, packed: u64) -> (u16, u16) {
         let levels = if L == 0 { self.levels } else { L };
         let (n, b, mask) = (self.n, self.log2, self.n as u64 - 1);
-        // `qlen == 0` decrements only, as the kernel's else-if.
-        let (target, inc, dec) = (
-            self.cfg.target.max(1),
-            self.cfg.increment,
-            self.cfg.decrement,
-        );
+        let (target, inc, dec) = self.steps();
         let bins = &mut self.bins[set];
         let (mut minq, mut minp) = (u16::MAX, u16::MAX);
         for r in 0..levels {
@@ -802,7 +839,7 @@ impl Sfb {
     /// the flow for the penalty-box listing (optional); `queue_len` is the
     /// queue's length now. The key must have been made after the last
     /// [`tick`](Self::tick).
-    #[inline]
+    #[inline(always)]
     pub fn enqueue(
         &mut self,
         key: &SfbKey,
@@ -885,8 +922,14 @@ impl Sfb {
             if !tag.0.has_set(set) {
                 continue;
             }
-            let bins = &mut self.bins[set];
             let packed = tag.0.packed[set];
+            if self.kernel_shape
+                && let Some(bins) = kernel_bins(&mut self.bins[set])
+            {
+                adjust_kernel_shape(bins, packed, up);
+                continue;
+            }
+            let bins = &mut self.bins[set];
             let bin_of = |r: usize| r * n + ((packed >> (r as u32 * b)) & mask) as usize;
             if up {
                 for r in 0..levels {
@@ -968,6 +1011,61 @@ impl Sfb {
     }
 }
 
+/// Levels of the kernel's shape.
+const KERNEL_LEVELS: usize = 8;
+/// log2 of the bins per level of the kernel's shape.
+const KERNEL_LOG2: u32 = 4;
+/// Bins per set in the kernel's shape.
+const KERNEL_BINS: usize = KERNEL_LEVELS << KERNEL_LOG2;
+
+/// A set's bins as the kernel's fixed shape (`None` for another shape).
+#[inline(always)]
+fn kernel_bins(bins: &mut [Bin]) -> Option<&mut [Bin; KERNEL_BINS]> {
+    bins.try_into().ok()
+}
+
+/// Level `r`'s bin in the kernel's shape: always below [`KERNEL_BINS`].
+#[inline(always)]
+fn kernel_bin(packed: u64, r: usize) -> usize {
+    (r << KERNEL_LOG2) | ((packed >> (r as u32 * KERNEL_LOG2)) & 15) as usize
+}
+
+/// [`Sfb::update`] for the kernel's shape.
+#[inline(always)]
+fn update_kernel_shape(
+    bins: &mut [Bin; KERNEL_BINS],
+    packed: u64,
+    target: u16,
+    inc: u16,
+    dec: u16,
+) -> (u16, u16) {
+    let (mut minq, mut minp) = (u16::MAX, u16::MAX);
+    for r in 0..KERNEL_LEVELS {
+        let bin = &mut bins[kernel_bin(packed, r)];
+        let q = bin.qlen;
+        let down = if q == 0 { dec } else { 0 };
+        let up = if q >= target { inc } else { 0 };
+        let p = bin.p_mark.saturating_sub(down).saturating_add(up);
+        bin.p_mark = p;
+        minq = minq.min(q);
+        minp = minp.min(p);
+    }
+    (minq, minp)
+}
+
+/// [`Sfb::adjust`] for the kernel's shape.
+#[inline(always)]
+fn adjust_kernel_shape(bins: &mut [Bin; KERNEL_BINS], packed: u64, up: bool) {
+    for r in 0..KERNEL_LEVELS {
+        let q = &mut bins[kernel_bin(packed, r)].qlen;
+        *q = if up {
+            q.saturating_add(1)
+        } else {
+            q.saturating_sub(1)
+        };
+    }
+}
+
 /// 64 bits from the OS-seeded std hasher (SFB's unseeded default).
 fn os_seed() -> u64 {
     use std::hash::BuildHasher;
@@ -1044,7 +1142,7 @@ impl KeyBatch {
     pub fn key(&self, i: usize) -> SfbKey {
         assert!(i < self.n, "KeyBatch::key({i}) of {}", self.n);
         let mut key = SfbKey {
-            sets: self.sets,
+            sets: u64::from(self.sets),
             ..SfbKey::default()
         };
         for set in 0..2 {
@@ -1419,6 +1517,16 @@ impl BenchWorkload {
     /// Whether the workload is empty.
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
+    }
+
+    /// [`queue`](Self::queue) hashing on `backend`; an error if this CPU
+    /// lacks it.
+    pub fn queue_on(&self, backend: Backend) -> Result<SfbQueue<u32>, BackendError> {
+        let q = self.queue();
+        Ok(SfbQueue {
+            sfb: q.sfb.on_backend(backend)?,
+            queue: q.queue,
+        })
     }
 
     /// A queue configured for the workload (seeded, 1 Gbit/s).
