@@ -543,9 +543,23 @@ impl Icarus {
         o
     }
 
-    /// The hop rule without counting.
+    /// The hop rule without counting: the canonical placement first
+    /// ([`icarus::check_and_update_canonical`], a few comparisons and one
+    /// AND-compare and OR per word), then the general find.
     #[inline(always)]
     fn apply(&self, frame: &mut [u8], l3_offset: usize) -> Outcome {
+        match icarus::check_and_update_canonical(frame, l3_offset, &self.mask) {
+            Some(Hop::Marked) => return Outcome::Marked,
+            Some(Hop::Loop) => return Outcome::Loop,
+            None => {}
+        }
+        self.apply_general(frame, l3_offset)
+    }
+
+    /// The hop rule for any placement: find the option, then check and
+    /// update it.
+    #[inline(never)]
+    fn apply_general(&self, frame: &mut [u8], l3_offset: usize) -> Outcome {
         match icarus::find(frame, l3_offset) {
             Ok(Some(loc)) => match icarus::check_and_update(frame, &loc, &self.mask) {
                 Ok(Hop::Marked) => Outcome::Marked,

@@ -890,6 +890,125 @@ pub fn check_and_update(
     Ok(Hop::Marked)
 }
 
+/// The hop rule for the common case, straight from the frame: the option
+/// at the canonical place [`insert`] puts it (IPv4: `NOP NOP 0x5E len`
+/// right after the fixed header, filter at offset 24; IPv6: first in a
+/// hop-by-hop header right after the fixed header, behind `PadN 2`, filter
+/// at offset 48) and as wide as `mask`. `Some` is exactly what
+/// [`find`] then [`check_and_update`] would give (and write) for such a
+/// packet; `None` means the packet is not in that form (no option,
+/// another place or width, a short or malformed header), nothing was
+/// written, and the caller takes the general path.
+///
+/// A few comparisons find the option, one AND-compare per 64-bit word tests
+/// the mask, one OR per word sets it, and the IPv4 checksum is adjusted by
+/// the bits added (RFC 1624). Never panics, never touches bytes outside the
+/// IP header.
+#[inline(always)]
+pub fn check_and_update_canonical(
+    frame: &mut [u8],
+    l3_offset: usize,
+    mask: &Filter,
+) -> Option<Hop> {
+    match mask.width {
+        FilterWidth::M64 => canonical::<1>(frame, l3_offset, &mask.words),
+        FilterWidth::M128 => canonical::<2>(frame, l3_offset, &mask.words),
+        FilterWidth::M256 => canonical::<4>(frame, l3_offset, &mask.words),
+    }
+}
+
+/// [`check_and_update_canonical`] for a `W`-word filter.
+#[inline(always)]
+fn canonical<const W: usize>(frame: &mut [u8], l3: usize, mask: &[u64; 4]) -> Option<Hop> {
+    let n = 8 * W;
+    let ip = frame.get_mut(l3..)?;
+    let first = *ip.first()?;
+    let (filter_at, v4) = match first >> 4 {
+        4 => {
+            // IHL covers the fixed header and the block; the buffer holds
+            // the whole header (as `find_v4` requires).
+            let hl = usize::from(first & 0x0f) * 4;
+            let at = IPV4_FIXED + 4;
+            if hl < at + n || ip.len() < hl {
+                return None;
+            }
+            let len = (2 + n) as u8;
+            if ip[IPV4_FIXED..at] != [IPV4_NOP, IPV4_NOP, IPV4_OPTION_TYPE, len] {
+                return None;
+            }
+            (at, true)
+        }
+        6 => {
+            // The hop-by-hop header is next, whole in the buffer (as
+            // `find_v6` requires), and starts with `PadN 2` and the option.
+            let at = IPV6_FIXED + 8;
+            if ip.len() < at + n || ip[6] != NH_HOP_BY_HOP {
+                return None;
+            }
+            let hl = (usize::from(ip[IPV6_FIXED + 1]) + 1) * 8;
+            if ip.len() < IPV6_FIXED + hl || hl < 8 + n {
+                return None;
+            }
+            let len = n as u8;
+            if ip[IPV6_FIXED + 2..at] != [IPV6_PADN, 2, 0, 0, IPV6_OPTION_TYPE, len] {
+                return None;
+            }
+            (at, false)
+        }
+        _ => return None,
+    };
+    // Byte-order free: the words are compared and ORed as they lie in
+    // memory (the mask converted to wire order once), and the one's-
+    // complement sum of 16-bit words does not depend on the byte order it
+    // is taken in (RFC 1071 section 2(B)), as long as the checksum field is
+    // read and written in the same order.
+    let bytes = ip.get_mut(filter_at..filter_at + n)?;
+    let mut old = [0u64; W];
+    let mut any = 0u64;
+    let mut sum = 0u64;
+    for w in 0..W {
+        old[w] = ne_word(&bytes[w * 8..w * 8 + 8]);
+        let a = mask[w].to_be() & !old[w];
+        any |= a;
+        sum += (a >> 32) + (a & 0xffff_ffff);
+    }
+    if any == 0 {
+        return Some(Hop::Loop);
+    }
+    for w in 0..W {
+        bytes[w * 8..w * 8 + 8].copy_from_slice(&(old[w] | mask[w].to_be()).to_ne_bytes());
+    }
+    if v4 {
+        // The filter starts at an even offset, so the added bits add to
+        // the header's sum as they are (see `check_and_update`).
+        let hc = u16::from_ne_bytes([ip[10], ip[11]]);
+        let new = !fold4(u64::from(!hc) + sum);
+        ip[10..12].copy_from_slice(&new.to_ne_bytes());
+    }
+    Some(Hop::Marked)
+}
+
+/// Reads a native-order word from an 8-byte chunk (the bytes as they lie).
+#[inline(always)]
+fn ne_word(chunk: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(chunk);
+    u64::from_ne_bytes(b)
+}
+
+/// [`checksum::fold`] without the loop, for `acc < 2^48`: four folds
+/// bring any such value to at most `0xffff` (`<= 2^32 + 0xffff`, then
+/// `<= 0x1_fffe`, then `<= 0x1_0000`, then `<= 0xffff`), and a fold leaves
+/// such a value alone, so the result equals the loop's.
+#[inline(always)]
+fn fold4(mut acc: u64) -> u16 {
+    debug_assert!(acc < 1 << 48);
+    for _ in 0..4 {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
+
 /// Opens a gap of `n` bytes at `at` (everything from `at` moves up by `n`;
 /// the gap is zeroed). Allocates only when the capacity is too small.
 fn open_gap(frame: &mut Vec<u8>, at: usize, n: usize) {
