@@ -76,10 +76,12 @@ struct SfbScenarioArgs {
     /// Seed (start times, RTTs, SFB's hash keys and coins).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// SFB `target` (bin count from which arrivals raise p_mark; kernel default 20).
+    /// SFB `target` (bin count from which arrivals raise p_mark; scenario
+    /// default 25, kernel default 20).
     #[arg(long)]
     sfb_target: Option<u16>,
-    /// SFB `max` (bin count at which arrivals are dropped; kernel default 25).
+    /// SFB `max` (bin count at which arrivals are dropped; scenario default
+    /// 31, kernel default 25).
     #[arg(long)]
     sfb_max: Option<u16>,
     /// SFB `increment` as a probability (kernel default 0.001).
@@ -88,6 +90,13 @@ struct SfbScenarioArgs {
     /// SFB `decrement` as a probability (kernel default 0.00017).
     #[arg(long)]
     sfb_decrement: Option<f64>,
+    /// SFB levels L (scenario and kernel default 8).
+    #[arg(long)]
+    sfb_levels: Option<usize>,
+    /// SFB bins per level N, a power of two (scenario default 64, kernel 16;
+    /// `--sfb-bins 16 --sfb-target 20 --sfb-max 25` is the kernel's SFB).
+    #[arg(long)]
+    sfb_bins: Option<u32>,
     /// SFB penalty box rate, packets per second (kernel default 10).
     #[arg(long)]
     sfb_penalty_rate: Option<u32>,
@@ -110,12 +119,18 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
     if !(a.rate_mbps.is_finite() && a.rate_mbps > 0.0) {
         bail!("--rate-mbps must be positive, got {}", a.rate_mbps);
     }
-    let d = SfbConfig::default();
+    let d = SfbScenarioConfig::evaluation_sfb();
     let sfb = SfbConfig {
         target: a.sfb_target.unwrap_or(d.target),
         max: a.sfb_max.unwrap_or(d.max),
         increment: a.sfb_increment.map_or(d.increment, SfbConfig::prob),
         decrement: a.sfb_decrement.map_or(d.decrement, SfbConfig::prob),
+        levels: a.sfb_levels.unwrap_or(d.levels),
+        log2_bins: match a.sfb_bins {
+            Some(n) if n.is_power_of_two() => n.trailing_zeros(),
+            Some(n) => bail!("--sfb-bins must be a power of two, got {n}"),
+            None => d.log2_bins,
+        },
         penalty_rate: a.sfb_penalty_rate.unwrap_or(d.penalty_rate),
         penalty_burst: a.sfb_penalty_burst.unwrap_or(d.penalty_burst),
         ..d

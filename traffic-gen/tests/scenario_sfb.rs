@@ -1,67 +1,110 @@
-//! `scenario sfb` at a small scale: 8 AIMD flows and one unresponsive UDP
-//! flow at 10x its fair share (here 111% of the link), 10 s simulated,
-//! measured over the last 6.67 s.
+//! `scenario sfb` at a smaller scale, with the scenario's SFB settings
+//! ([`SfbScenarioConfig::evaluation_sfb`]: kernel defaults but 8 x 64 bins,
+//! target 25, max 31).
 //!
-//! With SFB's kernel defaults the issue's target (unresponsive <= 2x fair
-//! share) is not reached at any scale we ran (see the README table): a
-//! constant-rate flow that never builds a backlog of `target` packets in
-//! its bins is never driven to `p_mark = 1`, so the penalty box stays
-//! empty, and Blue holds it near `target / sojourn`. What SFB does do, and
-//! what this test holds it to for every seed tried (1-6): it halves the
-//! unresponsive flow's share against drop-tail, which gives it the link
-//! and starves the AIMD flows; the AIMD flows get about half the link and
-//! share it fairly (Jain >= 0.9); and the run is deterministic.
+//! * **The issue's targets** are asserted at 24 AIMD flows on a 50 Mbit/s
+//!   link (base RTT 50 ms): the same per-flow bandwidth-delay product (about
+//!   8 packets) and flows per bin as the 50-flow, 100 Mbit/s row of the
+//!   README, 20 s simulated. For every seed checked (1-6 here; 1-10 were
+//!   swept) the unresponsive flow, offered 10x its fair share, is held at
+//!   or below 2x (measured 1.35x-1.7x) and the AIMD flows' Jain index is at
+//!   least 0.9 (measured >= 0.97), while drop-tail gives the unresponsive
+//!   flow its whole offered rate.
+//! * **8 AIMD flows** (the unresponsive flow offered 111% of the link): the
+//!   2x target is not reached by SFB under any settings swept (see the
+//!   module docs of `traffic_gen::scenario`); what SFB does do is hold it
+//!   to about half of drop-tail's share, which starves the AIMD flows,
+//!   and keep the AIMD flows fair among themselves.
 
-use traffic_gen::scenario::{QueueKind, SfbScenarioConfig, run_sfb_scenario};
+use traffic_gen::scenario::{QueueKind, QueueResult, SfbScenarioConfig, run_sfb_scenario};
 
+/// 24 AIMD flows at 50 Mbit/s: the 50-flow, 100 Mbit/s design point halved.
 fn small(seed: u64) -> SfbScenarioConfig {
     SfbScenarioConfig {
-        aimd: 8,
-        duration_ns: 10_000_000_000,
-        warmup_ns: 3_333_333_333,
+        aimd: 24,
+        rate_bps: 50_000_000,
+        duration_ns: 20_000_000_000,
+        warmup_ns: 6_666_666_667,
         seed,
         ..SfbScenarioConfig::default()
     }
 }
 
+fn text(rep: &traffic_gen::scenario::SfbScenarioReport) -> String {
+    let mut v = Vec::new();
+    rep.write_text(&mut v, true).unwrap();
+    String::from_utf8(v).unwrap()
+}
+
+fn aimd_share(r: &QueueResult, rate_bps: u64) -> f64 {
+    r.flows
+        .iter()
+        .filter(|f| f.kind == "aimd")
+        .map(|f| f.throughput_bps)
+        .sum::<f64>()
+        / rate_bps as f64
+}
+
 #[test]
-fn sfb_protects_aimd_flows_and_droptail_does_not() {
-    let cfg = small(1);
+fn sfb_meets_the_issue_targets_at_small_scale() {
+    for seed in 1..=6 {
+        let cfg = small(seed);
+        let rep = run_sfb_scenario(&cfg).unwrap();
+        let [sfb, dt] = &rep.results[..] else {
+            panic!("two results expected");
+        };
+        assert_eq!((sfb.queue, dt.queue), (QueueKind::Sfb, QueueKind::DropTail));
+        let text = text(&rep);
+        // The issue's targets.
+        assert!(
+            sfb.unresponsive_share <= 2.0,
+            "seed {seed}: unresponsive {:.3}x fair\n{text}",
+            sfb.unresponsive_share
+        );
+        assert!(
+            sfb.jain_aimd >= 0.9,
+            "seed {seed}: Jain {:.4}\n{text}",
+            sfb.jain_aimd
+        );
+        // SFB works by marking and early drops; the link stays busy.
+        assert!(sfb.marked > 0 && sfb.drops.earlydrop > 0, "{text}");
+        assert!(sfb.utilisation > 0.99, "{text}");
+        assert_eq!(sfb.sojourn.count, sfb.histogram.len());
+        // Drop-tail gives the unresponsive flow everything it offers.
+        assert!(dt.unresponsive_share > 9.0, "{text}");
+        assert!(dt.drops.queuedrop > 0 && dt.marked == 0, "{text}");
+        assert!(dt.utilisation > 0.99, "{text}");
+    }
+}
+
+#[test]
+fn eight_flows_sfb_halves_the_unresponsive_share_and_keeps_aimd_fair() {
+    let cfg = SfbScenarioConfig {
+        aimd: 8,
+        duration_ns: 10_000_000_000,
+        warmup_ns: 3_333_333_333,
+        seed: 1,
+        ..SfbScenarioConfig::default()
+    };
     let rep = run_sfb_scenario(&cfg).unwrap();
     let [sfb, dt] = &rep.results[..] else {
         panic!("two results expected");
     };
-    assert_eq!((sfb.queue, dt.queue), (QueueKind::Sfb, QueueKind::DropTail));
-    let aimd_share = |r: &traffic_gen::scenario::QueueResult| {
-        r.flows
-            .iter()
-            .filter(|f| f.kind == "aimd")
-            .map(|f| f.throughput_bps)
-            .sum::<f64>()
-            / cfg.rate_bps as f64
-    };
-    let text = {
-        let mut v = Vec::new();
-        rep.write_text(&mut v, true).unwrap();
-        String::from_utf8(v).unwrap()
-    };
+    let text = text(&rep);
     // Drop-tail: the unresponsive flow takes most of the link.
     assert!(dt.unresponsive_share > 8.0, "{text}");
-    assert!(aimd_share(dt) < 0.02, "{text}");
-    assert!(dt.drops.queuedrop > 0 && dt.marked == 0, "{text}");
-    // SFB: at most half of drop-tail's share for the unresponsive flow,
-    // the AIMD flows get about half the link and share it fairly.
+    assert!(aimd_share(dt, cfg.rate_bps) < 0.02, "{text}");
+    // SFB: about half of drop-tail's share (not the 2x target), the AIMD
+    // flows get about half the link and share it fairly.
     assert!(
         sfb.unresponsive_share < 0.55 * dt.unresponsive_share,
         "{text}"
     );
-    assert!(aimd_share(sfb) > 0.4, "{text}");
+    assert!(aimd_share(sfb, cfg.rate_bps) > 0.4, "{text}");
     assert!(sfb.jain_aimd >= 0.9, "{text}");
-    assert!(sfb.marked > 0 && sfb.drops.earlydrop > 0, "{text}");
-    // Both keep the link busy; SFB keeps the queue short.
-    assert!(sfb.utilisation > 0.9 && dt.utilisation > 0.99, "{text}");
+    // No flow is driven to p = 1: the penalty box stays empty.
+    assert_eq!(sfb.drops.penaltydrop, 0, "{text}");
     assert!(sfb.sojourn.p99 < dt.sojourn.p99 / 10, "{text}");
-    assert_eq!(sfb.sojourn.count, sfb.histogram.len());
 }
 
 #[test]

@@ -101,6 +101,16 @@
 //! default here. Note that `tc qdisc add ... sfb` without options sends its
 //! own defaults (increment 33, decrement 3), not the kernel's.
 //!
+//! Blue's rule makes `target` an absolute per-bin packet count and lowers
+//! `p_mark` only at an *empty* bin: a smooth constant-rate flow that keeps a
+//! few packets queued freezes its bins' `p_mark` below 1 and keeps about
+//! `target` packets queued, so it is held near `target / sojourn` and the
+//! penalty box (which needs `p_mark` = 1) stays empty unless the flow
+//! overwhelms its bins. How the kernel's 8 x 16 bins and `target` 20 fare
+//! against one such flow among AIMD flows, and the settings the
+//! `traffic-gen scenario sfb` evaluation uses instead, are in that
+//! scenario's module docs.
+//!
 //! There is no child qdisc: the child is the [`EgressQueue`] (a shaped
 //! FIFO); `childdrop` counts the packets SFB admitted and the queue refused
 //! (only possible when the queue's own limit is below SFB's).
