@@ -8,3 +8,6 @@ pub mod cms;
 pub mod hash;
 pub mod inputs;
 pub mod measure;
+pub mod pipeline;
+pub mod sfb;
+pub mod stages;

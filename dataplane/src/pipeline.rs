@@ -43,7 +43,7 @@ use core::fmt;
 
 use crate::clock::Timestamp;
 use crate::io::capture::{CaptureError, CaptureReader};
-use crate::wire::{LinkType, Malformed, MalformedCounters, Parsed, parse, parse_with_orig_len};
+use crate::wire::{LinkType, Malformed, MalformedCounters, Parsed, parse_into};
 
 /// The most packets a [`Batch`] holds.
 pub const BATCH_SIZE: usize = 32;
@@ -329,6 +329,7 @@ impl Batch {
     }
 
     /// Like [`push`](Self::push) with an ingress port.
+    #[inline]
     pub fn push_from(
         &mut self,
         ts: Timestamp,
@@ -430,7 +431,7 @@ pub struct PipelineConfig {
     /// Malformed frames: drop (default) or pass.
     pub malformed: MalformedPolicy,
     /// Use the frame's original length to call an IP length that runs past
-    /// a complete frame malformed ([`parse_with_orig_len`]). Off by default:
+    /// a complete frame malformed ([`parse_with_orig_len`](crate::wire::parse_with_orig_len)). Off by default:
     /// captures are often cut by a snaplen.
     pub strict_lengths: bool,
     /// Where a parsed packet goes until a stage decides otherwise.
@@ -595,25 +596,20 @@ impl Pipeline {
     pub fn process(&mut self, batch: &mut Batch, now: Timestamp) {
         let cfg = self.config;
         let c = &mut self.counters;
+        c.received = c.received.saturating_add(batch.len() as u64);
+        let orig_len = |p: &Packet| cfg.strict_lengths.then_some(p.orig_len as usize);
         for p in batch.packets_mut() {
-            c.received = c.received.saturating_add(1);
-            let res = if cfg.strict_lengths {
-                parse_with_orig_len(p.link_type, &p.data, p.orig_len as usize)
-            } else {
-                parse(p.link_type, &p.data)
-            };
-            match res {
-                Ok(parsed) => {
-                    if !parsed.is_ip() {
+            // In place: the summary is written into the slot, not copied there.
+            match parse_into(p.link_type, &p.data, orig_len(p), &mut p.parsed) {
+                Ok(()) => {
+                    if !p.parsed.as_ref().is_some_and(Parsed::is_ip) {
                         c.non_ip = c.non_ip.saturating_add(1);
                     }
-                    p.parsed = Some(parsed);
                     p.malformed = None;
                     p.verdict = Verdict::Forward(cfg.default_egress);
                 }
                 Err(m) => {
                     c.malformed.record(m);
-                    p.parsed = None;
                     p.malformed = Some(m);
                     p.verdict = match cfg.malformed {
                         MalformedPolicy::Drop => Verdict::Drop(DropReason::Malformed(m)),

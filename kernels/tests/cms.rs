@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use kernels::cms::{CountMin, MergeError};
-use kernels::{Backend, Hasher};
+use kernels::{Backend, HashPair, Hasher};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -144,6 +144,69 @@ proptest! {
             bat.estimate_batch(&keys, &mut out);
             let single: Vec<u32> = keys.iter().map(|k| seq.estimate(k)).collect();
             prop_assert_eq!(out, single);
+        }
+    }
+
+    /// Two sketches of different shapes fed from one hash per key (the
+    /// pairs API) end exactly as if each had been fed the keys one at a
+    /// time, and their estimates never fall below the true counts.
+    #[test]
+    fn pairs_equal_sequential_and_never_below_truth(
+        s in stream(12, 300, 1 << 12),
+        rows in 1usize..=10,
+        log2_width in 0u32..=8,
+        rows2 in 1usize..=5,
+        log2_width2 in 0u32..=6,
+        conservative: bool,
+        batch in 1usize..=80,
+    ) {
+        let mut seq = CountMin::with_hasher(rows, log2_width, Hasher::with_seed(11));
+        let mut seq2 = CountMin::with_hasher(rows2, log2_width2, Hasher::with_seed(11));
+        let mut seq_est = Vec::new();
+        for (k, v) in &s {
+            if conservative {
+                seq_est.push((seq.add_conservative(k, *v), seq2.add_conservative(k, 1)));
+            } else {
+                seq_est.push((seq.add(k, *v), seq2.add(k, 1)));
+            }
+        }
+        let t = truth(&s);
+        for h in hashers(11) {
+            let mut a = CountMin::with_hasher(rows, log2_width, h.clone());
+            let mut b = CountMin::with_hasher(rows2, log2_width2, h.clone());
+            prop_assert_eq!(a.hasher().key().id(), b.hasher().key().id());
+            let mut est = Vec::new();
+            for chunk in s.chunks(batch) {
+                let keys: Vec<Key> = chunk.iter().map(|(k, _)| *k).collect();
+                let values: Vec<u32> = chunk.iter().map(|(_, v)| *v).collect();
+                let mut pairs = vec![HashPair::default(); keys.len()];
+                h.hash_batch(&keys, &mut pairs);
+                let ones = vec![1; keys.len()];
+                let (ea, eb) = if conservative {
+                    (
+                        a.add_conservative_pairs(&pairs, &values).to_vec(),
+                        b.add_conservative_pairs(&pairs, &ones).to_vec(),
+                    )
+                } else {
+                    (a.add_pairs(&pairs, &values).to_vec(), b.add_pairs(&pairs, &ones).to_vec())
+                };
+                est.extend(ea.into_iter().zip(eb));
+            }
+            prop_assert_eq!(a.counters(), seq.counters(), "backend {}", h.backend());
+            prop_assert_eq!(b.counters(), seq2.counters(), "backend {}", h.backend());
+            prop_assert_eq!(&est, &seq_est);
+            let keys: Vec<Key> = s.iter().map(|(k, _)| *k).collect();
+            let mut pairs = vec![HashPair::default(); keys.len()];
+            h.hash_batch(&keys, &mut pairs);
+            let mut out = vec![0; keys.len()];
+            a.estimate_pairs(&pairs, &mut out);
+            let single: Vec<u32> = keys.iter().map(|k| seq.estimate(k)).collect();
+            prop_assert_eq!(&out, &single);
+            for (k, e) in keys.iter().zip(&out) {
+                prop_assert!(*e >= t[k]);
+                let n = s.iter().filter(|(x, _)| x == k).count() as u32;
+                prop_assert!(b.estimate(k) >= n);
+            }
         }
     }
 }
@@ -438,4 +501,24 @@ fn empty_batches_and_scratch_reuse() {
 fn batch_length_mismatch_panics() {
     let mut cms = CountMin::with_hasher(3, 5, Hasher::with_seed(6));
     cms.add_batch(&[[1u32], [2]], &[1, 2, 3]);
+}
+
+#[test]
+fn pairs_api_on_empty_and_mismatched_batches() {
+    let mut cms = CountMin::with_hasher(3, 5, Hasher::with_seed(6));
+    assert!(cms.add_conservative_pairs(&[], &[]).is_empty());
+    let mut out = [7u32; 2];
+    cms.estimate_pairs(&[], &mut out);
+    assert_eq!(out, [7, 7]);
+    let p = cms.hasher().hash_one(&[1u32, 2, 3, 4]);
+    assert_eq!(cms.add_conservative_pairs(&[p, p], &[5, 6]), &[5, 11]);
+    cms.estimate_pairs(&[p], &mut out);
+    assert_eq!(out[0], cms.estimate(&[1u32, 2, 3, 4]));
+}
+
+#[test]
+#[should_panic(expected = "3 values for 2 keys")]
+fn pairs_length_mismatch_panics() {
+    let mut cms = CountMin::with_hasher(3, 5, Hasher::with_seed(6));
+    cms.add_conservative_pairs(&[HashPair::default(); 2], &[1, 2, 3]);
 }

@@ -18,7 +18,8 @@ struct Args {
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Only these areas (comma separated): hash, bloom, cms.
+    /// Only these areas (comma separated): hash, bloom, cms, pipeline, sfb,
+    /// stages.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -37,6 +38,9 @@ struct Report {
     backend: String,
     figures: Vec<Figure>,
     ratios: Vec<Ratio>,
+    /// Heavy-flow recall and precision (area `pipeline`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    accuracy: Vec<bench::pipeline::Accuracy>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -54,6 +58,17 @@ fn main() -> anyhow::Result<()> {
     }
     if want("cms") {
         figures.extend(bench::cms::report());
+    }
+    let mut accuracy = Vec::new();
+    if want("pipeline") {
+        figures.extend(bench::pipeline::report());
+        accuracy = bench::pipeline::accuracy();
+    }
+    if want("sfb") {
+        figures.extend(bench::sfb::report());
+    }
+    if want("stages") {
+        figures.extend(bench::stages::report());
     }
     let by_name: BTreeMap<&str, f64> = figures
         .iter()
@@ -95,6 +110,43 @@ fn main() -> anyhow::Result<()> {
         "hash/ipv4/scalar",
         2.0,
     );
+    speedup(
+        "bloom/query avx2 vs sbbf-rs",
+        "bloom/query/avx2",
+        "bloom/query/sbbf-rs",
+        1.5,
+    );
+    speedup(
+        "bloom/query avx2 vs fastbloom",
+        "bloom/query/avx2",
+        "bloom/query/fastbloom",
+        5.0,
+    );
+    // t(16 ports) / t(64 ports) >= 1/1.2: 64 ports cost at most 20% more.
+    speedup(
+        "portfilter 64 vs 16 ports",
+        "portfilter/query/64",
+        "portfilter/query/16",
+        0.833,
+    );
+    speedup(
+        "cms/cu-update avx2 vs count-min-sketch",
+        "cms/cu-update/avx2",
+        "cms/cu-update/count-min-sketch",
+        3.0,
+    );
+    speedup(
+        "cms/cu-update avx2 vs streaming_algorithms",
+        "cms/cu-update/avx2",
+        "cms/cu-update/streaming_algorithms",
+        3.0,
+    );
+    speedup(
+        "heavy/zipf ours vs heavykeeper",
+        "heavy/zipf/bloomplane",
+        "heavy/zipf/heavykeeper",
+        1.5,
+    );
     let mut ceiling = |name: &str, fig: &str, max_ns: f64| {
         if let Some(&v) = by_name.get(fig) {
             ratios.push(Ratio {
@@ -111,6 +163,43 @@ fn main() -> anyhow::Result<()> {
         "index/partitioned-k8/avx2",
         0.5,
     );
+    ceiling("cms/cu-update avx2 ns/key", "cms/cu-update/avx2", 8.0);
+    ceiling("bloom/query avx2 ns/key", "bloom/query/avx2", 2.0);
+    // 15 Mpps on one worker (10GbE line rate of 64-byte frames is 14.88).
+    if let Some(&v) = by_name.get("pipeline/heavy/zipf64") {
+        ratios.push(Ratio {
+            name: "pipeline/heavy/zipf64 ns/packet".into(),
+            value: v,
+            target: "<= 66.7 ns/pkt".into(),
+            met: v <= 66.7,
+        });
+    }
+
+    // SFB enqueue+dequeue per packet, batched: at most 20 ns per packet.
+    for b in ["scalar", "avx2", "neon"] {
+        let fig = format!("sfb/enqueue-dequeue/{b}");
+        if let Some(&v) = by_name.get(fig.as_str()) {
+            ratios.push(Ratio {
+                name: format!("{fig} ns/packet"),
+                value: v,
+                target: "<= 20 ns/pkt".into(),
+                met: v <= 20.0,
+            });
+        }
+    }
+
+    // Multicast egress-set query (64 interfaces) and icarus
+    // check-and-update, batched: at most 5 ns per packet each.
+    for fig in ["multicast/query/64", "icarus/check/v4"] {
+        if let Some(&v) = by_name.get(fig) {
+            ratios.push(Ratio {
+                name: format!("{fig} ns/packet"),
+                value: v,
+                target: "<= 5 ns/pkt".into(),
+                met: v <= 5.0,
+            });
+        }
+    }
 
     println!("{:<34} {:>10} {:>10}", "benchmark", "ns/item", "M items/s");
     for f in &figures {
@@ -133,10 +222,24 @@ fn main() -> anyhow::Result<()> {
             if r.met { "yes" } else { "NO" }
         );
     }
+    if !accuracy.is_empty() {
+        println!();
+        println!(
+            "{:<34} {:>6} {:>8} {:>6} {:>7} {:>9}",
+            "heavy flows (>= 0.1% of packets)", "heavy", "reported", "tp", "recall", "precision"
+        );
+        for a in &accuracy {
+            println!(
+                "{:<34} {:>6} {:>8} {:>6} {:>7.3} {:>9.3}",
+                a.name, a.heavy, a.reported, a.true_positives, a.recall, a.precision
+            );
+        }
+    }
     let report = Report {
         backend: backend.name().into(),
         figures,
         ratios,
+        accuracy,
     };
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report)?;

@@ -4,17 +4,21 @@
 //!
 //! # Per batch
 //!
-//! The flow keys of the batch's live IP packets are gathered and added to
-//! two sketches with batched calls (bytes = the packet's length on the
-//! wire; packets = 1). The batched call returns each
-//! key's estimate right after its own update. Then, packet by packet in
+//! The flow keys of the batch's live IP packets are gathered and hashed
+//! once each (one keyed [`HashPair`] per key), and the same pairs feed both
+//! sketches in batch order (bytes = the packet's length on the wire;
+//! packets = 1; [`CountMin::add_conservative_pairs`] derives each sketch's
+//! rows from the pair at its own shape). Each update returns the key's
+//! estimate right after it. Then, packet by packet in
 //! order, the running epoch totals grow, a flow already in the flow memory
 //! gets its exact counts, and any other flow whose estimate reaches the
 //! threshold enters the memory with its estimates at detection.
 //!
 //! Both families share one sketch (per metric), but each is hashed at its
 //! own width: IPv4 keys at four words ([`FlowKey::words4`]), IPv6 keys at
-//! ten ([`FlowKey::words10`]); a batch is updated as two sub-batches. One
+//! ten ([`FlowKey::words10`]); a mixed batch is hashed as two sub-batches
+//! whose pairs are put back in batch order (a one-family batch is hashed
+//! in one call, straight into place). One
 //! shared sketch rather than one per family, because the memory budget then
 //! follows whatever mix arrives instead of being split in advance (a split
 //! halves the width each family gets and doubles the overestimate of the
@@ -66,12 +70,10 @@
 //! are reported ([`EpochReport`]) and both sketches and the memory reset.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::io::{self, Write};
 
-use ahash::RandomState;
-use kernels::Hasher;
 use kernels::cms::CountMin;
+use kernels::{HashPair, Hasher};
 use serde::Serialize;
 
 use crate::clock::Timestamp;
@@ -302,13 +304,172 @@ impl Tracked {
     }
 }
 
+/// A flow as the flow memory hashes and compares it: five words built from
+/// the words the sketches hash ([`FlowKey::words4`] / `words10`), so the
+/// memory costs the gather loop a few shifts rather than a second walk of
+/// the key. IPv4: `[src:dst, ports:proto, 0, 0, 0]`; IPv6: `[src (2),
+/// dst (2), ports:proto | 1 << 48]`. Every field is in the words and the
+/// last word tells the families apart, so two keys are equal exactly when
+/// the flows are.
+type MemKey = [u64; 5];
+
+/// Bit set in the last word of every IPv6 [`MemKey`] (never in an IPv4 one).
+const V6_TAG: u64 = 1 << 48;
+
+#[inline]
+fn pair(hi: u32, lo: u32) -> u64 {
+    (u64::from(hi) << 32) | u64::from(lo)
+}
+
+#[inline]
+fn mem_key4(w: &[u32; 4]) -> MemKey {
+    [
+        pair(w[0], w[1]),
+        (u64::from(w[2]) << 8) | u64::from(w[3]),
+        0,
+        0,
+        0,
+    ]
+}
+
+#[inline]
+fn mem_key10(w: &[u32; 10]) -> MemKey {
+    [
+        pair(w[0], w[1]),
+        pair(w[2], w[3]),
+        pair(w[4], w[5]),
+        pair(w[6], w[7]),
+        (u64::from(w[8]) << 8) | u64::from(w[9]) | V6_TAG,
+    ]
+}
+
+/// Whether two [`MemKey`]s are equal: word by word without branches (a
+/// plain `==` on the array is a call to `memcmp`, once per packet).
+#[inline(always)]
+fn same_key(a: &MemKey, b: &MemKey) -> bool {
+    a.iter().zip(b).fold(0, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// Where a key's probe sequence starts in the flow memory's index: bits of
+/// the key's keyed [`HashPair`], which the sketches need anyway (so the
+/// memory costs no hashing of its own, and flows cannot be aimed at one
+/// probe sequence without the hasher's key). Both halves are mixed in: the
+/// sketches index by the top bits of `h1 + r * (h2 | 1)`.
+#[inline(always)]
+fn mem_hash(p: HashPair) -> u32 {
+    p.h1.rotate_left(13) ^ p.h2
+}
+
+/// The flow memory: tracked flows in a dense vector, found through an
+/// open-addressing index (linear probing, at most half full) of entry
+/// numbers.
+///
+/// It is probed once per packet, so it is built for that: the probe starts
+/// at the key's [`mem_hash`], a miss usually reads one `u32` slot, and a
+/// hit one slot and one key. Entries are only removed by
+/// [`retain`](Self::retain) (the eviction sweep) and
+/// [`clear`](Self::clear), which rebuild the index from the stored hashes,
+/// so it needs no tombstones.
+#[derive(Debug)]
+struct FlowMemory {
+    keys: Vec<MemKey>,
+    /// Per entry (same order as `keys`): its [`mem_hash`].
+    hashes: Vec<u32>,
+    /// Per entry (same order as `keys`): the flow and its counts.
+    entries: Vec<(FlowKey, Tracked)>,
+    /// Per slot: entry number + 1, or 0 when empty.
+    index: Vec<u32>,
+    mask: usize,
+}
+
+impl FlowMemory {
+    fn with_capacity(capacity: usize) -> Self {
+        let slots = capacity.saturating_mul(2).max(2).next_power_of_two();
+        FlowMemory {
+            keys: Vec::with_capacity(capacity),
+            hashes: Vec::with_capacity(capacity),
+            entries: Vec::with_capacity(capacity),
+            index: vec![0; slots],
+            mask: slots - 1,
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The counts of `key` (whose [`mem_hash`] is `hash`), if tracked.
+    #[inline(always)]
+    fn get_mut(&mut self, key: &MemKey, hash: u32) -> Option<&mut Tracked> {
+        let mut slot = hash as usize & self.mask;
+        loop {
+            let e = self.index[slot] as usize;
+            if e == 0 {
+                return None;
+            }
+            if same_key(&self.keys[e - 1], key) {
+                return Some(&mut self.entries[e - 1].1);
+            }
+            slot = (slot + 1) & self.mask;
+        }
+    }
+
+    /// Adds a flow that is not tracked (the caller keeps `len() < capacity`).
+    fn insert(&mut self, key: MemKey, hash: u32, flow: FlowKey, t: Tracked) {
+        self.keys.push(key);
+        self.hashes.push(hash);
+        self.entries.push((flow, t));
+        self.place(hash, self.keys.len() as u32);
+    }
+
+    fn place(&mut self, hash: u32, n: u32) {
+        let mut slot = hash as usize & self.mask;
+        while self.index[slot] != 0 {
+            slot = (slot + 1) & self.mask;
+        }
+        self.index[slot] = n;
+    }
+
+    /// Keeps the entries `keep` accepts, then rebuilds the index.
+    fn retain(&mut self, mut keep: impl FnMut(&Tracked) -> bool) {
+        let mut kept = 0;
+        for i in 0..self.keys.len() {
+            if keep(&self.entries[i].1) {
+                self.keys.swap(kept, i);
+                self.hashes.swap(kept, i);
+                self.entries.swap(kept, i);
+                kept += 1;
+            }
+        }
+        self.keys.truncate(kept);
+        self.hashes.truncate(kept);
+        self.entries.truncate(kept);
+        self.index.fill(0);
+        for i in 0..kept {
+            self.place(self.hashes[i], i as u32 + 1);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.hashes.clear();
+        self.entries.clear();
+        self.index.fill(0);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(FlowKey, Tracked)> {
+        self.entries.iter()
+    }
+}
+
 /// The heavy-flow stage.
 #[derive(Debug)]
 pub struct HeavyStage {
     config: HeavyConfig,
     bytes: CountMin,
     packets: CountMin,
-    memory: HashMap<FlowKey, Tracked, RandomState>,
+    memory: FlowMemory,
     counters: HeavyCounters,
     /// Current epoch: number, start, totals, overflow.
     epoch: Option<(u64, u64)>,
@@ -317,15 +478,23 @@ pub struct HeavyStage {
     epoch_overflow: u64,
     /// Running total at the last sweep that could not free enough room.
     sweep_blocked_at: u64,
+    /// The key of both sketches (they are built from one [`Hasher`], so
+    /// one hash pair per key serves both).
+    hasher: Hasher,
     /// Reused per-batch buffers.
     keys4: [[u32; 4]; BATCH_SIZE],
     keys10: [[u32; 10]; BATCH_SIZE],
-    lens4: [u32; BATCH_SIZE],
-    lens10: [u32; BATCH_SIZE],
     /// Position in the batch's flow order of each IPv4 / IPv6 key.
-    at4: [usize; BATCH_SIZE],
-    at10: [usize; BATCH_SIZE],
-    flows: [Option<FlowKey>; BATCH_SIZE],
+    at4: [u8; BATCH_SIZE],
+    at10: [u8; BATCH_SIZE],
+    /// Per flow in batch order: the hash pair of its key.
+    pairs: [HashPair; BATCH_SIZE],
+    /// One family's pairs before they are scattered into `pairs`.
+    family_pairs: [HashPair; BATCH_SIZE],
+    /// Per flow in batch order: its flow-memory key and its packet's place
+    /// in the batch.
+    mem_keys: [MemKey; BATCH_SIZE],
+    slots: [u8; BATCH_SIZE],
     lens: [u32; BATCH_SIZE],
     ones: [u32; BATCH_SIZE],
     est_bytes: [u32; BATCH_SIZE],
@@ -341,12 +510,14 @@ impl HeavyStage {
     pub fn new(config: HeavyConfig) -> Self {
         let hasher = config.seed.map_or_else(Hasher::new, Hasher::with_seed);
         let bytes = CountMin::with_hasher(config.rows, config.log2_width, hasher.clone());
-        let packets = CountMin::with_hasher(config.packet_rows, config.packet_log2_width, hasher);
+        let packets =
+            CountMin::with_hasher(config.packet_rows, config.packet_log2_width, hasher.clone());
         HeavyStage {
             config,
             bytes,
             packets,
-            memory: HashMap::with_capacity_and_hasher(config.capacity, RandomState::new()),
+            hasher,
+            memory: FlowMemory::with_capacity(config.capacity),
             counters: HeavyCounters::default(),
             epoch: None,
             epoch_bytes: 0,
@@ -355,11 +526,12 @@ impl HeavyStage {
             sweep_blocked_at: 0,
             keys4: [[0; 4]; BATCH_SIZE],
             keys10: [[0; 10]; BATCH_SIZE],
-            lens4: [0; BATCH_SIZE],
-            lens10: [0; BATCH_SIZE],
             at4: [0; BATCH_SIZE],
             at10: [0; BATCH_SIZE],
-            flows: [None; BATCH_SIZE],
+            pairs: [HashPair::default(); BATCH_SIZE],
+            family_pairs: [HashPair::default(); BATCH_SIZE],
+            mem_keys: [[0; 5]; BATCH_SIZE],
+            slots: [0; BATCH_SIZE],
             lens: [0; BATCH_SIZE],
             ones: [1; BATCH_SIZE],
             est_bytes: [0; BATCH_SIZE],
@@ -418,7 +590,7 @@ impl HeavyStage {
             return false;
         }
         let before = self.memory.len();
-        self.memory.retain(|_, t| t.bytes_upper() >= floor);
+        self.memory.retain(|t| t.bytes_upper() >= floor);
         let freed = before - self.memory.len();
         self.counters.evictions += freed as u64;
         if freed < self.config.capacity / 8 {
@@ -447,7 +619,7 @@ impl HeavyStage {
         let total = self.epoch_bytes;
         let threshold = self.config.threshold;
         let mut flows = Vec::new();
-        for (key, t) in &self.memory {
+        for (key, t) in self.memory.iter() {
             let bytes_upper = t.bytes_upper().min(estimate(&self.bytes, key));
             let packets_upper = t.packets_upper().min(estimate(&self.packets, key));
             if is_heavy(threshold, total, bytes_upper, packets_upper) {
@@ -511,72 +683,83 @@ impl Stage for HeavyStage {
             _ => {}
         }
 
+        // Gather the flow keys of the live IP packets, per family.
         let (mut n, mut n4, mut n10) = (0, 0, 0);
-        for p in batch.packets().iter().filter(|p| p.is_live()) {
-            let Some(f) = p.parsed.and_then(|pp| pp.flow) else {
-                self.counters.skipped += 1;
+        let mut skipped = 0u64;
+        for (i, p) in batch.packets().iter().enumerate() {
+            if !p.is_live() {
+                continue;
+            }
+            // By reference: a `Parsed` is over a hundred bytes.
+            let Some(f) = p.parsed.as_ref().and_then(|pp| pp.flow.as_ref()) else {
+                skipped += 1;
                 continue;
             };
             let len = p.orig_len.max(p.data().len() as u32);
             match f {
                 FlowKey::V4(k) => {
-                    self.keys4[n4] = k.words4();
-                    self.lens4[n4] = len;
-                    self.at4[n4] = n;
+                    let w = k.words4();
+                    self.mem_keys[n] = mem_key4(&w);
+                    self.keys4[n4] = w;
+                    self.at4[n4] = n as u8;
                     n4 += 1;
                 }
                 FlowKey::V6(k) => {
-                    self.keys10[n10] = k.words10();
-                    self.lens10[n10] = len;
-                    self.at10[n10] = n;
+                    let w = k.words10();
+                    self.mem_keys[n] = mem_key10(&w);
+                    self.keys10[n10] = w;
+                    self.at10[n10] = n as u8;
                     n10 += 1;
                 }
             }
-            self.flows[n] = Some(f);
+            // `i < BATCH_SIZE = 32`.
+            self.slots[n] = i as u8;
             self.lens[n] = len;
             n += 1;
         }
+        self.counters.skipped += skipped;
+        // `n <= BATCH_SIZE` (one flow per packet); saying so lets the
+        // compiler drop the bounds checks on the per-batch arrays below.
+        let n = n.min(BATCH_SIZE);
         if n == 0 {
             return;
         }
-        if n4 > 0 {
-            let est = self
-                .bytes
-                .add_conservative_batch(&self.keys4[..n4], &self.lens4[..n4]);
-            for (&at, &e) in self.at4[..n4].iter().zip(est) {
-                self.est_bytes[at] = e;
-            }
-            let est = self
-                .packets
-                .add_conservative_batch(&self.keys4[..n4], &self.ones[..n4]);
-            for (&at, &e) in self.at4[..n4].iter().zip(est) {
-                self.est_packets[at] = e;
-            }
-        }
-        if n10 > 0 {
-            let est = self
-                .bytes
-                .add_conservative_batch(&self.keys10[..n10], &self.lens10[..n10]);
-            for (&at, &e) in self.at10[..n10].iter().zip(est) {
-                self.est_bytes[at] = e;
-            }
-            let est = self
-                .packets
-                .add_conservative_batch(&self.keys10[..n10], &self.ones[..n10]);
-            for (&at, &e) in self.at10[..n10].iter().zip(est) {
-                self.est_packets[at] = e;
-            }
-        }
 
+        // One hash per key, in batch order: a single-family batch hashes
+        // straight into place, a mixed one per family and then scatters.
+        let pairs = &mut self.pairs[..n];
+        if n10 == 0 {
+            self.hasher.hash_batch(&self.keys4[..n4], pairs);
+        } else if n4 == 0 {
+            self.hasher.hash_batch(&self.keys10[..n10], pairs);
+        } else {
+            let tmp = &mut self.family_pairs;
+            self.hasher.hash_batch(&self.keys4[..n4], &mut tmp[..n4]);
+            for (&at, &h) in self.at4[..n4].iter().zip(&tmp[..n4]) {
+                pairs[usize::from(at)] = h;
+            }
+            self.hasher.hash_batch(&self.keys10[..n10], &mut tmp[..n10]);
+            for (&at, &h) in self.at10[..n10].iter().zip(&tmp[..n10]) {
+                pairs[usize::from(at)] = h;
+            }
+        }
+        // Both sketches from the same pairs (they share the hasher's key).
+        let est = self.bytes.add_conservative_pairs(pairs, &self.lens[..n]);
+        self.est_bytes[..n].copy_from_slice(est);
+        let est = self.packets.add_conservative_pairs(pairs, &self.ones[..n]);
+        self.est_packets[..n].copy_from_slice(est);
+
+        // Packet by packet, in order: only the running byte total is read
+        // per packet; the packet totals are added once per batch.
         let threshold = self.config.threshold;
+        self.epoch_packets += n as u64;
+        self.counters.packets += n as u64;
         for j in 0..n {
-            let Some(flow) = self.flows[j] else { continue };
             let len = u64::from(self.lens[j]);
             self.epoch_bytes += len;
-            self.epoch_packets += 1;
             self.counters.bytes += len;
-            self.counters.packets += 1;
-            if let Some(t) = self.memory.get_mut(&flow) {
+            let hash = mem_hash(self.pairs[j]);
+            if let Some(t) = self.memory.get_mut(&self.mem_keys[j], hash) {
                 t.bytes += len;
                 t.packets += 1;
                 continue;
@@ -585,8 +768,18 @@ impl Stage for HeavyStage {
             if !is_heavy(threshold, self.epoch_bytes, eb, ep) {
                 continue;
             }
+            // The gather loop took this packet's key from it.
+            let Some(flow) = batch.packets()[usize::from(self.slots[j])]
+                .parsed
+                .as_ref()
+                .and_then(|pp| pp.flow)
+            else {
+                continue;
+            };
             if self.make_room() {
                 self.memory.insert(
+                    self.mem_keys[j],
+                    hash,
                     flow,
                     Tracked {
                         detected_ns: now.as_nanos(),

@@ -56,7 +56,7 @@ pub use ip::{Ecn, IpProtocol, IpVersion};
 pub use ipv4::Packet as Ipv4Packet;
 pub use ipv6::Packet as Ipv6Packet;
 pub use parse::{
-    Fragment, Malformed, MalformedCounters, Parsed, parse, parse_with_orig_len, set_ce,
+    Fragment, Malformed, MalformedCounters, Parsed, parse, parse_into, parse_with_orig_len, set_ce,
 };
 pub use tcp::{Packet as TcpPacket, TcpFlags};
 pub use udp::Packet as UdpPacket;

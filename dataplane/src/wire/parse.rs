@@ -314,7 +314,10 @@ impl MalformedCounters {
 /// possibly cut by a capture's snaplen; see the module docs.
 #[inline]
 pub fn parse(link: LinkType, frame: &[u8]) -> Result<Parsed, Malformed> {
-    parse_l2(link, frame)
+    let (ethertype, off, depth, outer) = parse_l2(link, frame)?;
+    let mut p = Parsed::non_ip(depth, outer, ethertype, off);
+    parse_l3(frame, &mut p)?;
+    Ok(p)
 }
 
 /// Like [`parse`], with the frame's original length on the wire (pcap
@@ -326,17 +329,59 @@ pub fn parse_with_orig_len(
     frame: &[u8],
     orig_len: usize,
 ) -> Result<Parsed, Malformed> {
-    let p = parse_l2(link, frame)?;
+    let p = parse(link, frame)?;
+    check_orig_len(&p, frame, orig_len)?;
+    Ok(p)
+}
+
+/// [`parse`] (or, with `orig_len`, [`parse_with_orig_len`]) writing the
+/// summary straight into `out`, which is `Some` after success and `None`
+/// after a failure. The same result as the by-value functions; it exists
+/// for the hot path, where the summary lives in a batch slot and a
+/// returned `Parsed` (over a hundred bytes) would be built on the stack and
+/// then copied there.
+#[inline]
+pub fn parse_into(
+    link: LinkType,
+    frame: &[u8],
+    orig_len: Option<usize>,
+    out: &mut Option<Parsed>,
+) -> Result<(), Malformed> {
+    let res = match parse_l2(link, frame) {
+        Ok((ethertype, off, depth, outer)) => {
+            let p = out.insert(Parsed::non_ip(depth, outer, ethertype, off));
+            parse_l3(frame, p).and_then(|()| match orig_len {
+                Some(len) => check_orig_len(p, frame, len),
+                None => Ok(()),
+            })
+        }
+        Err(m) => Err(m),
+    };
+    if res.is_err() {
+        *out = None;
+    }
+    res
+}
+
+/// The [`parse_with_orig_len`] check on a parsed frame.
+#[inline]
+fn check_orig_len(p: &Parsed, frame: &[u8], orig_len: usize) -> Result<(), Malformed> {
     if p.truncated && frame.len() >= orig_len {
         return Err(match p.ip_version {
             Some(IpVersion::V4) => Malformed::Ipv4TotalLengthBeyondFrame,
             _ => Malformed::Ipv6PayloadBeyondFrame,
         });
     }
-    Ok(p)
+    Ok(())
 }
 
-fn parse_l2(link: LinkType, frame: &[u8]) -> Result<Parsed, Malformed> {
+/// The link header and VLAN tags: the EtherType after them, the offset of
+/// the L2 payload, the tag count and the outer VLAN id.
+#[inline(always)]
+fn parse_l2(
+    link: LinkType,
+    frame: &[u8],
+) -> Result<(EtherType, usize, u16, Option<u16>), Malformed> {
     let (mut ethertype, mut off) = match link {
         LinkType::Ethernet => match read_u16(frame, ethernet::HEADER_LEN - 2) {
             Some(t) => (EtherType::from(t), ethernet::HEADER_LEN),
@@ -352,7 +397,7 @@ fn parse_l2(link: LinkType, frame: &[u8]) -> Result<Parsed, Malformed> {
             Some(_) => return Err(Malformed::BadIpVersion),
             None => return Err(Malformed::TruncatedL2),
         },
-        LinkType::Unknown(_) => return Ok(Parsed::non_ip(0, None, EtherType::Unknown(0), 0)),
+        LinkType::Unknown(_) => return Ok((EtherType::Unknown(0), 0, 0, None)),
     };
 
     let mut depth: u16 = 0;
@@ -368,14 +413,17 @@ fn parse_l2(link: LinkType, frame: &[u8]) -> Result<Parsed, Malformed> {
         ethertype = EtherType::from(next);
         off += 4;
     }
+    Ok((ethertype, off, depth, outer))
+}
 
-    let mut p = Parsed::non_ip(depth, outer, ethertype, off);
-    match ethertype {
-        EtherType::Ipv4 => parse_ipv4(frame, off, &mut p)?,
-        EtherType::Ipv6 => parse_ipv6(frame, off, &mut p)?,
-        _ => {}
+/// The IP layer and up, into `p` (a [`Parsed::non_ip`] of the L2 result).
+#[inline(always)]
+fn parse_l3(frame: &[u8], p: &mut Parsed) -> Result<(), Malformed> {
+    match p.ethertype {
+        EtherType::Ipv4 => parse_ipv4(frame, p.l3_offset, p),
+        EtherType::Ipv6 => parse_ipv6(frame, p.l3_offset, p),
+        _ => Ok(()),
     }
-    Ok(p)
 }
 
 fn parse_ipv4(frame: &[u8], off: usize, p: &mut Parsed) -> Result<(), Malformed> {
@@ -557,6 +605,7 @@ fn parse_ipv6(frame: &[u8], off: usize, p: &mut Parsed) -> Result<(), Malformed>
 
 /// Parses the L4 header at `l4` of an IP datagram ending (per its length
 /// fields) at `end >= l4`. Handles non-first IPv4 fragments too.
+#[inline(always)]
 fn parse_l4(
     frame: &[u8],
     l4: usize,

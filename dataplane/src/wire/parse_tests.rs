@@ -685,7 +685,23 @@ fn check_any(link: LinkType, bytes: &[u8]) {
             );
         }
     }
-    let _ = parse_with_orig_len(link, bytes, bytes.len());
+    // The in-place form agrees with the by-value ones, whatever the slot
+    // held before.
+    let stale = parse(LinkType::RawIp, &[0x45; 28]).ok();
+    for orig_len in [None, Some(bytes.len()), Some(bytes.len() + 1)] {
+        let by_value = match orig_len {
+            Some(len) => parse_with_orig_len(link, bytes, len),
+            None => parse(link, bytes),
+        };
+        for start in [None, stale] {
+            let mut out = start;
+            let res = parse_into(link, bytes, orig_len, &mut out);
+            assert_eq!(res.map(|()| out), by_value.map(Some));
+            if res.is_err() {
+                assert_eq!(out, None);
+            }
+        }
+    }
 }
 
 /// A valid packet built from random parameters, with the offset where the
