@@ -82,6 +82,9 @@ struct Bucket {
     tokens: u64,
     /// The instant `tokens` refers to.
     at: Timestamp,
+    /// `floor((2^64 - 1) / rate)` (0 when unshaped): divides by `rate` with
+    /// a multiply (see [`div_rate`](Self::div_rate)).
+    inv: u64,
 }
 
 impl Bucket {
@@ -92,7 +95,23 @@ impl Bucket {
             cap,
             tokens: cap,
             at: Timestamp::ZERO,
+            inv: u64::MAX.checked_div(cfg.rate_bps).unwrap_or(0),
         }
+    }
+
+    /// `(x / rate, x % rate)` exactly, for `rate > 0`, without a hardware
+    /// divide (it sits on the chain from one departure to the next).
+    /// `inv` underestimates `2^64 / rate` by less than 2, so the estimate
+    /// `x * inv / 2^64` is at most 2 below the quotient; the remainder fixes it.
+    #[inline(always)]
+    fn div_rate(&self, x: u64) -> (u64, u64) {
+        let mut q = ((u128::from(x) * u128::from(self.inv)) >> 64) as u64;
+        let mut r = x - q * self.rate;
+        while r >= self.rate {
+            q += 1;
+            r -= self.rate;
+        }
+        (q, r)
     }
 
     /// When a packet needing `len` bytes, eligible from `ready`, leaves, and
@@ -108,7 +127,8 @@ impl Bucket {
             return (t0, tokens - need);
         }
         // rate > 0 here: an unshaped queue never reaches this point.
-        let wait = (need - tokens).div_ceil(self.rate);
+        let (q, r) = self.div_rate(need - tokens);
+        let wait = q + u64::from(r != 0);
         let tokens = tokens
             .saturating_add(wait.saturating_mul(self.rate))
             .min(cap);
@@ -337,6 +357,29 @@ mod tests {
             q.dequeue(t(1_000_000_000)).unwrap().departed,
             t(900_000_000)
         );
+    }
+
+    #[test]
+    fn div_rate_is_exact() {
+        let xs = [0, 1, 7, 999, 1 << 32, u64::MAX / 3, u64::MAX - 1, u64::MAX];
+        for rate in [
+            1,
+            3,
+            8000,
+            1_000_000_000,
+            999_999_937,
+            u64::MAX / 2,
+            u64::MAX,
+        ] {
+            let b = Bucket::new(&EgressConfig {
+                rate_bps: rate,
+                burst_bytes: 0,
+                limit: 1,
+            });
+            for x in xs {
+                assert_eq!(b.div_rate(x), (x / rate, x % rate), "{x} / {rate}");
+            }
+        }
     }
 
     #[test]

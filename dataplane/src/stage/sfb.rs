@@ -403,6 +403,13 @@ pub enum Admit {
     Drop(SfbDrop),
 }
 
+/// What [`Sfb::decide`] admitted: mark or not, and the sets to count in.
+#[derive(Debug, Clone, Copy)]
+struct Decision {
+    mark: bool,
+    sets: u8,
+}
+
 /// SFB's event counters (`tc -s qdisc` shows these).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SfbCounters {
@@ -849,7 +856,7 @@ impl Sfb {
     /// the flow for the penalty-box listing (optional); `queue_len` is the
     /// queue's length now. The key must have been made after the last
     /// [`tick`](Self::tick).
-    #[inline(always)]
+    #[inline]
     pub fn enqueue(
         &mut self,
         key: &SfbKey,
@@ -858,58 +865,90 @@ impl Sfb {
         queue_len: usize,
         now: Timestamp,
     ) -> Admit {
+        match self.decide(key, flow, ecn_capable, queue_len, now) {
+            Ok(d) => Admit::Enqueue {
+                mark: d.mark,
+                tag: SfbTag(SfbKey {
+                    packed: key.packed,
+                    sets: u64::from(d.sets),
+                }),
+            },
+            Err(e) => Admit::Drop(e),
+        }
+    }
+
+    /// [`enqueue`](Self::enqueue)'s decision without building the tag: the
+    /// tag is `key`'s packed indices with the returned set mask.
+    #[inline(always)]
+    fn decide(
+        &mut self,
+        key: &SfbKey,
+        flow: Option<&FlowKey>,
+        ecn_capable: bool,
+        queue_len: usize,
+        now: Timestamp,
+    ) -> Result<Decision, SfbDrop> {
         if queue_len >= self.cfg.limit {
             self.counters.queuedrop += 1;
-            return Admit::Drop(SfbDrop::Queue);
+            return Err(SfbDrop::Queue);
         }
         let a = self.active;
         debug_assert!(key.has_set(a), "SFB key made before a swap");
-        let (minq, minp) = self.update(a, key.packed[a]);
-        let mut tag = SfbTag(SfbKey {
-            packed: key.packed,
-            sets: 1 << a,
-        });
+        let (minq, minp) = self.update(a, key.packed[a & 1]);
+        let sets = 1u8 << a;
         if minq >= self.cfg.max {
             self.counters.bucketdrop += 1;
-            return Admit::Drop(SfbDrop::Bucket);
+            return Err(SfbDrop::Bucket);
         }
         if minp == SFB_MAX_PROB {
-            let s = a ^ 1;
-            if self.double_buffering && key.has_set(s) {
-                self.update(s, key.packed[s]);
-                tag.0.sets |= 1 << s;
-            }
-            let admitted = self.penalty.admit(now);
-            if let Some(f) = flow {
-                self.note_penalised(f, admitted, now);
-            }
-            if !admitted {
-                self.counters.penaltydrop += 1;
-                return Admit::Drop(SfbDrop::Penalty);
-            }
-            return Admit::Enqueue { mark: false, tag };
+            return self.penalise(key, flow, sets, now);
         }
         let r = self.coins.u16();
         if r < minp {
             const HALF: u16 = SFB_MAX_PROB / 2;
             if minp > HALF && u32::from(r) < u32::from(minp - HALF) * 2 {
                 self.counters.earlydrop += 1;
-                return Admit::Drop(SfbDrop::Early);
+                return Err(SfbDrop::Early);
             }
             if !ecn_capable {
                 self.counters.earlydrop += 1;
-                return Admit::Drop(SfbDrop::Early);
+                return Err(SfbDrop::Early);
             }
             self.counters.marked += 1;
-            return Admit::Enqueue { mark: true, tag };
+            return Ok(Decision { mark: true, sets });
         }
-        Admit::Enqueue { mark: false, tag }
+        Ok(Decision { mark: false, sets })
+    }
+
+    /// Step 4: the flow is unresponsive.
+    #[inline(never)]
+    fn penalise(
+        &mut self,
+        key: &SfbKey,
+        flow: Option<&FlowKey>,
+        mut sets: u8,
+        now: Timestamp,
+    ) -> Result<Decision, SfbDrop> {
+        let s = self.active ^ 1;
+        if self.double_buffering && key.has_set(s) {
+            self.update(s, key.packed[s]);
+            sets |= 1 << s;
+        }
+        let admitted = self.penalty.admit(now);
+        if let Some(f) = flow {
+            self.note_penalised(f, admitted, now);
+        }
+        if !admitted {
+            self.counters.penaltydrop += 1;
+            return Err(SfbDrop::Penalty);
+        }
+        Ok(Decision { mark: false, sets })
     }
 
     /// The queue took the packet: count it in its bins.
     #[inline]
     pub fn commit(&mut self, tag: &SfbTag) {
-        self.adjust(tag, true);
+        self.adjust(tag.sets(), tag.0.packed, true);
     }
 
     /// The queue refused a packet SFB admitted.
@@ -921,36 +960,43 @@ impl Sfb {
     /// The packet left the queue: uncount it.
     #[inline]
     pub fn release(&mut self, tag: &SfbTag) {
-        self.adjust(tag, false);
+        self.adjust(tag.sets(), tag.0.packed, false);
     }
 
-    #[inline]
-    fn adjust(&mut self, tag: &SfbTag, up: bool) {
-        let (n, b, mask) = (self.n, self.log2, self.n as u64 - 1);
-        let levels = self.levels;
-        for set in 0..2 {
-            if !tag.0.has_set(set) {
+    /// Raises (`up`) or lowers by one the counts of the bins `packed` names
+    /// in the sets of `sets`.
+    #[inline(always)]
+    fn adjust(&mut self, sets: u8, packed: [u64; 2], up: bool) {
+        for (set, &packed) in packed.iter().enumerate() {
+            if sets & (1 << set) == 0 {
                 continue;
             }
-            let packed = tag.0.packed[set];
             if self.kernel_shape
                 && let Some(bins) = kernel_bins(&mut self.bins[set])
             {
                 adjust_kernel_shape(bins, packed, up);
                 continue;
             }
-            let bins = &mut self.bins[set];
-            let bin_of = |r: usize| r * n + ((packed >> (r as u32 * b)) & mask) as usize;
-            if up {
-                for r in 0..levels {
-                    let q = &mut bins[bin_of(r)].qlen;
-                    *q = q.saturating_add(1);
-                }
-            } else {
-                for r in 0..levels {
-                    let q = &mut bins[bin_of(r)].qlen;
-                    *q = q.saturating_sub(1);
-                }
+            self.adjust_any(set, packed, up);
+        }
+    }
+
+    /// [`adjust`](Self::adjust) of one set for any shape.
+    #[inline(never)]
+    fn adjust_any(&mut self, set: usize, packed: u64, up: bool) {
+        let (n, b, mask) = (self.n, self.log2, self.n as u64 - 1);
+        let levels = self.levels;
+        let bins = &mut self.bins[set];
+        let bin_of = |r: usize| r * n + ((packed >> (r as u32 * b)) & mask) as usize;
+        if up {
+            for r in 0..levels {
+                let q = &mut bins[bin_of(r)].qlen;
+                *q = q.saturating_add(1);
+            }
+        } else {
+            for r in 0..levels {
+                let q = &mut bins[bin_of(r)].qlen;
+                *q = q.saturating_sub(1);
             }
         }
     }
@@ -1177,7 +1223,85 @@ pub enum Enqueued {
 #[derive(Debug, Clone)]
 pub struct SfbQueue<T> {
     sfb: Sfb,
-    queue: EgressQueue<(T, SfbTag)>,
+    queue: EgressQueue<T>,
+    /// The queued packets' tags, in queue order.
+    tags: TagRing,
+}
+
+/// A FIFO of tags kept beside the queue, one array per field: each push
+/// and pop is a few word-sized stores and loads (no wide copy of a
+/// freshly stored struct, which stalls store-to-load forwarding).
+#[derive(Debug, Clone)]
+struct TagRing {
+    lo: Vec<u64>,
+    hi: Vec<u64>,
+    sets: Vec<u8>,
+    head: usize,
+    len: usize,
+}
+
+impl TagRing {
+    /// Room for `cap` tags (rounded up to a power of two); grows on demand.
+    fn with_capacity(cap: usize) -> Self {
+        let cap = cap.max(16).next_power_of_two();
+        TagRing {
+            lo: vec![0; cap],
+            hi: vec![0; cap],
+            sets: vec![0; cap],
+            head: 0,
+            len: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        self.lo.len() - 1
+    }
+
+    #[inline(always)]
+    fn push(&mut self, lo: u64, hi: u64, sets: u8) {
+        if self.len == self.lo.len() {
+            self.grow();
+        }
+        let i = (self.head + self.len) & self.mask();
+        self.lo[i] = lo;
+        if let Some(h) = self.hi.get_mut(i) {
+            *h = hi;
+        }
+        if let Some(s) = self.sets.get_mut(i) {
+            *s = sets;
+        }
+        self.len += 1;
+    }
+
+    /// The oldest tag (all zero, counted in no set, when empty).
+    #[inline(always)]
+    fn pop(&mut self) -> (u64, u64, u8) {
+        if self.len == 0 {
+            return (0, 0, 0);
+        }
+        let i = self.head & self.mask();
+        self.head = (self.head + 1) & self.mask();
+        self.len -= 1;
+        let lo = self.lo[i];
+        let hi = self.hi.get(i).copied().unwrap_or(0);
+        let sets = self.sets.get(i).copied().unwrap_or(0);
+        (lo, hi, sets)
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let cap = self.lo.len();
+        let mut next = TagRing::with_capacity(cap * 2);
+        for k in 0..self.len {
+            let i = (self.head + k) & (cap - 1);
+            next.lo[k] = self.lo[i];
+            next.hi[k] = self.hi[i];
+            next.sets[k] = self.sets[i];
+        }
+        next.len = self.len;
+        *self = next;
+    }
 }
 
 impl<T> SfbQueue<T> {
@@ -1186,6 +1310,7 @@ impl<T> SfbQueue<T> {
         Ok(SfbQueue {
             sfb: Sfb::new(sfb)?,
             queue: EgressQueue::new(egress),
+            tags: TagRing::with_capacity(sfb.limit.min(egress.limit).min(1 << 16)),
         })
     }
 
@@ -1200,7 +1325,7 @@ impl<T> SfbQueue<T> {
     }
 
     /// The queue.
-    pub fn queue(&self) -> &EgressQueue<(T, SfbTag)> {
+    pub fn queue(&self) -> &EgressQueue<T> {
         &self.queue
     }
 
@@ -1219,12 +1344,13 @@ impl<T> SfbQueue<T> {
     ) -> Result<Enqueued, DropReason> {
         match self
             .sfb
-            .enqueue(key, flow, ecn_capable, self.queue.len(), now)
+            .decide(key, flow, ecn_capable, self.queue.len(), now)
         {
-            Admit::Drop(d) => Err(d.reason()),
-            Admit::Enqueue { mark, tag } => match self.queue.enqueue((item, tag), len, now) {
+            Err(d) => Err(d.reason()),
+            Ok(Decision { mark, sets }) => match self.queue.enqueue(item, len, now) {
                 Ok(()) => {
-                    self.sfb.commit(&tag);
+                    self.tags.push(key.packed[0], key.packed[1], sets);
+                    self.sfb.adjust(sets, key.packed, true);
                     Ok(if mark {
                         Enqueued::Mark
                     } else {
@@ -1243,14 +1369,9 @@ impl<T> SfbQueue<T> {
     #[inline]
     pub fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
         let d = self.queue.dequeue(now)?;
-        let (item, tag) = d.item;
-        self.sfb.release(&tag);
-        Some(Departure {
-            item,
-            len: d.len,
-            enqueued: d.enqueued,
-            departed: d.departed,
-        })
+        let (p0, p1, sets) = self.tags.pop();
+        self.sfb.adjust(sets, [p0, p1], false);
+        Some(d)
     }
 
     /// Dequeues every packet released by `now`, handing each to `f`;
@@ -1536,6 +1657,7 @@ impl BenchWorkload {
         Ok(SfbQueue {
             sfb: q.sfb.on_backend(backend)?,
             queue: q.queue,
+            tags: q.tags,
         })
     }
 
