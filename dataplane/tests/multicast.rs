@@ -27,14 +27,7 @@ fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/pcaps")
 }
 
-/// SplitMix64 for test inputs.
-fn mix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+use kernels::splitmix64 as mix;
 
 /// A random group: IPv4 239/8 or IPv6 ff0e::/16, half each.
 fn random_group(state: &mut u64) -> GroupKey {

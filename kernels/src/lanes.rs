@@ -362,11 +362,7 @@ pub(crate) const SALTS: [u32; 32] = {
     let mut state: u64 = 0x5a17_5a17_5a17_5a17;
     let mut j = 8;
     while j < 32 {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        s[j] = ((z ^ (z >> 31)) >> 32) as u32 | 1;
+        s[j] = (crate::seed::splitmix64(&mut state) >> 32) as u32 | 1;
         j += 1;
     }
     s

@@ -34,4 +34,4 @@ mod seed;
 
 pub use backend::{Backend, BackendError};
 pub use hash::{HashPair, Hasher, MAX_WORDS};
-pub use seed::HashKey;
+pub use seed::{HashKey, splitmix64};

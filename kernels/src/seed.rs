@@ -20,8 +20,10 @@ pub struct HashKey {
 }
 
 /// SplitMix64 step (Steele, Lea, Flood 2014): a well-studied 64-bit generator
-/// whose outputs for consecutive states are statistically independent.
-fn splitmix64(state: &mut u64) -> u64 {
+/// whose outputs for consecutive states are statistically independent. The
+/// project's one copy: key schedules, salts, and deterministic test and
+/// benchmark inputs all draw from it.
+pub const fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -127,7 +127,7 @@ use core::fmt;
 use std::any::Any;
 
 use kernels::index::Partitioned;
-use kernels::{Backend, BackendError, HashPair, Hasher};
+use kernels::{Backend, BackendError, HashPair, Hasher, splitmix64};
 use serde::Deserialize;
 
 use crate::clock::Timestamp;
@@ -497,14 +497,6 @@ struct Coins {
     state: u64,
     bits: u64,
     left: u32,
-}
-
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 impl Coins {
