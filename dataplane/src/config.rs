@@ -129,8 +129,9 @@ pub struct InterfaceConfig {
     /// The egress shaper (needs `sfb`): rate, burst, limit.
     #[serde(default)]
     pub egress: Option<EgressConfig>,
-    /// SFB on this port's egress queue; absent: no queue model, frames leave
-    /// as they come.
+    /// SFB on this port's egress queue (the live router holds the frames
+    /// in it and sends them at the shaper's pace); absent: no queue, frames
+    /// leave as they come.
     #[serde(default)]
     pub sfb: Option<SfbConfig>,
 }

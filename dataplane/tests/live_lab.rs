@@ -12,17 +12,31 @@
 //!    leaves by C's port;
 //! 3. icarus: datagrams whose filter already holds the router's mask are
 //!    dropped as loops and counted;
-//! 4. SIGTERM: the router drains, writes its final report and exits 0.
+//! 4. SIGTERM: the router drains, writes its final report and exits 0;
+//! 5. ECN through a real shaped SFB queue: a second router run (same lab)
+//!    shapes r-b to 4 Mbit/s behind SFB (r-a and r-c unshaped); A sends
+//!    ECT(0) datagrams at three times that rate; B captures every frame on
+//!    its link (`AF_PACKET`, kernel timestamps) and the test checks that
+//!    some arrive CE-marked with a valid IPv4 checksum, that the report's
+//!    SFB `marked` equals the CE count B saw, that B's arrival rate is
+//!    within 30% of the configured rate (the shaper's behaviour, not our
+//!    code's speed), and that every datagram is accounted for: received =
+//!    forwarded + dropped by reason, sent by A = arrived at B + SFB drops,
+//!    and frames at B = the router's r-b transmit count. SIGTERM right after
+//!    the burst checks that the queue is drained at its rate, not dropped.
 //!
-//! Everything is bounded by timeouts, and a guard kills the router and takes
-//! the lab down whatever happens.
+//! Everything is bounded by timeouts (the whole test takes a few seconds),
+//! and a guard kills the router and takes the lab down whatever happens.
 
 use std::fs::File;
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use dataplane::stage::icarus::{FilterParams, node_mask};
@@ -34,6 +48,19 @@ const NODE_ID: u64 = 7;
 const UNICAST: u32 = 2000;
 const MULTICAST: u32 = 200;
 const LOOPING: u32 = 50;
+
+/// ECN phase: B's port is shaped to this rate...
+const ECN_RATE_BPS: u64 = 4_000_000;
+/// ...and A sends this many times faster...
+const ECN_OVERLOAD: f64 = 3.0;
+/// ...for this long...
+const ECN_BURST: Duration = Duration::from_millis(1500);
+/// ...datagrams of this payload...
+const ECN_PAYLOAD: usize = 1000;
+/// ...to this port of B.
+const ECN_PORT: u16 = 9100;
+/// The frame on the wire: Ethernet + IPv4 + UDP + payload.
+const ECN_FRAME: usize = 14 + 20 + 8 + ECN_PAYLOAD;
 
 fn lab_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/lab.sh")
@@ -91,6 +118,14 @@ impl Drop for Lab {
 /// Runs `f` on a thread that has entered namespace `ns`; sockets it creates
 /// stay in that namespace.
 fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    spawn_in_netns(ns, f).join().expect("namespace thread")
+}
+
+/// Like [`in_netns`], without waiting for `f`.
+fn spawn_in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
     let path = format!("/run/netns/{ns}");
     std::thread::spawn(move || {
         let file = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -100,11 +135,9 @@ fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static)
         assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
         f()
     })
-    .join()
-    .expect("namespace thread")
 }
 
-fn setsockopt_bytes(s: &UdpSocket, level: libc::c_int, name: libc::c_int, val: &[u8]) {
+fn setsockopt_bytes(s: &impl AsRawFd, level: libc::c_int, name: libc::c_int, val: &[u8]) {
     // SAFETY: `s` is an open socket; `val` is a live byte slice and its
     // exact length is passed.
     let rc = unsafe {
@@ -119,7 +152,11 @@ fn setsockopt_bytes(s: &UdpSocket, level: libc::c_int, name: libc::c_int, val: &
     assert_eq!(rc, 0, "setsockopt: {}", std::io::Error::last_os_error());
 }
 
-fn big_rcvbuf(s: &UdpSocket) {
+fn setsockopt_int(s: &impl AsRawFd, level: libc::c_int, name: libc::c_int, val: libc::c_int) {
+    setsockopt_bytes(s, level, name, &val.to_ne_bytes());
+}
+
+fn big_rcvbuf(s: &impl AsRawFd) {
     let v: libc::c_int = 8 << 20;
     setsockopt_bytes(s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &v.to_ne_bytes());
 }
@@ -180,6 +217,84 @@ fn wait_for(path: &Path, needle: &str, timeout: Duration, router: &mut Child) ->
     }
 }
 
+/// Starts `dataplane run` in the router namespace with config text
+/// `config` (written to `<dir>/<tag>.toml`); its standard error goes to
+/// `<dir>/<tag>.err` and its final report to `<dir>/<tag>.json`, whose
+/// paths come back. Returns once it says it is running.
+fn start_router(lab: &mut Lab, tag: &str, config: &str, extra: &[&Path]) -> (PathBuf, PathBuf) {
+    let cfg = lab.dir.join(format!("{tag}.toml"));
+    std::fs::write(&cfg, config).unwrap();
+    let err = lab.dir.join(format!("{tag}.err"));
+    let report = lab.dir.join(format!("{tag}.json"));
+    let router = Command::new("ip")
+        .args(["netns", "exec", &lab.ns("r")])
+        .arg(env!("CARGO_BIN_EXE_dataplane"))
+        .arg("run")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--stats-interval", "0"])
+        .arg("--final-report")
+        .arg(&report)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(File::create(&err).unwrap())
+        .spawn()
+        .expect("start the router");
+    lab.router = Some(router);
+    wait_for(
+        &err,
+        "running",
+        Duration::from_secs(10),
+        lab.router.as_mut().unwrap(),
+    );
+    (err, report)
+}
+
+/// SIGTERM to the running router; waits (10 s at most) for it to exit 0
+/// after printing its final stats; returns its standard error and its
+/// final report.
+fn stop_router(lab: &mut Lab, err_path: &Path, report: &Path) -> (String, serde_json::Value) {
+    let mut router = lab.router.take().unwrap();
+    // SAFETY: kill(2) on the pid of our own child, which has not been
+    // waited for, so the pid is not reused.
+    let rc = unsafe { libc::kill(router.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = router.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = router.kill();
+            let _ = router.wait();
+            panic!("router did not stop within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = std::fs::read_to_string(err_path).unwrap_or_default();
+    assert!(status.success(), "router exit {status}:\n{err}");
+    assert!(
+        err.contains("== all workers"),
+        "final stats printed:\n{err}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(report).expect("final report written")).unwrap();
+    (err, report)
+}
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn interface<'a>(total: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    total["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == name)
+        .unwrap_or_else(|| panic!("interface {name} in {total}"))
+}
+
 #[test]
 fn live_router_in_netns_lab() {
     if let Some(why) = skip_reason() {
@@ -203,10 +318,11 @@ fn live_router_in_netns_lab() {
         String::from_utf8_lossy(&up.stderr)
     );
 
-    let config = dir.join("router.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let heavy_path = dir.join("heavy.jsonl");
+    let (stderr_path, final_path) = start_router(
+        &mut lab,
+        "router",
+        &format!(
             r#"
 [workers]
 count = 2
@@ -232,32 +348,7 @@ threshold = {{ packets = 100 }}
 epoch_ms = 500
 "#
         ),
-    )
-    .unwrap();
-    let stderr_path = dir.join("router.err");
-    let final_path = dir.join("final.json");
-    let heavy_path = dir.join("heavy.jsonl");
-    let router = Command::new("ip")
-        .args(["netns", "exec", &lab.ns("r")])
-        .arg(env!("CARGO_BIN_EXE_dataplane"))
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .args(["--stats-interval", "0"])
-        .arg("--final-report")
-        .arg(&final_path)
-        .arg("--heavy-report")
-        .arg(&heavy_path)
-        .stdout(Stdio::null())
-        .stderr(File::create(&stderr_path).unwrap())
-        .spawn()
-        .expect("start the router");
-    lab.router = Some(router);
-    wait_for(
-        &stderr_path,
-        "running",
-        Duration::from_secs(10),
-        lab.router.as_mut().unwrap(),
+        &[Path::new("--heavy-report"), &heavy_path],
     );
 
     // Receivers in B (unicast, multicast, loop port), sender in A.
@@ -305,37 +396,13 @@ epoch_ms = 500
     assert_eq!(got, 0, "looping packets must not reach B");
 
     // 4. SIGTERM: drain, final report, exit 0.
-    let mut router = lab.router.take().unwrap();
-    // SAFETY: kill(2) on the pid of our own child, which has not been
-    // waited for, so the pid is not reused.
-    let rc = unsafe { libc::kill(router.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(rc, 0);
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = router.try_wait().unwrap() {
-            break st;
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            let _ = router.kill();
-            let _ = router.wait();
-            panic!("router did not stop within 10 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    assert!(status.success(), "router exit {status}:\n{err}");
-    assert!(
-        err.contains("== all workers"),
-        "final stats printed:\n{err}"
-    );
-
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&final_path).expect("final report written")).unwrap();
+    let (_, report) = stop_router(&mut lab, &stderr_path, &final_path);
     let total = &report["total"];
-    let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
-    let ifs = total["interfaces"].as_array().unwrap();
-    let by_name = |n: &str| ifs.iter().find(|i| i["name"] == n).unwrap().clone();
-    let (ra, rb, rc_) = (by_name("r-a"), by_name("r-b"), by_name("r-c"));
+    let (ra, rb, rc_) = (
+        interface(total, "r-a"),
+        interface(total, "r-b"),
+        interface(total, "r-c"),
+    );
     let sent = u64::from(UNICAST + MULTICAST + LOOPING);
     assert!(u(&ra["rx_packets"]) >= sent, "r-a rx: {ra}");
     assert!(
@@ -371,6 +438,369 @@ epoch_ms = 500
         heavy.lines().any(|l| l.contains("10.77.0.2:9000")),
         "heavy report:\n{heavy}"
     );
+
+    // 5. ECN through a real shaped SFB queue, with a second router run.
+    ecn_phase(&mut lab);
+
     drop(lab);
     eprintln!("live_router_in_netns_lab: ok in {:?}", t0.elapsed());
+}
+
+/// The ECN phase's router: r-b shaped to [`ECN_RATE_BPS`] behind SFB, r-a
+/// and r-c unshaped.
+///
+/// One unresponsive flow holds the whole queue in each of its bins. From
+/// `target` (5) queued packets every arrival raises the flow's marking
+/// probability by `increment` (12/65536): about 0.33 after the burst's
+/// ~2200 arrivals, so marking starts within a few ms and stays below 1/2,
+/// above which ECN packets would be dropped too. `max` (8) caps the flow's
+/// queue (bucketdrop), which still keeps the shaper busy.
+fn ecn_config() -> String {
+    format!(
+        r#"
+[workers]
+count = 2
+
+[[interfaces]]
+name = "r-a"
+[[interfaces]]
+name = "r-b"
+[interfaces.egress]
+rate_bps = {ECN_RATE_BPS}
+burst_bytes = 3000
+limit = 64
+[interfaces.sfb]
+limit = 64
+max = 8
+target = 5
+increment = 12
+decrement = 12
+[[interfaces]]
+name = "r-c"
+
+[[wires]]
+from = "r-a"
+to = "r-b"
+bidirectional = true
+"#
+    )
+}
+
+/// A frame that reached B's link: kernel receive time (ns), length, and
+/// for the ECN phase's datagrams `(number, TOS byte, IPv4 checksum ok)`.
+#[derive(Debug, Clone, Copy)]
+struct Arrival {
+    ns: u64,
+    len: usize,
+    ours: Option<(u32, u8, bool)>,
+}
+
+/// The ECN phase's datagram in an Ethernet frame, if it is one.
+fn parse_ours(f: &[u8]) -> Option<(u32, u8, bool)> {
+    if f.get(12..14)? != [0x08, 0x00] {
+        return None;
+    }
+    let ip = f.get(14..)?;
+    let ihl = usize::from(ip.first()? & 0x0f) * 4;
+    if *ip.get(9)? != 17 {
+        return None;
+    }
+    let udp = ip.get(ihl..)?;
+    if u16::from_be_bytes([*udp.get(2)?, *udp.get(3)?]) != ECN_PORT {
+        return None;
+    }
+    let seq = u32::from_be_bytes(udp.get(8..12)?.try_into().ok()?);
+    let checksum_ok = dataplane::wire::checksum::sum(ip.get(..ihl)?) == 0xffff;
+    Some((seq, *ip.get(1)?, checksum_ok))
+}
+
+/// Sets a socket option to the bytes of `val`.
+fn setsockopt_val<T>(s: &impl AsRawFd, level: libc::c_int, name: libc::c_int, val: &T) {
+    // SAFETY: `s` is an open socket; `val` is a live, initialised `T` and
+    // its exact size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            (val as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "setsockopt: {}", std::io::Error::last_os_error());
+}
+
+/// Captures every frame arriving on `ifname` (this thread's namespace)
+/// with its kernel timestamp, until `stop` is set and the link has been
+/// quiet for 50 ms (or 30 s have passed). Says `ready` once bound.
+fn capture_link(
+    ifname: &str,
+    stop: Arc<AtomicBool>,
+    ready: std::sync::mpsc::Sender<()>,
+) -> Vec<Arrival> {
+    // Protocol 0: nothing is received until bound to the one interface.
+    // SAFETY: plain socket(2) call; the result is checked before use.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    assert!(raw >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: `raw` was just returned by socket(2) and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    big_rcvbuf(&fd);
+    setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 50_000,
+    };
+    setsockopt_val(&fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv);
+    let name = std::ffi::CString::new(ifname).unwrap();
+    // SAFETY: `name` is a live NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    assert_ne!(index, 0, "{ifname}: {}", std::io::Error::last_os_error());
+    // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    sll.sll_ifindex = index as libc::c_int;
+    // SAFETY: `sll` is a live sockaddr_ll and its exact size is passed.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+    ready.send(()).unwrap();
+
+    let mut out = Vec::new();
+    let mut buf = [0u8; 2048];
+    let mut control = [0u64; 16];
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        // SAFETY: plain old data; all zeroes is a valid value.
+        let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: plain old data; all zeroes is a valid (empty) msghdr.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&mut from as *mut libc::sockaddr_ll).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: every pointer in `msg` points at a live local buffer of
+        // the length given beside it.
+        let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted => {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    continue;
+                }
+                _ => panic!("recvmsg: {e}"),
+            }
+        }
+        if from.sll_pkttype == libc::PACKET_OUTGOING {
+            continue;
+        }
+        let mut ns = 0;
+        // SAFETY: `msg` was filled by recvmsg; the CMSG_* walk stays within
+        // `msg_controllen` bytes of `control`.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        let n = n as usize;
+        out.push(Arrival {
+            ns,
+            len: n,
+            ours: parse_ours(&buf[..n.min(buf.len())]),
+        });
+    }
+    out
+}
+
+/// Sends `n` numbered datagrams of [`ECN_PAYLOAD`] bytes, one every `gap`
+/// (catching up after a late wake-up).
+fn send_paced(s: &UdpSocket, to: SocketAddr, n: u32, gap: Duration) {
+    let mut payload = [0u8; ECN_PAYLOAD];
+    let start = Instant::now();
+    for i in 0..n {
+        let due = start + gap * i;
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        payload[..4].copy_from_slice(&i.to_be_bytes());
+        s.send_to(&payload, to).expect("send");
+    }
+}
+
+fn ecn_phase(lab: &mut Lab) {
+    let pps = ECN_OVERLOAD * ECN_RATE_BPS as f64 / (ECN_FRAME * 8) as f64;
+    let n = (pps * ECN_BURST.as_secs_f64()) as u32;
+    let gap = Duration::from_secs_f64(1.0 / pps);
+
+    // B: every frame of its link, and a socket that takes the datagrams
+    // (so B answers no port-unreachable).
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let capture = {
+        let stop = stop.clone();
+        spawn_in_netns(&lab.ns("b"), move || capture_link("eth0", stop, ready_tx))
+    };
+    ready_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("capture on B ready");
+    let _sink = in_netns(&lab.ns("b"), || UdpSocket::bind((B, ECN_PORT)).unwrap());
+    let (err_path, report_path) = start_router(lab, "ecn", &ecn_config(), &[]);
+
+    let tx = in_netns(&lab.ns("a"), || {
+        let s = UdpSocket::bind((A, 0)).unwrap();
+        setsockopt_int(&s, libc::IPPROTO_IP, libc::IP_TOS, 0x02); // ECT(0)
+        s
+    });
+    send_paced(&tx, SocketAddr::from((B, ECN_PORT)), n, gap);
+    // SIGTERM at once: the frames still queued must leave at the rate.
+    let (err, report) = stop_router(lab, &err_path, &report_path);
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::SeqCst);
+    let arrivals = capture.join().expect("capture thread");
+
+    let total = &report["total"];
+    let pl = &total["pipeline"];
+    let drops = pl["drops"].as_object().cloned().unwrap_or_default();
+    let sfb = total["sfb"]
+        .as_array()
+        .and_then(|a| a.iter().find(|q| q["interface"] == "r-b"))
+        .unwrap_or_else(|| panic!("no SFB queue for r-b in {total}"));
+    let rb = interface(total, "r-b");
+    let ra = interface(total, "r-a");
+    let ctx = format!("sfb: {sfb}\npipeline: {pl}\nr-a: {ra}\nr-b: {rb}\n{err}");
+
+    // What B saw.
+    let ours: Vec<(u64, usize, u32, u8, bool)> = arrivals
+        .iter()
+        .filter_map(|a| a.ours.map(|(seq, tos, ok)| (a.ns, a.len, seq, tos, ok)))
+        .collect();
+    let mut seen = vec![false; n as usize];
+    for &(_, _, seq, _, _) in &ours {
+        let slot = seen.get_mut(seq as usize).expect("a numbered datagram");
+        assert!(!*slot, "datagram {seq} arrived twice");
+        *slot = true;
+    }
+    let ce = ours.iter().filter(|o| o.3 & 3 == 3).count() as u64;
+    assert!(
+        ours.iter().all(|o| o.4),
+        "every arriving IPv4 header checksums right"
+    );
+    assert!(
+        ours.iter().all(|o| o.3 & 3 == 2 || o.3 & 3 == 3),
+        "datagrams arrive ECT(0) or CE"
+    );
+
+    // Counters.
+    let marked = u(&sfb["marked"]);
+    let sfb_drops = [
+        "earlydrop",
+        "penaltydrop",
+        "bucketdrop",
+        "queuedrop",
+        "childdrop",
+    ]
+    .iter()
+    .map(|k| u(&sfb[*k]))
+    .sum::<u64>();
+    let pipeline_sfb_drops = ["sfb_early", "sfb_penalty", "sfb_bucket", "queue_full"]
+        .iter()
+        .map(|k| drops.get(*k).map_or(0, u))
+        .sum::<u64>();
+    let q = &sfb["queue"];
+    assert_eq!(
+        u(&pl["received"]),
+        u(&pl["forwarded"]) + u(&pl["dropped"]),
+        "received = forwarded + dropped\n{ctx}"
+    );
+    assert_eq!(
+        drops.values().map(u).sum::<u64>(),
+        u(&pl["dropped"]),
+        "every drop has a reason\n{ctx}"
+    );
+    assert!(
+        u(&ra["rx_packets"]) >= u64::from(n),
+        "r-a read the burst\n{ctx}"
+    );
+    assert!(marked > 0, "SFB marked nothing\n{ctx}");
+    assert!(ce > 0, "no CE-marked datagram reached B\n{ctx}");
+    assert_eq!(
+        u(&q["shutdown_dropped"]),
+        0,
+        "SIGTERM drains the queue at its rate\n{ctx}"
+    );
+    assert_eq!(u(&rb["tx_errors"]), 0, "{ctx}");
+    assert_eq!(ce, marked, "every SFB mark reaches B as CE\n{ctx}");
+    assert_eq!(
+        sfb_drops, pipeline_sfb_drops,
+        "the queue's drops are the pipeline's\n{ctx}"
+    );
+    assert_eq!(
+        ours.len() as u64 + sfb_drops,
+        u64::from(n),
+        "each datagram A sent arrived at B or was dropped by SFB\n{ctx}"
+    );
+    assert_eq!(
+        arrivals.len() as u64,
+        u(&rb["tx_packets"]),
+        "B's link got exactly what the router sent on r-b\n{ctx}"
+    );
+    assert_eq!(u(&q["enqueued"]), u(&q["sent"]), "{ctx}");
+    assert_eq!(u(&sfb["backlog_packets"]), 0, "{ctx}");
+
+    // The shaper: B's arrival rate over the burst (first to last datagram).
+    let first = ours.iter().map(|o| o.0).min().unwrap_or(0);
+    let last = ours.iter().map(|o| o.0).max().unwrap_or(0);
+    let bits: u64 = ours
+        .iter()
+        .filter(|o| o.0 != first)
+        .map(|o| o.1 as u64 * 8)
+        .sum();
+    let secs = (last - first) as f64 / 1e9;
+    let rate = bits as f64 / secs.max(1e-9);
+    let want = ECN_RATE_BPS as f64;
+    eprintln!(
+        "live_router_in_netns_lab: ECN: A sent {n} datagrams at {:.0} pps ({:.1} Mbit/s); B got {} \
+         ({} CE, {:.1}%) over {:.3} s at {:.3} Mbit/s (configured {:.3}); SFB marked {} dropped {} \
+         (bucket {}, early {}, penalty {}), maxprob {:.3}, queue sojourn mean {:.2} ms max {:.2} ms",
+        pps,
+        pps * (ECN_FRAME * 8) as f64 / 1e6,
+        ours.len(),
+        ce,
+        100.0 * ce as f64 / ours.len().max(1) as f64,
+        secs,
+        rate / 1e6,
+        want / 1e6,
+        marked,
+        sfb_drops,
+        u(&sfb["bucketdrop"]),
+        u(&sfb["earlydrop"]),
+        u(&sfb["penaltydrop"]),
+        u(&sfb["maxprob"]) as f64 / 65535.0,
+        u(&q["sojourn_sum_ns"]) as f64 / u(&q["sent"]).max(1) as f64 / 1e6,
+        u(&q["sojourn_max_ns"]) as f64 / 1e6,
+    );
+    assert!(
+        (0.7 * want..=1.3 * want).contains(&rate),
+        "arrival rate at B {rate:.0} bit/s is not within 30% of the configured {want:.0}\n{ctx}"
+    );
 }

@@ -1,4 +1,5 @@
-//! The live router: pinned workers, their sockets, stats and reports.
+//! The live router: pinned workers, their sockets, egress queues, stats
+//! and reports.
 //!
 //! [`Router::start`] opens every socket first (all of worker 0's, then
 //! worker 1's, ...), so a missing or down interface or a missing capability
@@ -9,12 +10,35 @@
 //!
 //! A worker loops: for each port, read up to a batch of frames (the socket
 //! is non-blocking), run the batch through its own [`Pipeline`] at the
-//! monotonic `now`, and send every forwarded frame out of its ports. When no
-//! port had anything it waits in `poll(2)` (10 ms at most). Every 100 ms it
-//! ticks the pipeline with an empty batch (closing heavy-flow epochs on
-//! time, draining SFB queues), sends closed epochs to the reporter and
-//! publishes a snapshot of its counters. Nothing is shared on the hot path:
-//! the snapshot sits behind a mutex only the tick and the reader take.
+//! monotonic `now`, and send every forwarded frame out of its ports that
+//! have no egress queue. The pipeline's last stage, [`EgressQueues`],
+//! holds a real queue per port with an `sfb` table: a copy of each frame
+//! going out of such a port is judged by SFB (dropped, counted by reason;
+//! CE-marked; or queued) and held in a token-bucket shaped FIFO. After each
+//! batch, and whenever idle, the worker sends every queued frame whose
+//! departure time has come. When no port had anything it waits in `poll`
+//! for at most 10 ms and never past the next departure (`ppoll(2)`, so the
+//! wait is not rounded to milliseconds), so the shaper's pacing holds. Every 100 ms it ticks the pipeline with an
+//! empty batch (closing heavy-flow epochs on time, advancing SFB's rehash
+//! clock), sends closed epochs to the reporter and publishes a snapshot of
+//! its counters. Nothing is shared on the hot path: the snapshot sits behind
+//! a mutex only the tick and the reader take.
+//!
+//! Each worker has its own queue per shaped port, draining at the port's
+//! configured rate: a flow is always on one worker and sees that rate, and
+//! with `n` workers the port carries up to `n` times the rate when flows
+//! spread over them (as with one `tbf` per transmit queue under `mq`).
+//!
+//! On stop (SIGINT/SIGTERM) a worker processes what its sockets still hold,
+//! then sends its queued frames at their rate until the queues are empty or
+//! [`DRAIN_DEADLINE`] has passed; what is left is dropped and counted
+//! (`shutdown_dropped` per queue; a packet whose only copy was dropped moves
+//! from `forwarded` to the `egress_shutdown` drop reason). Then the final
+//! counters are collected.
+//!
+//! Accounting: the pipeline's `received == forwarded + dropped` (by reason,
+//! SFB and queue drops included); per queue, `enqueued == sent +
+//! send_errors + shutdown_dropped + backlog`.
 
 pub mod forward;
 pub mod socket;
@@ -30,20 +54,27 @@ use serde::Serialize;
 
 use crate::clock::{MonotonicClock, Timestamp};
 use crate::config::RouterConfig;
-use crate::pipeline::{Batch, Pipeline, PipelineConfig, PipelineCounters, PortSet, Stage, Verdict};
+use crate::pipeline::{Batch, Pipeline, PipelineConfig, PipelineCounters, PortSet, Verdict};
 use crate::stage::heavy::{EpochReport, HeavyCounters, HeavyStage, Threshold, merge_epochs};
 use crate::stage::icarus::{IcarusCounters, IcarusStage};
 use crate::stage::multicast::{MulticastCounters, MulticastStage};
-use crate::stage::sfb::SfbStage;
 use crate::wire::{self, LinkType};
-use forward::{Wires, WiresCounters};
+use forward::{EgressQueues, QueueCounters, QueueSpec, Wires, WiresCounters};
 use socket::Port;
 
 /// How often a worker ticks its pipeline and publishes its counters.
 pub const TICK: Duration = Duration::from_millis(100);
 
-/// Longest wait in `poll(2)` when every port is idle.
+/// Longest wait in `poll` when every port is idle (shorter when a queued
+/// frame is due sooner).
 pub const IDLE_POLL: Duration = Duration::from_millis(10);
+
+/// How long a stopping worker keeps sending its queued frames at their
+/// rate; what is still queued then is dropped.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Penalised flows kept per queue in a merged report.
+const MAX_PENALISED: usize = 16;
 
 /// Per-interface counters of one worker (or merged).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -120,12 +151,25 @@ impl PipelineSummary {
     }
 }
 
-/// One egress queue's SFB counters (`tc -s qdisc show` style).
+/// A flow in an SFB penalty box.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PenalisedSummary {
+    /// The flow (`src:port -> dst:port proto`).
+    pub flow: String,
+    /// Packets the penalty bucket admitted.
+    pub admitted: u64,
+    /// Packets it dropped.
+    pub dropped: u64,
+}
+
+/// One egress queue: SFB's counters (`tc -s qdisc show` style), its penalty
+/// box, the backlog and the queue's own counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SfbSummary {
     /// The interface.
     pub interface: String,
-    /// Drops of non-ECN packets SFB would have marked.
+    /// Drops of non-ECN packets SFB would have marked (and of any packet
+    /// above probability 1/2).
     pub earlydrop: u64,
     /// Penalty-box drops.
     pub penaltydrop: u64,
@@ -141,6 +185,16 @@ pub struct SfbSummary {
     pub maxqlen: u16,
     /// Largest marking probability, Q0.16 (max over workers).
     pub maxprob: u16,
+    /// Mean marking probability, Q0.16 (max over workers).
+    pub avgprob: u16,
+    /// Flows recently in the penalty box (at most 16).
+    pub penalised: Vec<PenalisedSummary>,
+    /// Frames queued at the snapshot.
+    pub backlog_packets: u64,
+    /// Bytes queued at the snapshot.
+    pub backlog_bytes: u64,
+    /// Enqueued, sent, sojourn, ...
+    pub queue: QueueCounters,
 }
 
 impl SfbSummary {
@@ -153,6 +207,31 @@ impl SfbSummary {
         self.marked += o.marked;
         self.maxqlen = self.maxqlen.max(o.maxqlen);
         self.maxprob = self.maxprob.max(o.maxprob);
+        self.avgprob = self.avgprob.max(o.avgprob);
+        let room = MAX_PENALISED.saturating_sub(self.penalised.len());
+        self.penalised
+            .extend(o.penalised.iter().take(room).cloned());
+        self.backlog_packets += o.backlog_packets;
+        self.backlog_bytes += o.backlog_bytes;
+        let (a, b) = (&mut self.queue, &o.queue);
+        a.enqueued += b.enqueued;
+        a.sent += b.sent;
+        a.sent_bytes += b.sent_bytes;
+        a.send_errors += b.send_errors;
+        a.shutdown_dropped += b.shutdown_dropped;
+        a.sojourn_sum_ns = a.sojourn_sum_ns.saturating_add(b.sojourn_sum_ns);
+        a.sojourn_max_ns = a.sojourn_max_ns.max(b.sojourn_max_ns);
+        a.stripped += b.stripped;
+    }
+
+    /// Mean time from enqueue to send of the sent frames, ms.
+    pub fn mean_sojourn_ms(&self) -> f64 {
+        let n = self.queue.sent + self.queue.send_errors;
+        if n == 0 {
+            0.0
+        } else {
+            self.queue.sojourn_sum_ns as f64 / n as f64 / 1e6
+        }
     }
 }
 
@@ -325,11 +404,24 @@ impl Stats {
             ));
         }
         for q in &self.sfb {
+            let p = |v: u16| f64::from(v) / 65535.0;
             s.push_str(&format!(
-                "  stage sfb {} marked {} earlydrop {} penaltydrop {} bucketdrop {} queuedrop {} childdrop {} maxqlen {} maxprob {:.4}\n",
+                "  stage sfb {} marked {} earlydrop {} penaltydrop {} bucketdrop {} queuedrop {} childdrop {} maxqlen {} maxprob {:.4} avgprob {:.4}\n",
                 q.interface, q.marked, q.earlydrop, q.penaltydrop, q.bucketdrop, q.queuedrop,
-                q.childdrop, q.maxqlen, f64::from(q.maxprob) / 65535.0
+                q.childdrop, q.maxqlen, p(q.maxprob), p(q.avgprob)
             ));
+            let c = &q.queue;
+            s.push_str(&format!(
+                "  queue {} backlog {} pkts {} B enqueued {} sent {} pkts {} B ({} err) shutdown_dropped {} sojourn mean {:.3} ms max {:.3} ms\n",
+                q.interface, q.backlog_packets, q.backlog_bytes, c.enqueued, c.sent, c.sent_bytes,
+                c.send_errors, c.shutdown_dropped, q.mean_sojourn_ms(), c.sojourn_max_ns as f64 / 1e6
+            ));
+            for f in &q.penalised {
+                s.push_str(&format!(
+                    "  penalised {} {} admitted {} dropped {}\n",
+                    q.interface, f.flow, f.admitted, f.dropped
+                ));
+            }
         }
         s
     }
@@ -345,13 +437,14 @@ struct EpochMsg {
 }
 
 /// Builds one worker's pipeline: parse -> icarus -> heavy -> wires ->
-/// multicast -> one SFB queue per configured port.
+/// multicast -> the egress queues of the ports with an `sfb` table.
 pub fn build_pipeline(cfg: &RouterConfig) -> anyhow::Result<Pipeline> {
     let mut p = Pipeline::new(PipelineConfig {
         default_egress: PortSet::EMPTY,
         ..PipelineConfig::default()
     });
-    if let Some(ic) = cfg.icarus_config() {
+    let icarus = cfg.icarus_config();
+    if let Some(ic) = icarus {
         p.push_stage(Box::new(IcarusStage::new(ic)));
     }
     if let Some(h) = cfg.heavy_config() {
@@ -362,79 +455,25 @@ pub fn build_pipeline(cfg: &RouterConfig) -> anyhow::Result<Pipeline> {
     if let Some(m) = mc {
         p.push_stage(Box::new(MulticastStage::new(&m)?));
     }
-    let queues = cfg
+    let strip = icarus.map_or(0, |c| c.strip_on_egress);
+    let specs: Vec<QueueSpec> = cfg
         .sfb_stages()
         .into_iter()
-        .map(SfbStage::new)
-        .collect::<Result<Vec<_>, _>>()?;
-    if !queues.is_empty() {
-        let names = cfg
-            .sfb_stages()
-            .iter()
-            .map(|s| cfg.interfaces[usize::from(s.port)].name.clone())
-            .collect();
-        p.push_stage(Box::new(EgressQueues { queues, names }));
+        .map(|s| QueueSpec {
+            port: s.port,
+            name: cfg
+                .interfaces
+                .get(usize::from(s.port))
+                .map_or_else(String::new, |i| i.name.clone()),
+            sfb: s.sfb,
+            egress: s.egress,
+            strip: strip & 1u64.checked_shl(u32::from(s.port)).unwrap_or(0) != 0,
+        })
+        .collect();
+    if !specs.is_empty() {
+        p.push_stage(Box::new(EgressQueues::new(specs)?));
     }
     Ok(p)
-}
-
-/// The SFB queues of every configured port, as one stage (so the owner can
-/// reach each queue's counters).
-#[derive(Debug)]
-pub struct EgressQueues {
-    queues: Vec<SfbStage>,
-    names: Vec<String>,
-}
-
-impl EgressQueues {
-    /// Counters per queue at `now`.
-    pub fn summaries(&self, now: Timestamp) -> Vec<SfbSummary> {
-        self.queues
-            .iter()
-            .zip(&self.names)
-            .map(|(q, n)| {
-                let st = q.stats(now);
-                let c = st.counters;
-                SfbSummary {
-                    interface: n.clone(),
-                    earlydrop: c.earlydrop,
-                    penaltydrop: c.penaltydrop,
-                    bucketdrop: c.bucketdrop,
-                    queuedrop: c.queuedrop,
-                    childdrop: c.childdrop,
-                    marked: c.marked,
-                    maxqlen: st.maxqlen,
-                    maxprob: st.maxprob,
-                }
-            })
-            .collect()
-    }
-}
-
-impl Stage for EgressQueues {
-    fn name(&self) -> &'static str {
-        "sfb"
-    }
-
-    fn process(&mut self, batch: &mut Batch, now: Timestamp) {
-        for q in &mut self.queues {
-            q.process(batch, now);
-        }
-    }
-
-    fn finish(&mut self, now: Timestamp) {
-        for q in &mut self.queues {
-            q.finish(now);
-        }
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
 }
 
 /// Options of [`Router::start`] that are not in the file.
@@ -467,6 +506,10 @@ struct Worker {
     insert_mask: u64,
     strip_mask: u64,
     filter_width: crate::wire::icarus::FilterWidth,
+    /// Ports with an egress queue (left to `send_due`).
+    queued: u64,
+    /// Filters stripped by `transmit` (the queues count their own).
+    stripped: u64,
 }
 
 impl Router {
@@ -537,11 +580,15 @@ impl Router {
         for (id, (ports, core)) in all_ports.into_iter().zip(cores).enumerate() {
             let snapshot = Arc::new(Mutex::new(Stats::default()));
             snapshots.push(snapshot.clone());
+            let pipeline = build_pipeline(cfg)?;
+            let queued = pipeline
+                .stage::<EgressQueues>()
+                .map_or(0, |q| q.ports().mask());
             let w = Worker {
                 id,
                 core,
                 ports,
-                pipeline: build_pipeline(cfg)?,
+                pipeline,
                 clock,
                 stop: stop.clone(),
                 snapshot,
@@ -550,6 +597,8 @@ impl Router {
                 insert_mask: icarus.map_or(0, |c| c.insert_on_ingress),
                 strip_mask: icarus.map_or(0, |c| c.strip_on_egress),
                 filter_width: icarus.map_or_else(Default::default, |c| c.params.width()),
+                queued,
+                stripped: 0,
             };
             workers.push(
                 std::thread::Builder::new()
@@ -657,21 +706,22 @@ impl Worker {
                     continue;
                 }
                 got += batch.len();
-                let now = self.clock.now();
-                self.pipeline.process(&mut batch, now);
-                stats.io.batches += 1;
-                self.transmit(&batch, &mut scratch, &mut stats);
+                self.forward(&mut batch, &mut scratch, &mut stats);
             }
             let now = self.clock.now();
+            self.send_due(now, &mut stats);
             if now >= next_tick {
                 self.tick(&mut empty, now, &mut stats);
                 next_tick = now.add_nanos(TICK.as_nanos() as u64);
             }
             if got == 0 {
-                socket::poll_readable(&mut pollfds, &self.ports, IDLE_POLL);
+                let wait = self.next_departure().map_or(IDLE_POLL, |t| {
+                    IDLE_POLL.min(Duration::from_nanos(t.nanos_since(now)))
+                });
+                wait_readable(&mut pollfds, &self.ports, wait);
             }
         }
-        // Drain: whatever is already queued in the sockets is processed.
+        // Drain: whatever is already queued in the sockets is processed...
         for port in 0..self.ports.len() {
             loop {
                 batch.clear();
@@ -679,16 +729,87 @@ impl Worker {
                 if batch.is_empty() {
                     break;
                 }
-                let now = self.clock.now();
-                self.pipeline.process(&mut batch, now);
-                stats.io.batches += 1;
-                self.transmit(&batch, &mut scratch, &mut stats);
+                self.forward(&mut batch, &mut scratch, &mut stats);
+            }
+        }
+        // ...and the egress queues are sent at their rate, up to a deadline.
+        let deadline = self
+            .clock
+            .now()
+            .add_nanos(u64::try_from(DRAIN_DEADLINE.as_nanos()).unwrap_or(u64::MAX));
+        loop {
+            let now = self.clock.now();
+            self.send_due(now, &mut stats);
+            let Some(next) = self.next_departure() else {
+                break;
+            };
+            if now >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_nanos(next.min(deadline).nanos_since(now)));
+        }
+        if let Some(q) = self.pipeline.stage_mut::<EgressQueues>() {
+            let left = q.discard_all();
+            if left > 0 {
+                eprintln!(
+                    "dataplane: worker {}: {left} queued frames not sent within {:?} of the stop; dropped",
+                    self.id, DRAIN_DEADLINE
+                );
             }
         }
         let now = self.clock.now();
         self.pipeline.finish(now);
         self.collect(&mut stats, now, true);
         stats
+    }
+
+    /// One batch: pipeline, then the unqueued ports' copies, then whatever
+    /// the queues released.
+    fn forward(&mut self, batch: &mut Batch, scratch: &mut Vec<u8>, stats: &mut Stats) {
+        let now = self.clock.now();
+        // Frames due by `now` leave first: the queue limits and SFB's bins
+        // then see the queues as they are at `now`.
+        self.send_due(now, stats);
+        self.pipeline.process(batch, now);
+        stats.io.batches += 1;
+        self.transmit(batch, scratch, stats);
+        self.send_due(now, stats);
+    }
+
+    /// Sends every queued frame the shapers released by `now`.
+    fn send_due(&mut self, now: Timestamp, stats: &mut Stats) {
+        if self.queued == 0 {
+            return;
+        }
+        let Some(q) = self.pipeline.stage_mut::<EgressQueues>() else {
+            return;
+        };
+        let ports = &mut self.ports;
+        q.send_due(now, |out, frame| {
+            let o = usize::from(out);
+            let (Some(port), Some(pc)) = (ports.get_mut(o), stats.interfaces.get_mut(o)) else {
+                return false;
+            };
+            match port.tx.send_to(frame, None) {
+                Some(Ok(())) => {
+                    pc.tx_packets += 1;
+                    pc.tx_bytes += frame.len() as u64;
+                    true
+                }
+                _ => {
+                    pc.tx_errors += 1;
+                    false
+                }
+            }
+        });
+    }
+
+    /// When the next queued frame is due (`None`: nothing queued).
+    fn next_departure(&self) -> Option<Timestamp> {
+        if self.queued == 0 {
+            return None;
+        }
+        self.pipeline.stage::<EgressQueues>()?.next_departure()
     }
 
     /// Reads up to a batch from `port`.
@@ -730,7 +851,8 @@ impl Worker {
         }
     }
 
-    /// Sends every forwarded packet out of its ports (never its ingress).
+    /// Sends every forwarded packet out of its ports (never its ingress),
+    /// except the ports with an egress queue: the queue holds those copies.
     fn transmit(&mut self, batch: &Batch, scratch: &mut Vec<u8>, stats: &mut Stats) {
         for p in batch.packets() {
             let ports = match p.verdict {
@@ -747,7 +869,7 @@ impl Worker {
                     stats.io.hairpin_suppressed += 1;
                     continue;
                 }
-                if o >= self.ports.len() {
+                if o >= self.ports.len() || self.queued & (1u64 << o) != 0 {
                     continue;
                 }
                 let data: &[u8] = if self.strip_mask & (1u64 << o) != 0
@@ -760,7 +882,7 @@ impl Worker {
                         Ok(wire::icarus::Stripped::Removed(_)
                             | wire::icarus::Stripped::Neutralised)
                     ) {
-                        stats.io.icarus_stripped += 1;
+                        self.stripped += 1;
                     }
                     scratch
                 } else {
@@ -779,7 +901,8 @@ impl Worker {
     }
 
     /// The 100 ms housekeeping: empty batch through the pipeline (epochs,
-    /// queue drains), closed epochs to the reporter, counters published.
+    /// SFB's rehash clock), closed epochs to the reporter, counters
+    /// published.
     fn tick(&mut self, empty: &mut Batch, now: Timestamp, stats: &mut Stats) {
         empty.clear();
         self.pipeline.process(empty, now);
@@ -792,15 +915,25 @@ impl Worker {
     fn collect(&mut self, stats: &mut Stats, now: Timestamp, last: bool) {
         let p = &mut self.pipeline;
         stats.pipeline = PipelineSummary::from_counters(p.counters());
+        stats.io.icarus_stripped = self.stripped;
         if let Some(w) = p.stage::<Wires>() {
             stats.wires = *w.counters();
         }
         stats.multicast = p.stage::<MulticastStage>().map(|m| m.counters().clone());
         stats.icarus = p.stage::<IcarusStage>().map(|i| *i.counters());
-        stats.sfb = p
-            .stage::<EgressQueues>()
-            .map(|q| q.summaries(now))
-            .unwrap_or_default();
+        stats.sfb = Vec::new();
+        if let Some(q) = p.stage::<EgressQueues>() {
+            stats.sfb = q.summaries(now);
+            stats.io.icarus_stripped += q.counters().map(|(_, c)| c.stripped).sum::<u64>();
+            let (gone, gone_marked) = q.shutdown_discarded();
+            if gone > 0 {
+                let pl = &mut stats.pipeline;
+                pl.forwarded = pl.forwarded.saturating_sub(gone);
+                pl.marked = pl.marked.saturating_sub(gone_marked);
+                pl.dropped += gone;
+                *pl.drops.entry("egress_shutdown".to_string()).or_default() += gone;
+            }
+        }
         if let Some(h) = p.stage_mut::<HeavyStage>() {
             stats.heavy = Some(*h.counters());
             let reports = h.take_reports();
@@ -815,6 +948,34 @@ impl Worker {
                 closed_before,
             });
         }
+    }
+}
+
+/// Waits up to `timeout` for any of `ports` to be readable, with
+/// nanosecond precision (`ppoll(2)`; `poll(2)` counts whole milliseconds,
+/// which would wake a shaped queue late or spin). EINTR counts as a timeout.
+fn wait_readable(fds: &mut Vec<libc::pollfd>, ports: &[Port], timeout: Duration) {
+    fds.clear();
+    fds.extend(ports.iter().map(|p| libc::pollfd {
+        fd: p.fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }));
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: timeout.subsec_nanos().into(),
+    };
+    // SAFETY: `fds` is a live, initialised array of `fds.len()` pollfd
+    // structs and `ts` a live timespec for the duration of the call; a null
+    // signal mask leaves the mask alone. The descriptors are open (pnet owns
+    // them and `ports` borrows pnet's halves).
+    unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        );
     }
 }
 
@@ -892,7 +1053,10 @@ mod tests {
         let cfg = RouterConfig::load(&path).unwrap();
         let p = build_pipeline(&cfg).unwrap();
         assert!(p.stage::<Wires>().is_some());
-        assert!(p.stage::<EgressQueues>().is_some());
+        assert_eq!(
+            p.stage::<EgressQueues>().map(|q| q.ports()),
+            Some(PortSet::single(1))
+        );
         assert!(p.stage::<HeavyStage>().is_some());
         assert!(p.stage::<IcarusStage>().is_some());
         assert!(p.stage::<MulticastStage>().is_some());
@@ -910,8 +1074,36 @@ mod tests {
             }],
             ..Stats::default()
         };
+        let a = Stats {
+            sfb: vec![SfbSummary {
+                interface: "a".into(),
+                marked: 2,
+                maxprob: 7,
+                penalised: vec![PenalisedSummary::default(); MAX_PENALISED],
+                backlog_packets: 1,
+                queue: QueueCounters {
+                    sent: 4,
+                    sojourn_sum_ns: 8_000_000,
+                    sojourn_max_ns: 3_000_000,
+                    ..QueueCounters::default()
+                },
+                ..SfbSummary::default()
+            }],
+            ..a
+        };
         let m = Stats::merged(&[a.clone(), a.clone()]);
         assert_eq!(m.interfaces[0].rx_packets, 6);
+        let q = &m.sfb[0];
+        assert_eq!((q.marked, q.maxprob, q.backlog_packets), (4, 7, 2));
+        assert_eq!((q.queue.sent, q.queue.sojourn_max_ns), (8, 3_000_000));
+        assert_eq!(q.penalised.len(), MAX_PENALISED);
+        assert!((q.mean_sojourn_ms() - 2.0).abs() < 1e-9);
+        assert!(
+            m.render()
+                .contains("queue a backlog 2 pkts 0 B enqueued 0 sent 8 pkts"),
+            "{}",
+            m.render()
+        );
         assert!(a.render().contains("worker 0 (core 1)"));
         assert!(m.render().contains("all workers"));
     }
