@@ -15,26 +15,23 @@
 //!   copied into a reused [`Batch`] 32 at a time and run through
 //!   [`Pipeline::process`] (parse + [`HeavyStage`]), with the settings
 //!   traffic-gen replay uses ([`ReplayConfig::default`]: drop malformed,
-//!   0.1% byte-share threshold, one epoch, 3 x 2^12 + 2 x 2^11 counters,
-//!   4096 tracked flows); the epoch is closed at the end. Per call: a fresh
+//!   0.1% byte-share threshold, one epoch, 2 x 2^12 cells of (bytes,
+//!   packets) counters, 4096 tracked flows); the epoch is closed at the end. Per call: a fresh
 //!   pipeline, every packet, `finish`. ns per packet.
 //! * `heavy/zipf/bloomplane` and `heavy/zipf/heavykeeper`: heavy-flow
-//!   detection alone, on flow keys parsed before timing. Ours runs the
-//!   whole stage path: each packet's slot of a reused batch is filled
-//!   (timestamp, length 64, a parse summary carrying the packet's flow
-//!   key; no frame bytes) and [`HeavyStage::process`] runs per batch of
-//!   32, then `finish` closes the epoch and reports. The input is kept as
-//!   (time, length, [`FlowKey`]) per packet, 56 bytes, next to the peer's
-//!   40-byte key: streaming a whole `Parsed` per packet (152 bytes) out of
-//!   memory cost more than the stage itself (92 against 64 ns per packet
-//!   in one run) and is not detection work. The summary's other fields
-//!   come from one template packet; the stage reads only the key. heavykeeper 0.7's `TopK` gets `add(key, 1)` per
+//!   detection alone, on flow keys parsed before timing. Ours gets the
+//!   keys and wire lengths 32 at a time through [`HeavyStage::observe`]
+//!   (the path [`HeavyStage::process`] takes once it has gathered a
+//!   batch's keys: hashing, the sketch, the flow memory, the threshold),
+//!   then `finish` closes the epoch and reports. The input is a
+//!   [`FlowKey`] (40 bytes), a length and a time per packet, next to the
+//!   peer's 40-byte key. heavykeeper 0.7's `TopK` gets `add(key, 1)` per
 //!   packet and `list()` at the end. Both start empty on every call. The
 //!   peer's key is the flow's 10-word form (`FlowKey::words10`, the words
 //!   our IPv6 keys are hashed as; one `[u32; 10]` type for both families).
 //!
-//! Same memory: our two sketches are 3 x 4096 + 2 x 2048 `u32` counters =
-//! 64 KiB; heavykeeper's `TopK` gets [`HK_DEPTH`] x [`HK_WIDTH`] buckets of
+//! Same memory: our sketch is 2 x 4096 cells of two `u32` counters (bytes,
+//! packets) = 64 KiB; heavykeeper's `TopK` gets [`HK_DEPTH`] x [`HK_WIDTH`] buckets of
 //! 16 bytes (u64 fingerprint, u64 count) = 64 KiB, decay 0.9. Flow memory
 //! is extra for both: ours tracks at most 4096 flows, heavykeeper's queue
 //! holds [`HK_TOP_K`].
@@ -55,7 +52,7 @@ use dataplane::flow::FlowKey;
 use dataplane::io::capture::read_all;
 use dataplane::pipeline::{BATCH_SIZE, Batch, Pipeline};
 use dataplane::stage::heavy::HeavyStage;
-use dataplane::wire::{LinkType, Parsed, parse};
+use dataplane::wire::{LinkType, parse};
 use heavykeeper::TopK;
 use serde::Serialize;
 use traffic_gen::replay::ReplayConfig;
@@ -231,11 +228,9 @@ pub fn replay(trace: &Trace, batch: &mut Batch) -> ReplayOutcome {
 #[derive(Debug)]
 pub struct Keys {
     /// Per IP packet: capture time, wire length, flow key.
-    packets: Vec<(u64, u32, FlowKey)>,
-    /// The parse summary the batch slots start from (the first keyed
-    /// packet's); each slot gets its own packet's flow key on top, the only
-    /// field the heavy stage reads.
-    template: Option<Parsed>,
+    ts: Vec<u64>,
+    lens: Vec<u32>,
+    flows: Vec<FlowKey>,
     /// The same flows in heavykeeper's key form.
     words: Vec<[u32; 10]>,
     /// Exact packets per flow.
@@ -246,8 +241,9 @@ impl Keys {
     /// Parses every packet of `trace` (non-IP and malformed ones are left out).
     pub fn of(trace: &Trace) -> Keys {
         let mut k = Keys {
-            packets: Vec::with_capacity(trace.len()),
-            template: None,
+            ts: Vec::with_capacity(trace.len()),
+            lens: Vec::with_capacity(trace.len()),
+            flows: Vec::with_capacity(trace.len()),
             words: Vec::with_capacity(trace.len()),
             truth: HashMap::new(),
         };
@@ -257,8 +253,9 @@ impl Keys {
             };
             let Some(f) = p.flow else { continue };
             let len = m.orig_len.max((m.end - m.start) as u32);
-            k.template.get_or_insert(p);
-            k.packets.push((m.ts, len, f));
+            k.ts.push(m.ts);
+            k.lens.push(len);
+            k.flows.push(f);
             k.words.push(f.words10());
             *k.truth.entry(f).or_default() += 1;
         }
@@ -267,17 +264,17 @@ impl Keys {
 
     /// Number of keyed packets.
     pub fn len(&self) -> usize {
-        self.packets.len()
+        self.flows.len()
     }
 
     /// Whether there is none.
     pub fn is_empty(&self) -> bool {
-        self.packets.is_empty()
+        self.flows.is_empty()
     }
 
     /// The flows with at least [`SHARE`] of the packets, exactly.
     pub fn heavy_truth(&self) -> HashSet<FlowKey> {
-        let cut = SHARE * self.packets.len() as f64;
+        let cut = SHARE * self.flows.len() as f64;
         self.truth
             .iter()
             .filter(|&(_, &n)| n as f64 >= cut)
@@ -286,26 +283,21 @@ impl Keys {
     }
 }
 
-/// Our detection: the heavy stage (traffic-gen's settings) over the
-/// pre-parsed packets in batches of [`BATCH_SIZE`]; the reported flows.
-pub fn detect_ours(keys: &Keys, batch: &mut Batch) -> Vec<FlowKey> {
+/// Our detection: the heavy stage (traffic-gen's settings) fed the
+/// pre-parsed flow keys and lengths in batches of [`BATCH_SIZE`]
+/// ([`HeavyStage::observe`], the stage's own path after it gathers a
+/// batch's keys), then the epoch closed; the reported flows.
+pub fn detect_ours(keys: &Keys) -> Vec<FlowKey> {
     let mut stage = HeavyStage::new(ReplayConfig::default().heavy);
     let mut now = Timestamp::ZERO;
-    for chunk in keys.packets.chunks(BATCH_SIZE) {
-        batch.clear();
-        for (ts, len, _) in chunk {
-            batch.push(Timestamp::from_nanos(*ts), *len, LinkType::Ethernet, &[]);
-        }
-        if let Some(t) = keys.template {
-            for (p, (_, _, key)) in batch.packets_mut().iter_mut().zip(chunk) {
-                p.parsed = Some(Parsed {
-                    flow: Some(*key),
-                    ..t
-                });
-            }
-        }
-        now = now.max(batch.latest_ts().unwrap_or_default());
-        dataplane::pipeline::Stage::process(&mut stage, batch, now);
+    for ((ts, lens), flows) in keys
+        .ts
+        .chunks(BATCH_SIZE)
+        .zip(keys.lens.chunks(BATCH_SIZE))
+        .zip(keys.flows.chunks(BATCH_SIZE))
+    {
+        now = now.max(Timestamp::from_nanos(ts.last().copied().unwrap_or(0)));
+        stage.observe(flows, lens, now);
     }
     dataplane::pipeline::Stage::finish(&mut stage, now);
     stage
@@ -371,10 +363,7 @@ pub fn accuracy() -> Vec<Accuracy> {
 
 fn accuracy_on(keys: &Keys) -> Vec<Accuracy> {
     let truth: HashSet<[u32; 10]> = keys.heavy_truth().iter().map(|k| k.words10()).collect();
-    let ours: Vec<[u32; 10]> = detect_ours(keys, &mut Batch::new())
-        .iter()
-        .map(|k| k.words10())
-        .collect();
+    let ours: Vec<[u32; 10]> = detect_ours(keys).iter().map(|k| k.words10()).collect();
     vec![
         Accuracy::of("heavy/zipf/bloomplane", &truth, &ours),
         Accuracy::of("heavy/zipf/heavykeeper", &truth, &detect_heavykeeper(keys)),
@@ -404,7 +393,7 @@ pub fn register(c: &mut Criterion) {
     g.sample_size(10);
     g.throughput(Throughput::Elements(keys.len() as u64));
     g.bench_function("bloomplane", |b| {
-        b.iter(|| detect_ours(black_box(&keys), &mut batch).len())
+        b.iter(|| detect_ours(black_box(&keys)).len())
     });
     g.bench_function("heavykeeper", |b| {
         b.iter(|| detect_heavykeeper(black_box(&keys)).len())
@@ -426,7 +415,7 @@ pub fn report() -> Vec<Figure> {
     }
     let keys = Keys::of(&zipf);
     figs.push(figure("heavy/zipf/bloomplane", keys.len(), || {
-        detect_ours(black_box(&keys), &mut batch).len()
+        detect_ours(black_box(&keys)).len()
     }));
     figs.push(figure("heavy/zipf/heavykeeper", keys.len(), || {
         detect_heavykeeper(black_box(&keys)).len()

@@ -181,14 +181,11 @@ pub struct HeavySection {
     pub threshold: ThresholdConfig,
     /// Epoch length in ms; absent: one epoch for the whole run.
     pub epoch_ms: Option<u64>,
-    /// Rows of the bytes sketch.
+    /// Rows of the sketch.
     pub rows: usize,
-    /// log2 of the bytes sketch's row width.
+    /// log2 of the sketch's row width (each cell holds a bytes and a
+    /// packets counter: 8 bytes).
     pub log2_width: u32,
-    /// Rows of the packets sketch.
-    pub packet_rows: usize,
-    /// log2 of the packets sketch's row width.
-    pub packet_log2_width: u32,
     /// Most flows tracked per worker.
     pub capacity: usize,
     /// Hash seed; absent: random per process.
@@ -210,8 +207,6 @@ impl Default for HeavySection {
             epoch_ms: None,
             rows: d.rows,
             log2_width: d.log2_width,
-            packet_rows: d.packet_rows,
-            packet_log2_width: d.packet_log2_width,
             capacity: d.capacity,
             seed: d.seed,
             report: "-".into(),
@@ -227,8 +222,6 @@ impl HeavySection {
             epoch_ns: self.epoch_ms.map(|ms| ms.saturating_mul(1_000_000)),
             rows: self.rows,
             log2_width: self.log2_width,
-            packet_rows: self.packet_rows,
-            packet_log2_width: self.packet_log2_width,
             capacity: self.capacity,
             seed: self.seed,
         }
@@ -616,18 +609,14 @@ impl RouterConfig {
                 return err(key("epoch_ms"), "must be at least 1 ms".into());
             }
             let max_rows = kernels::cms::MAX_ROWS;
-            for (k, rows) in [("rows", h.rows), ("packet_rows", h.packet_rows)] {
-                if !(1..=max_rows).contains(&rows) {
-                    return err(key(k), format!("{rows} is outside 1..={max_rows}"));
-                }
+            if !(1..=max_rows).contains(&h.rows) {
+                return err(key("rows"), format!("{} is outside 1..={max_rows}", h.rows));
             }
-            for (k, lw) in [
-                ("log2_width", h.log2_width),
-                ("packet_log2_width", h.packet_log2_width),
-            ] {
-                if lw > MAX_LOG2_WIDTH {
-                    return err(key(k), format!("{lw} is above {MAX_LOG2_WIDTH}"));
-                }
+            if h.log2_width > MAX_LOG2_WIDTH {
+                return err(
+                    key("log2_width"),
+                    format!("{} is above {MAX_LOG2_WIDTH}", h.log2_width),
+                );
             }
             if h.capacity == 0 {
                 return err(key("capacity"), "must be at least 1 flow".into());

@@ -43,6 +43,11 @@ use std::fmt;
 
 use crate::hash::{HashPair, Hasher};
 use crate::index::Partitioned;
+use crate::prefetch;
+
+mod dual;
+
+pub use dual::DualCountMin;
 
 /// The most rows a [`CountMin`] may have (`delta` down to `e^-32`, about
 /// `1.3e-14`).
@@ -64,7 +69,7 @@ const PREFETCH_AHEAD: usize = 4;
 /// [`CountMin::add_pairs`]): their counters stay in L2, which the
 /// out-of-order core already overlaps, so the look-ahead (derive the
 /// indices early, prefetch, keep them in a ring) only adds instructions.
-/// Measured with callgrind on the heavy stage's 48 + 16 KiB sketches
+/// Measured with callgrind on the heavy stage's former 48 + 16 KiB sketches
 /// (batches of 32): 28 instructions per row update with the look-ahead, 17
 /// without.
 const PREFETCH_MIN_BYTES: usize = 256 << 10;
@@ -939,28 +944,5 @@ fn update_any<const CU: bool>(
             }
             *e = m;
         }
-    }
-}
-
-/// Asks the CPU to bring the cache line of `slice[at]` into L1. A hint
-/// only: it changes no state a program can observe.
-#[inline(always)]
-fn prefetch(slice: &[u32], at: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let p = slice.as_ptr().wrapping_add(at).cast::<i8>();
-        // SAFETY: `prefetch` (SSE, baseline on x86_64) never faults and
-        // reads or writes nothing architecturally, whatever the address;
-        // the pointer comes from `wrapping_add`, so forming it is defined
-        // even if `at` were out of bounds (it is not: callers pass indices
-        // below `rows << log2_width`).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p) }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        // No stable prefetch intrinsic elsewhere (aarch64's is unstable);
-        // the out-of-order core still overlaps the independent loads.
-        let _ = (slice, at);
     }
 }

@@ -33,5 +33,6 @@ mod lanes;
 mod seed;
 
 pub use backend::{Backend, BackendError};
+pub use bloom::params::prefetch;
 pub use hash::{HashPair, Hasher, MAX_WORDS};
 pub use seed::{HashKey, splitmix64};

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use kernels::cms::{CountMin, MergeError};
+use kernels::cms::{CountMin, DualCountMin, MergeError};
 use kernels::{Backend, HashPair, Hasher};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -207,6 +207,48 @@ proptest! {
                 let n = s.iter().filter(|(x, _)| x == k).count() as u32;
                 prop_assert!(b.estimate(k) >= n);
             }
+        }
+    }
+}
+
+proptest! {
+    /// A dual sketch is, counter for counter, two count-min sketches of its
+    /// shape and hasher under conservative update, metric 0 fed the values
+    /// and metric 1 a second stream of values (including saturation near
+    /// `u32::MAX`), and its per-update estimates are theirs.
+    #[test]
+    fn dual_equals_two_conservative_sketches(
+        s in stream(12, 300, u32::MAX),
+        rows in 1usize..=6,
+        log2_width in 0u32..=7,
+        batch in 1usize..=80,
+    ) {
+        let mut m0 = CountMin::with_hasher(rows, log2_width, Hasher::with_seed(5));
+        let mut m1 = CountMin::with_hasher(rows, log2_width, Hasher::with_seed(5));
+        let second = |v: u32| v.rotate_left(7) >> 3;
+        let mut want = Vec::new();
+        for (k, v) in &s {
+            want.push([m0.add_conservative(k, *v), m1.add_conservative(k, second(*v))]);
+        }
+        for h in hashers(5) {
+            let mut d = DualCountMin::with_hasher(rows, log2_width, h.clone());
+            let mut got = Vec::new();
+            for chunk in s.chunks(batch) {
+                let keys: Vec<Key> = chunk.iter().map(|(k, _)| *k).collect();
+                let a: Vec<u32> = chunk.iter().map(|(_, v)| *v).collect();
+                let b: Vec<u32> = a.iter().map(|&v| second(v)).collect();
+                let mut pairs = vec![HashPair::default(); keys.len()];
+                h.hash_batch(&keys, &mut pairs);
+                got.extend_from_slice(d.add_conservative_pairs(&pairs, &a, &b));
+            }
+            prop_assert_eq!(&got, &want, "backend {}", h.backend());
+            prop_assert!(d.counters(0).eq(m0.counters().iter().copied()));
+            prop_assert!(d.counters(1).eq(m1.counters().iter().copied()));
+            for (k, _) in &s {
+                prop_assert_eq!(d.estimate(k), [m0.estimate(k), m1.estimate(k)]);
+            }
+            d.reset();
+            prop_assert!(d.counters(0).chain(d.counters(1)).all(|c| c == 0));
         }
     }
 }

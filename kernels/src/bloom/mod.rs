@@ -74,7 +74,7 @@
 
 mod counting;
 mod filter;
-mod params;
+pub(crate) mod params;
 mod ports;
 mod transfer;
 

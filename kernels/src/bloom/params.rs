@@ -544,9 +544,9 @@ pub fn split_block_fpr(n: f64, blocks: u64) -> f64 {
 }
 
 /// Asks the CPU to bring the cache line holding `slice[at]` into L1. A hint
-/// only: it changes no state a program can observe.
+/// only: it changes no state a program can observe, whatever `at` is.
 #[inline(always)]
-pub(crate) fn prefetch<T>(slice: &[T], at: usize) {
+pub fn prefetch<T>(slice: &[T], at: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
