@@ -5,20 +5,20 @@
 //! # Per batch
 //!
 //! The flow keys of the batch's live IP packets are gathered and hashed
-//! once each (one keyed [`HashPair`] per key). Then, packet by packet in
+//! once each (one keyed [`HashPair`] per key), the flow memory's index
+//! slots for all of them are prefetched, and then, packet by packet in
 //! order:
 //!
 //! 1. the flow memory is probed with bits of the pair; a tracked flow gets
 //!    the packet's bytes and packet counted exactly, and its packet goes
 //!    no further (*shielding*, below);
-//! 2. every other packet joins one sub-batch, in order, that updates the
-//!    sketch ([`DualCountMin::add_conservative_pairs`]: one cell per row
-//!    holds the flow's bytes and packets counters, so an update touches
-//!    one cache line per row), which returns each packet's estimates right
-//!    after its own update;
-//! 3. a packet whose estimate reaches the threshold (against the running
-//!    byte total up to and including it) brings its flow into the memory
-//!    with its estimates at detection.
+//! 2. any other packet updates the sketch
+//!    ([`DualCountMin::add_conservative_pair`]: one cell per row holds the
+//!    flow's bytes and packets counters, so an update touches one cache
+//!    line per row), which returns its estimates right after its update;
+//! 3. an estimate that reaches the threshold (against the running byte
+//!    total up to and including the packet) brings the flow into the
+//!    memory with its estimates at detection.
 //!
 //! # Shielding
 //!
@@ -599,15 +599,6 @@ pub struct HeavyStage {
     family_pairs: [HashPair; BATCH_SIZE],
     /// Per flow in batch order: its flow-memory key.
     mem_keys: [MemKey; BATCH_SIZE],
-    ones: [u32; BATCH_SIZE],
-    /// The packets that missed the flow memory: their place in the batch,
-    /// pair, length, the epoch's byte total up to and including them, and
-    /// the sketch's estimates after their update.
-    miss: [u8; BATCH_SIZE],
-    miss_pairs: [HashPair; BATCH_SIZE],
-    miss_lens: [u32; BATCH_SIZE],
-    miss_total: [u64; BATCH_SIZE],
-    est: [[u32; 2]; BATCH_SIZE],
     /// Flows evicted by the last sweep (reused).
     evicted: Vec<(FlowKey, Tracked)>,
     reports: Vec<EpochReport>,
@@ -640,12 +631,6 @@ impl HeavyStage {
             pairs: [HashPair::default(); BATCH_SIZE],
             family_pairs: [HashPair::default(); BATCH_SIZE],
             mem_keys: [[0; 5]; BATCH_SIZE],
-            ones: [1; BATCH_SIZE],
-            miss: [0; BATCH_SIZE],
-            miss_pairs: [HashPair::default(); BATCH_SIZE],
-            miss_lens: [0; BATCH_SIZE],
-            miss_total: [0; BATCH_SIZE],
-            est: [[0; 2]; BATCH_SIZE],
             evicted: Vec::new(),
             reports: Vec::new(),
         }
@@ -857,61 +842,30 @@ impl HeavyStage {
             self.memory.prefetch(mem_hash(*p));
         }
 
-        // Shielding: a flow in the memory is counted there, exactly, and
-        // its packets stay out of the sketch; the others go to the sketch
-        // as one sub-batch, in order.
+        // Packet by packet, in order. Shielding: a flow in the memory is
+        // counted there, exactly, and its packet stays out of the sketch;
+        // any other packet updates the sketch and is checked against the
+        // running total up to and including it.
         let threshold = self.config.threshold;
         let base = self.epoch_bytes;
         let mut total = base;
-        let mut m = 0;
         for (j, &len) in lens.iter().enumerate() {
             total += u64::from(len);
-            let e = self.memory.find(&self.mem_keys[j], mem_hash(self.pairs[j]));
+            let hash = mem_hash(self.pairs[j]);
+            let e = self.memory.find(&self.mem_keys[j], hash);
             if e != 0 {
                 self.memory.add(e, len);
                 continue;
             }
-            let at = m.min(BATCH_SIZE - 1);
-            self.miss[at] = j as u8;
-            self.miss_pairs[at] = self.pairs[j];
-            self.miss_lens[at] = len;
-            self.miss_total[at] = total;
-            m += 1;
-        }
-        self.epoch_bytes = total;
-        self.counters.bytes += total - base;
-        self.epoch_packets += n as u64;
-        self.counters.packets += n as u64;
-        let m = m.min(BATCH_SIZE);
-        if m == 0 {
-            return;
-        }
-        let est = self.sketch.add_conservative_pairs(
-            &self.miss_pairs[..m],
-            &self.miss_lens[..m],
-            &self.ones[..m],
-        );
-        self.est[..m].copy_from_slice(est);
-
-        // The misses in order: detection against the running total up to
-        // and including the packet. A flow that entered the memory earlier
-        // in this batch is counted exactly from its next packet on (its
-        // sketch update above only loosens nothing: bounds stay upper).
-        let mut entered = false;
-        for i in 0..m {
-            let j = usize::from(self.miss[i]);
-            let hash = mem_hash(self.pairs[j]);
-            if entered {
-                let e = self.memory.find(&self.mem_keys[j], hash);
-                if e != 0 {
-                    self.memory.add(e, lens[j]);
-                    continue;
-                }
-            }
-            let [eb, ep] = self.est[i].map(u64::from);
-            if !is_heavy(threshold, self.miss_total[i], eb, ep) {
+            let [eb, ep] = self
+                .sketch
+                .add_conservative_pair(self.pairs[j], len, 1)
+                .map(u64::from);
+            if !is_heavy(threshold, total, eb, ep) {
                 continue;
             }
+            // The total so far is the floor an eviction sweep may use.
+            self.epoch_bytes = total;
             if self.make_room() {
                 self.memory.insert(
                     self.mem_keys[j],
@@ -924,12 +878,15 @@ impl HeavyStage {
                     },
                 );
                 self.counters.detections += 1;
-                entered = true;
             } else {
                 self.counters.overflow += 1;
                 self.epoch_overflow += 1;
             }
         }
+        self.epoch_bytes = total;
+        self.counters.bytes += total - base;
+        self.epoch_packets += n as u64;
+        self.counters.packets += n as u64;
     }
 
     /// Closes the current epoch at `end_ns`: reports, then resets.

@@ -145,6 +145,23 @@ impl DualCountMin {
         self.add_conservative_pairs(&[p], &[a], &[b])[0]
     }
 
+    /// Conservative update of the key whose [`HashPair`] is `p` (from the
+    /// sketch's hasher): its metrics rise by `a` and `b`. Returns its
+    /// estimates after. The one-key form of
+    /// [`add_conservative_pairs`](Self::add_conservative_pairs), for
+    /// callers that decide per key whether to update at all (no batch
+    /// buffers, inlined: the heavy-flow stage calls it for the packets its
+    /// flow memory does not absorb).
+    #[inline]
+    pub fn add_conservative_pair(&mut self, p: HashPair, a: u32, b: u32) -> [u32; 2] {
+        let lb = self.log2_width;
+        match self.rows {
+            2 => update_one::<2>(&mut self.cells, lb, p, a, b),
+            3 => update_one::<3>(&mut self.cells, lb, p, a, b),
+            _ => self.add_conservative_pairs(&[p], &[a], &[b])[0],
+        }
+    }
+
     /// Conservative update of every key given by its [`HashPair`] (from the
     /// sketch's hasher), in order: key `i`'s metrics rise by `a[i]` and
     /// `b[i]`. Returns each key's two estimates right after its own update.
@@ -239,4 +256,36 @@ fn update_fixed<const D: usize>(
         }
         *e = [n0, n1];
     }
+}
+
+/// One key's conservative update over a constant `D` rows.
+#[inline(always)]
+fn update_one<const D: usize>(
+    cells: &mut [Cell],
+    lb: u32,
+    p: HashPair,
+    a: u32,
+    b: u32,
+) -> [u32; 2] {
+    let mask = (1usize << lb) - 1;
+    let step = p.h2 | 1;
+    let mut g = p.h1;
+    let mut at = [0usize; D];
+    for (r, x) in at.iter_mut().enumerate() {
+        *x = (r << lb) | (((u64::from(g) << lb) >> 32) as usize & mask);
+        g = g.wrapping_add(step);
+    }
+    let (mut m0, mut m1) = (u32::MAX, u32::MAX);
+    for &i in &at {
+        let x = cells.get(i).copied().unwrap_or(0);
+        m0 = m0.min(lo(x));
+        m1 = m1.min(hi(x));
+    }
+    let (n0, n1) = (m0.saturating_add(a), m1.saturating_add(b));
+    for &i in &at {
+        if let Some(x) = cells.get_mut(i) {
+            *x = cell(lo(*x).max(n0), hi(*x).max(n1));
+        }
+    }
+    [n0, n1]
 }
