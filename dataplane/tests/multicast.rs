@@ -16,10 +16,12 @@ use dataplane::stage::multicast::{
     GROUP_MEMBERSHIP_INTERVAL_NS, GroupKey, InterfaceConfig, MulticastConfig, MulticastCounters,
     MulticastStage, group_addr, group_key,
 };
-use dataplane::wire::{LinkType, checksum};
 use kernels::Hasher;
 use kernels::bloom::{Layout, Params};
 use proptest::prelude::*;
+
+mod multicast_common;
+use multicast_common::{data_frame, igmp_v2, ipv4, mld_v1, run};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -41,81 +43,6 @@ fn random_group(state: &mut u64) -> GroupKey {
         let bits = (0xff0e_u128 << 112) | (u128::from(a) << 48 ^ u128::from(b)) & ((1 << 112) - 1);
         group_key(IpAddr::V6(Ipv6Addr::from_bits(bits)))
     }
-}
-
-// ---------------------------------------------------------------- frames
-
-fn eth(ethertype: u16) -> Vec<u8> {
-    let mut f = vec![0x01, 0x00, 0x5e, 0, 0, 1, 0x02, 0, 0, 0, 0, 1];
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f
-}
-
-fn ipv4(proto: u8, src: Ipv4Addr, dst: Ipv4Addr, payload: &[u8]) -> Vec<u8> {
-    let mut f = eth(0x0800);
-    let len = 20 + payload.len() as u16;
-    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 1, proto, 0, 0];
-    ip[2..4].copy_from_slice(&len.to_be_bytes());
-    ip.extend_from_slice(&src.octets());
-    ip.extend_from_slice(&dst.octets());
-    let sum = !checksum::sum(&ip);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(payload);
-    f
-}
-
-fn ipv6(next: u8, src: Ipv6Addr, dst: Ipv6Addr, payload: &[u8]) -> Vec<u8> {
-    let mut f = eth(0x86dd);
-    f.extend_from_slice(&[0x60, 0, 0, 0]);
-    f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-    f.extend_from_slice(&[next, 1]);
-    f.extend_from_slice(&src.octets());
-    f.extend_from_slice(&dst.octets());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// A UDP datagram to `group` (either family).
-fn data_frame(group: IpAddr) -> Vec<u8> {
-    let udp = [0x13, 0x88, 0x13, 0x88, 0, 12, 0, 0, 1, 2, 3, 4];
-    match group {
-        IpAddr::V4(g) => ipv4(17, Ipv4Addr::new(10, 0, 0, 1), g, &udp),
-        IpAddr::V6(g) => ipv6(17, "2001:db8::1".parse().unwrap(), g, &udp),
-    }
-}
-
-fn igmp_v2(kind: u8, group: Ipv4Addr) -> Vec<u8> {
-    let mut m = vec![kind, 0, 0, 0];
-    m.extend_from_slice(&group.octets());
-    let sum = !checksum::sum(&m);
-    m[2..4].copy_from_slice(&sum.to_be_bytes());
-    let dst = if kind == 0x17 {
-        Ipv4Addr::new(224, 0, 0, 2)
-    } else {
-        group
-    };
-    ipv4(2, Ipv4Addr::new(10, 0, 0, 9), dst, &m)
-}
-
-fn mld_v1(kind: u8, group: Ipv6Addr) -> Vec<u8> {
-    let src: Ipv6Addr = "fe80::9".parse().unwrap();
-    let dst: Ipv6Addr = if kind == 132 {
-        "ff02::2".parse().unwrap()
-    } else {
-        group
-    };
-    let mut m = vec![kind, 0, 0, 0, 0, 0, 0, 0];
-    m.extend_from_slice(&group.octets());
-    let len = m.len() as u64;
-    let acc = u64::from(checksum::sum(&src.octets()))
-        + u64::from(checksum::sum(&dst.octets()))
-        + len
-        + 58
-        + u64::from(checksum::sum(&m));
-    let sum = !checksum::fold(acc);
-    m[2..4].copy_from_slice(&sum.to_be_bytes());
-    ipv6(58, src, dst, &m)
 }
 
 // ------------------------------------------------------------- captures
@@ -272,21 +199,6 @@ fn stage(ports: usize) -> MulticastStage {
         ..MulticastConfig::with_ports(ports)
     })
     .unwrap()
-}
-
-fn run(p: &mut Pipeline, frames: &[(u8, Vec<u8>)], now: u64) -> Vec<Verdict> {
-    let mut b = Batch::new();
-    for (ing, f) in frames {
-        b.push_from(
-            Timestamp::from_nanos(now),
-            f.len() as u32,
-            LinkType::Ethernet,
-            *ing,
-            f,
-        );
-    }
-    p.process(&mut b, Timestamp::from_nanos(now));
-    b.packets().iter().map(|p| p.verdict).collect()
 }
 
 #[test]
