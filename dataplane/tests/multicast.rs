@@ -381,7 +381,7 @@ proptest! {
                     model.insert((p, g), now + gmi);
                 }
                 Op::Leave(p, g) => {
-                    s.control_mut().leave(usize::from(p), &groups[usize::from(g)]);
+                    s.control_mut().leave(usize::from(p), &groups[usize::from(g)], Timestamp::from_nanos(now));
                     model.remove(&(p, g));
                 }
                 Op::Advance(secs) => {

@@ -64,6 +64,40 @@
 //! [`MulticastConfig::verify_checksums`] (the default) an IGMP or MLD
 //! message whose checksum fails is ignored ([`MulticastCounters::bad_checksums`]).
 //!
+//! # Replicas: one membership state over several workers
+//!
+//! In the live router each worker has its own stage, and a report reaches
+//! only the worker its flow hashes to. [`MulticastControl::share`] makes a
+//! control one *replica* of a shared state: every membership change it
+//! learns from a report (a join, refresh included, or a leave, after the
+//! mapping above and the port and group checks) is also queued as a
+//! [`MembershipEvent`] — interface, group, kind, the learning batch's `now`
+//! and the replica's id — which the owner takes with
+//! [`MulticastControl::take_events`] and hands to the other replicas'
+//! [`MulticastControl::apply`]. An applied event is never queued again, so
+//! each event crosses once; source lists are not kept (above), so an event
+//! carries none. The transport is the runtime's (`runtime::share`).
+//!
+//! Events reach the replicas in different orders, so a replica resolves a
+//! join and a leave of the same membership by their stamps `(time,
+//! replica)`, last writer wins: a leave ends a membership only if it is not
+//! older than the membership's latest join, and a join older than the
+//! latest leave seen for that membership (a tombstone, kept for the expiry
+//! grace below) is stale and ignored ([`MulticastCounters::events_superseded`]).
+//! Events of one replica arrive in the order it learned them, which breaks
+//! ties of equal stamps. Every replica that has applied the same events
+//! therefore holds the same memberships — those one stage would hold after
+//! seeing every report in stamp order — with the same timers (a refresh
+//! anywhere re-arms the timer everywhere: expiry is `time + interval` of
+//! the latest join). Their counting filters then hold the same groups; only
+//! their false positives may differ, since a counter a replica's own
+//! history saturated stays saturated. Expiry runs on each replica's own batch clock, so it
+//! is deferred by a grace (the runtime uses 1 s): a refresh still in flight
+//! from another replica cannot lose to the timer. That grace costs at most
+//! that long of extra copies after a membership runs out; it is never a
+//! false negative. Without [`MulticastControl::share`] (one worker) none of
+//! this runs: no events, no tombstones, no grace.
+//!
 //! # Data path and the double buffer
 //!
 //! The data path reads an `Arc<PortFilter>` built from the counting filters.
@@ -331,13 +365,15 @@ pub struct MulticastCounters {
     /// Records with a source list, or `BLOCK_OLD_SOURCES`: (S,G) state,
     /// forwarded per group.
     pub sg_records: u64,
-    /// New memberships learned (not refreshes).
+    /// New memberships learned from reports seen here (not refreshes;
+    /// not events of other workers).
     pub joins: u64,
-    /// Joins of a current membership (timer re-armed).
+    /// Joins of a current membership (timer re-armed) seen here.
     pub refreshes: u64,
-    /// Memberships ended by a leave.
+    /// Memberships ended by a leave seen here.
     pub leaves: u64,
-    /// Leaves for a group that was not a (non-static) member.
+    /// Leaves seen here for a group that was not a (non-static) member,
+    /// or older than its latest join.
     pub leaves_ignored: u64,
     /// Memberships whose timer ran out.
     pub expiries: u64,
@@ -351,6 +387,15 @@ pub struct MulticastCounters {
     pub unknown_port: u64,
     /// Times the data-path filter was republished.
     pub publishes: u64,
+    /// Membership events learned here and queued for the other workers
+    /// (a shared replica: the live router with more than one worker).
+    pub events_sent: u64,
+    /// Membership events of other workers applied here (not counted as
+    /// joins or leaves).
+    pub events_applied: u64,
+    /// Events, learned here or applied, that lost to a newer one: a join
+    /// older than a leave already seen, a leave older than the latest join.
+    pub events_superseded: u64,
 }
 
 /// One interface's figures.
@@ -376,9 +421,79 @@ struct Member {
     expires: u64,
     /// The time the heap entry for this membership carries.
     queued: u64,
+    /// The stamp of the latest join (see "Replicas" in the module docs).
+    joined: Stamp,
 }
 
 const STATIC: u64 = u64::MAX;
+
+/// The order of membership events between replicas: (time in ns, replica).
+type Stamp = (u64, u16);
+
+/// What a [`MembershipEvent`] does to its membership.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MembershipChange {
+    /// A join or refresh: the membership holds until `at +` the group
+    /// membership interval (or longer).
+    Join,
+    /// A leave: the membership ends.
+    Leave,
+}
+
+/// A membership change one replica learned from a report, for the other
+/// replicas to [`apply`](MulticastControl::apply) (see "Replicas" in the
+/// module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MembershipEvent {
+    /// Join or leave.
+    pub change: MembershipChange,
+    /// The interface.
+    pub port: u8,
+    /// The group.
+    pub group: GroupKey,
+    /// When it was learned (the learning batch's `now`).
+    pub at: Timestamp,
+    /// The replica that learned it.
+    pub origin: u16,
+}
+
+impl MembershipEvent {
+    fn stamp(&self) -> Stamp {
+        (self.at.as_nanos(), self.origin)
+    }
+}
+
+/// How a join met the membership table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Joined {
+    New,
+    Refreshed,
+    /// Older than a leave already applied: ignored.
+    Stale,
+}
+
+/// How a leave met the membership table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Left {
+    Ended,
+    /// Nothing learned to end (not a member, or a static group).
+    NotLearned,
+    /// Older than the membership's latest join: ignored.
+    Superseded,
+}
+
+/// The sharing state of a replica (see [`MulticastControl::share`]).
+#[derive(Debug, Clone, Default)]
+struct Sharing {
+    origin: u16,
+    grace_ns: u64,
+    /// Events learned here, not yet taken.
+    outbox: Vec<MembershipEvent>,
+    /// Latest leave stamp per (port, group): the tombstones.
+    left: HashMap<(u8, GroupKey), Stamp, ahash::RandomState>,
+    /// The tombstones in the order they were set, for pruning.
+    left_order: std::collections::VecDeque<(u64, u8, GroupKey)>,
+}
 
 /// The control path: exact membership tables, counting filters, timers.
 #[derive(Debug, Clone)]
@@ -393,6 +508,7 @@ pub struct MulticastControl {
     dirty: u64,
     fpr: Vec<f64>,
     counters: MulticastCounters,
+    sharing: Option<Box<Sharing>>,
 }
 
 impl MulticastControl {
@@ -423,7 +539,62 @@ impl MulticastControl {
             dirty: 0,
             fpr: vec![0.0; ports],
             counters: MulticastCounters::default(),
+            sharing: None,
         })
+    }
+
+    /// Makes this control replica `origin` of a membership state shared
+    /// with others (see "Replicas" in the module docs): from now on the
+    /// joins and leaves it learns are also queued for
+    /// [`take_events`](Self::take_events), joins and leaves are ordered by
+    /// their stamps, and memberships expire `expiry_grace_ns` after their
+    /// timer runs out.
+    pub fn share(&mut self, origin: u16, expiry_grace_ns: u64) {
+        self.sharing = Some(Box::new(Sharing {
+            origin,
+            grace_ns: expiry_grace_ns,
+            ..Sharing::default()
+        }));
+    }
+
+    /// Whether events are waiting for [`take_events`](Self::take_events).
+    pub fn has_events(&self) -> bool {
+        self.sharing.as_ref().is_some_and(|s| !s.outbox.is_empty())
+    }
+
+    /// The events learned since the last call, oldest first (none unless
+    /// [`share`](Self::share)d); they leave the queue as the iterator is
+    /// consumed, and the queue keeps its capacity.
+    pub fn take_events(&mut self) -> impl Iterator<Item = MembershipEvent> + '_ {
+        self.sharing.iter_mut().flat_map(|s| s.outbox.drain(..))
+    }
+
+    /// Applies an event another replica learned: a join or leave like a
+    /// report seen here, ordered by stamp against what this replica has
+    /// already seen, and never queued again. Counted in
+    /// [`MulticastCounters::events_applied`], not as a join or leave.
+    /// Returns whether the set of memberships changed.
+    pub fn apply(&mut self, event: &MembershipEvent) -> bool {
+        let port = usize::from(event.port);
+        if port >= self.ports {
+            self.counters.unknown_port += 1;
+            return false;
+        }
+        self.counters.events_applied += 1;
+        let (changed, superseded) = match event.change {
+            MembershipChange::Join => {
+                let j = self.join_at(port, event.group, event.stamp());
+                (j == Joined::New, j == Joined::Stale)
+            }
+            MembershipChange::Leave => {
+                let l = self.leave_at(port, &event.group, event.stamp());
+                (l == Left::Ended, l == Left::Superseded)
+            }
+        };
+        if superseded {
+            self.counters.events_superseded += 1;
+        }
+        changed
     }
 
     /// The filter geometry.
@@ -476,12 +647,13 @@ impl MulticastControl {
         self.dirty != 0
     }
 
-    fn insert(&mut self, port: usize, group: GroupKey, expires: u64) {
+    fn insert(&mut self, port: usize, group: GroupKey, expires: u64, joined: Stamp) {
         self.members[port].insert(
             group,
             Member {
                 expires,
                 queued: expires,
+                joined,
             },
         );
         self.counting[port].insert(&group);
@@ -500,6 +672,73 @@ impl MulticastControl {
         }
     }
 
+    /// The stamp of an event learned here at `now`.
+    fn local_stamp(&self, now: Timestamp) -> Stamp {
+        (
+            now.as_nanos(),
+            self.sharing.as_ref().map_or(0, |s| s.origin),
+        )
+    }
+
+    /// Queues a learned event for the other replicas, if shared.
+    fn emit(&mut self, change: MembershipChange, port: usize, group: GroupKey, at: Timestamp) {
+        if let Some(s) = &mut self.sharing {
+            s.outbox.push(MembershipEvent {
+                change,
+                port: port as u8,
+                group,
+                at,
+                origin: s.origin,
+            });
+            self.counters.events_sent += 1;
+        }
+    }
+
+    /// A join stamped `at` on a valid `port` (see "Replicas" in the module
+    /// docs for stale joins).
+    fn join_at(&mut self, port: usize, group: GroupKey, at: Stamp) -> Joined {
+        let expires = at.0.saturating_add(self.interval_ns);
+        if let Some(m) = self.members[port].get_mut(&group) {
+            if m.expires != STATIC {
+                m.expires = m.expires.max(expires);
+            }
+            m.joined = m.joined.max(at);
+            return Joined::Refreshed;
+        }
+        let stale = self
+            .sharing
+            .as_ref()
+            .and_then(|s| s.left.get(&(port as u8, group)))
+            .is_some_and(|&left| left > at);
+        if stale {
+            return Joined::Stale;
+        }
+        self.insert(port, group, expires, at);
+        Joined::New
+    }
+
+    /// A leave stamped `at` on a valid `port`; a shared replica keeps its
+    /// tombstone.
+    fn leave_at(&mut self, port: usize, group: &GroupKey, at: Stamp) -> Left {
+        let outcome = match self.members[port].get(group) {
+            Some(m) if m.expires == STATIC => return Left::NotLearned,
+            Some(m) if self.sharing.is_some() && m.joined > at => return Left::Superseded,
+            Some(_) => {
+                self.end(port, group);
+                Left::Ended
+            }
+            None => Left::NotLearned,
+        };
+        if let Some(s) = &mut self.sharing {
+            let t = s.left.entry((port as u8, *group)).or_insert((0, 0));
+            if at > *t {
+                *t = at;
+                s.left_order.push_back((at.0, port as u8, *group));
+            }
+        }
+        outcome
+    }
+
     /// Adds a group that never expires. `false` (and nothing done) for a
     /// port out of range; a current learned membership becomes static.
     pub fn add_static(&mut self, port: usize, group: GroupKey) -> bool {
@@ -508,52 +747,55 @@ impl MulticastControl {
         }
         match self.members[port].get_mut(&group) {
             Some(m) => m.expires = STATIC,
-            None => self.insert(port, group, STATIC),
+            None => self.insert(port, group, STATIC, (0, 0)),
         }
         true
     }
 
     /// A join of `group` on `port` at `now`: a new membership or a re-armed
-    /// timer. Returns whether the membership is new.
+    /// timer. Returns whether the membership is new. A shared replica
+    /// queues it for the others.
     pub fn join(&mut self, port: usize, group: GroupKey, now: Timestamp) -> bool {
         if port >= self.ports {
             self.counters.unknown_port += 1;
             return false;
         }
-        let expires = now.as_nanos().saturating_add(self.interval_ns);
-        if let Some(m) = self.members[port].get_mut(&group) {
-            if m.expires != STATIC {
-                m.expires = m.expires.max(expires);
-            }
-            self.counters.refreshes += 1;
+        let joined = self.join_at(port, group, self.local_stamp(now));
+        match joined {
+            Joined::New => self.counters.joins += 1,
+            Joined::Refreshed => self.counters.refreshes += 1,
+            Joined::Stale => self.counters.events_superseded += 1,
+        }
+        self.emit(MembershipChange::Join, port, group, now);
+        joined == Joined::New
+    }
+
+    /// A leave of `group` on `port` at `now`: ends a learned membership (a
+    /// static group stays). Returns whether a membership ended. A shared
+    /// replica queues it for the others.
+    pub fn leave(&mut self, port: usize, group: &GroupKey, now: Timestamp) -> bool {
+        if port >= self.ports {
+            self.counters.leaves_ignored += 1;
             return false;
         }
-        self.insert(port, group, expires);
-        self.counters.joins += 1;
-        true
-    }
-
-    /// A leave of `group` on `port`: ends a learned membership (a static
-    /// group stays). Returns whether a membership ended.
-    pub fn leave(&mut self, port: usize, group: &GroupKey) -> bool {
-        let learned = self
-            .members
-            .get(port)
-            .and_then(|m| m.get(group))
-            .is_some_and(|m| m.expires != STATIC);
-        if learned {
-            self.end(port, group);
-            self.counters.leaves += 1;
-        } else {
-            self.counters.leaves_ignored += 1;
+        let left = self.leave_at(port, group, self.local_stamp(now));
+        match left {
+            Left::Ended => self.counters.leaves += 1,
+            Left::NotLearned => self.counters.leaves_ignored += 1,
+            Left::Superseded => {
+                self.counters.leaves_ignored += 1;
+                self.counters.events_superseded += 1;
+            }
         }
-        learned
+        self.emit(MembershipChange::Leave, port, *group, now);
+        left == Left::Ended
     }
 
-    /// Ends every membership whose timer ran out at `now` (expiry `<= now`);
-    /// returns how many.
+    /// Ends every membership whose timer ran out at `now` (expiry `<= now`,
+    /// less the expiry grace of a shared replica); returns how many.
     pub fn expire(&mut self, now: Timestamp) -> usize {
-        let now = now.as_nanos();
+        let grace = self.sharing.as_ref().map_or(0, |s| s.grace_ns);
+        let now = now.as_nanos().saturating_sub(grace);
         let mut n = 0;
         while let Some(&Reverse((t, port, group))) = self.timers.peek() {
             if t > now {
@@ -576,6 +818,20 @@ impl MulticastControl {
             self.end(port, &group);
             self.counters.expiries += 1;
             n += 1;
+        }
+        if let Some(s) = &mut self.sharing {
+            // Tombstones only ever reject joins older than themselves, so
+            // when one goes is a matter of memory: after the grace, no
+            // event older than it is still in flight.
+            while let Some(&(t, port, group)) = s.left_order.front() {
+                if t > now {
+                    break;
+                }
+                s.left_order.pop_front();
+                if s.left.get(&(port, group)).is_some_and(|l| l.0 == t) {
+                    s.left.remove(&(port, group));
+                }
+            }
         }
         n
     }
@@ -605,9 +861,9 @@ impl MulticastControl {
         }
     }
 
-    fn group_leave(&mut self, port: usize, group: IpAddr) {
+    fn group_leave(&mut self, port: usize, group: IpAddr, now: Timestamp) {
         if group.is_multicast() {
-            self.leave(port, &group_key(group));
+            self.leave(port, &group_key(group), now);
         } else {
             self.counters.invalid_groups += 1;
         }
@@ -622,7 +878,7 @@ impl MulticastControl {
         match rt {
             RecordType::BlockOldSources | RecordType::Unknown(_) => {}
             _ if rt.is_join(sources) => self.group_join(port, group, now),
-            _ => self.group_leave(port, group),
+            _ => self.group_leave(port, group, now),
         }
     }
 
@@ -645,7 +901,7 @@ impl MulticastControl {
             }
             igmp::Kind::Leave => {
                 self.counters.reports += 1;
-                self.group_leave(port, IpAddr::V4(p.group_addr()));
+                self.group_leave(port, IpAddr::V4(p.group_addr()), now);
             }
             igmp::Kind::V3Report => {
                 self.counters.reports += 1;
@@ -683,7 +939,7 @@ impl MulticastControl {
             }
             mld::Kind::Done => {
                 self.counters.reports += 1;
-                self.group_leave(port, IpAddr::V6(p.multicast_addr()));
+                self.group_leave(port, IpAddr::V6(p.multicast_addr()), now);
             }
             mld::Kind::V2Report => {
                 self.counters.reports += 1;
@@ -855,6 +1111,9 @@ impl MulticastStage {
             malformed: c.malformed,
             unknown_port: c.unknown_port,
             publishes: c.publishes,
+            events_sent: c.events_sent,
+            events_applied: c.events_applied,
+            events_superseded: c.events_superseded,
             ..self.counters.clone()
         }
     }
