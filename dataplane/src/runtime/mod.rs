@@ -22,12 +22,37 @@
 //! empty batch (closing heavy-flow epochs on time, advancing SFB's rehash
 //! clock), sends closed epochs to the reporter and publishes a snapshot of
 //! its counters. Nothing is shared on the hot path: the snapshot sits behind
-//! a mutex only the tick and the reader take.
+//! a mutex only the tick and the reader take, and a worker's membership
+//! inbox (below) is looked at once per batch, not per packet.
 //!
 //! Each worker has its own queue per shaped port, draining at the port's
 //! configured rate: a flow is always on one worker and sees that rate, and
 //! with `n` workers the port carries up to `n` times the rate when flows
 //! spread over them (as with one `tbf` per transmit queue under `mq`).
+//!
+//! Multicast memberships are shared ([`share`]). A report reaches only the
+//! worker its flow hashes to, while data to its group may hash to another,
+//! so with more than one worker every worker's multicast stage is a replica
+//! of one membership state: each sends the joins and leaves (refreshes
+//! included) it learns to every other worker over a crossbeam channel, and
+//! each applies what the others sent before every batch and every tick
+//! ([`share::process`]); an applied event is not sent again. We chose this
+//! over one control thread owning the counting filters and publishing a
+//! shared `Arc<PortFilter>`: the replicas keep the stage as it is (learning
+//! in the batch, data behind a join in the same batch already forwarded,
+//! the data path's filter private to its worker), and need no thread and no
+//! lock. The bound: a join is in force on the worker that read it for the
+//! data after it in the same batch, and on every other worker from the
+//! first batch that worker begins after the join's batch ended, so data
+//! can miss it only in the one batch another worker is in the middle of
+//! (a batch holds at most 32 frames; an idle worker applies its inbox
+//! before its next batch, or at its next tick). Replicas order a join and
+//! a leave of one membership by their stamps (time on the shared monotonic
+//! clock, worker), so all converge on the same memberships whatever order
+//! events arrive in; a refresh anywhere re-arms the timer everywhere, and
+//! expiry waits [`share::EXPIRY_GRACE`] (1 s) past the timer so a refresh
+//! in flight does not lose to it. Static groups are in every worker from
+//! the config.
 //!
 //! On stop (SIGINT/SIGTERM) a worker processes what its sockets still hold,
 //! then sends its queued frames at their rate until the queues are empty or
@@ -41,6 +66,7 @@
 //! send_errors + shutdown_dropped + backlog`.
 
 pub mod forward;
+pub mod share;
 pub mod socket;
 
 use std::collections::BTreeMap;
@@ -60,6 +86,7 @@ use crate::stage::icarus::{IcarusCounters, IcarusStage};
 use crate::stage::multicast::{MulticastCounters, MulticastStage};
 use crate::wire::{self, LinkType};
 use forward::{EgressQueues, QueueCounters, QueueSpec, Wires, WiresCounters};
+use share::MembershipLink;
 use socket::Port;
 
 /// How often a worker ticks its pipeline and publishes its counters.
@@ -346,6 +373,9 @@ impl Stats {
                 t.control += c.control;
                 t.joins += c.joins;
                 t.leaves += c.leaves;
+                t.events_sent += c.events_sent;
+                t.events_applied += c.events_applied;
+                t.events_superseded += c.events_superseded;
             }
         }
         m
@@ -386,8 +416,9 @@ impl Stats {
         ));
         if let Some(m) = &self.multicast {
             s.push_str(&format!(
-                "  stage multicast data {} forwarded {} copies {} control {} joins {} leaves {}\n",
-                m.data_packets, m.forwarded, m.copies, m.control, m.joins, m.leaves
+                "  stage multicast data {} forwarded {} copies {} control {} joins {} leaves {} events sent {} applied {} superseded {}\n",
+                m.data_packets, m.forwarded, m.copies, m.control, m.joins, m.leaves,
+                m.events_sent, m.events_applied, m.events_superseded
             ));
         }
         if let Some(i) = &self.icarus {
@@ -476,6 +507,40 @@ pub fn build_pipeline(cfg: &RouterConfig) -> anyhow::Result<Pipeline> {
     Ok(p)
 }
 
+/// One worker's pipeline and its end of the membership exchange.
+#[derive(Debug)]
+pub struct WorkerPipeline {
+    /// The pipeline ([`build_pipeline`]).
+    pub pipeline: Pipeline,
+    /// `None` with one worker or no multicast stage.
+    pub link: Option<MembershipLink>,
+}
+
+impl WorkerPipeline {
+    /// One batch, as the live worker runs it ([`share::process`]).
+    pub fn process(&mut self, batch: &mut Batch, now: Timestamp) {
+        share::process(&mut self.pipeline, self.link.as_ref(), batch, now);
+    }
+}
+
+/// The pipelines of `workers` workers ([`build_pipeline`] each), their
+/// multicast stages linked as replicas of one membership state when there
+/// is more than one worker (see the module docs).
+pub fn build_workers(cfg: &RouterConfig, workers: usize) -> anyhow::Result<Vec<WorkerPipeline>> {
+    let share = workers > 1 && cfg.multicast_config().is_some();
+    let mut links = share.then(|| share::links(workers).into_iter());
+    (0..workers)
+        .map(|_| {
+            let mut pipeline = build_pipeline(cfg)?;
+            let link = links.as_mut().and_then(Iterator::next);
+            if let Some(l) = &link {
+                l.attach(&mut pipeline);
+            }
+            Ok(WorkerPipeline { pipeline, link })
+        })
+        .collect()
+}
+
 /// Options of [`Router::start`] that are not in the file.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -498,6 +563,8 @@ struct Worker {
     core: Option<core_affinity::CoreId>,
     ports: Vec<Port>,
     pipeline: Pipeline,
+    /// Multicast memberships to and from the other workers.
+    link: Option<MembershipLink>,
     clock: MonotonicClock,
     stop: Arc<AtomicBool>,
     snapshot: Arc<Mutex<Stats>>,
@@ -577,10 +644,12 @@ impl Router {
         let icarus = cfg.icarus_config();
         let mut workers = Vec::new();
         let mut snapshots = Vec::new();
-        for (id, (ports, core)) in all_ports.into_iter().zip(cores).enumerate() {
+        let pipelines = build_workers(cfg, n)?;
+        for (id, ((ports, core), wp)) in all_ports.into_iter().zip(cores).zip(pipelines).enumerate()
+        {
             let snapshot = Arc::new(Mutex::new(Stats::default()));
             snapshots.push(snapshot.clone());
-            let pipeline = build_pipeline(cfg)?;
+            let WorkerPipeline { pipeline, link } = wp;
             let queued = pipeline
                 .stage::<EgressQueues>()
                 .map_or(0, |q| q.ports().mask());
@@ -589,6 +658,7 @@ impl Router {
                 core,
                 ports,
                 pipeline,
+                link,
                 clock,
                 stop: stop.clone(),
                 snapshot,
@@ -770,7 +840,7 @@ impl Worker {
         // Frames due by `now` leave first: the queue limits and SFB's bins
         // then see the queues as they are at `now`.
         self.send_due(now, stats);
-        self.pipeline.process(batch, now);
+        share::process(&mut self.pipeline, self.link.as_ref(), batch, now);
         stats.io.batches += 1;
         self.transmit(batch, scratch, stats);
         self.send_due(now, stats);
@@ -905,7 +975,7 @@ impl Worker {
     /// published.
     fn tick(&mut self, empty: &mut Batch, now: Timestamp, stats: &mut Stats) {
         empty.clear();
-        self.pipeline.process(empty, now);
+        share::process(&mut self.pipeline, self.link.as_ref(), empty, now);
         self.collect(stats, now, false);
         if let Ok(mut s) = self.snapshot.lock() {
             s.clone_from(stats);

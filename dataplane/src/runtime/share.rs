@@ -1,0 +1,202 @@
+//! Multicast group memberships shared between workers.
+//!
+//! Each worker's [`MulticastStage`] is a replica of one membership state
+//! (see "Replicas" in [`crate::stage::multicast`]): the joins and leaves it
+//! learns from the reports its sockets deliver are sent, as
+//! [`MembershipEvent`]s, to every other worker, which applies them between
+//! its batches. A [`MembershipLink`] is one worker's end: an inbox (one
+//! unbounded crossbeam channel per worker) and a sender to each other
+//! worker's inbox, so events of one worker arrive everywhere in the order
+//! it learned them. Nothing here is touched per packet; per batch, a
+//! worker looks at its inbox (empty: two atomic loads) and takes the
+//! events its stage queued.
+//!
+//! [`process`] is the one place a live worker runs a batch: the inbox is
+//! applied first, so the batch's data sees every join another worker sent
+//! before it began; then the batch; then the joins and leaves the batch
+//! taught are sent at once. A join is thus in force on the worker that saw
+//! it from the batch that carries it, and on every other worker from the
+//! first batch that worker begins after that one ended.
+//!
+//! The channels are unbounded: an event is never dropped (a lost join would
+//! be a false negative). Events come only from IGMP/MLD reports, and each
+//! worker empties its inbox before every batch and at every tick.
+
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::clock::Timestamp;
+use crate::pipeline::{Batch, Pipeline};
+use crate::stage::multicast::{MembershipEvent, MulticastStage};
+
+/// How long after its timer a membership still stands on a worker, so that
+/// a refresh learned by another worker at about that time, and still in
+/// flight, cannot lose to the timer. Events take one batch of the slowest
+/// worker to cross (microseconds to a few milliseconds); a second is far
+/// beyond that and adds at most a second of copies after a host goes away
+/// silently (the membership interval is 260 s).
+pub const EXPIRY_GRACE: Duration = Duration::from_secs(1);
+
+/// One worker's end of the membership exchange.
+#[derive(Debug)]
+pub struct MembershipLink {
+    id: u16,
+    inbox: Receiver<MembershipEvent>,
+    peers: Vec<Sender<MembershipEvent>>,
+}
+
+/// The links of `workers` workers, each connected to every other; link `i`
+/// is worker `i`'s.
+///
+/// # Panics
+/// If `workers` exceeds `u16::MAX` (the replica ids).
+pub fn links(workers: usize) -> Vec<MembershipLink> {
+    assert!(workers <= usize::from(u16::MAX), "{workers} workers");
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..workers).map(|_| crossbeam_channel::unbounded()).unzip();
+    rxs.into_iter()
+        .enumerate()
+        .map(|(id, inbox)| MembershipLink {
+            id: id as u16,
+            inbox,
+            peers: txs
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != id)
+                .map(|(_, tx)| tx.clone())
+                .collect(),
+        })
+        .collect()
+}
+
+impl MembershipLink {
+    /// The worker this link belongs to (its replica id).
+    pub fn id(&self) -> usize {
+        usize::from(self.id)
+    }
+
+    /// Makes `pipeline`'s multicast stage this worker's replica (id, and
+    /// [`EXPIRY_GRACE`]). `false` if the pipeline has no multicast stage.
+    pub fn attach(&self, pipeline: &mut Pipeline) -> bool {
+        let Some(m) = pipeline.stage_mut::<MulticastStage>() else {
+            return false;
+        };
+        let grace = u64::try_from(EXPIRY_GRACE.as_nanos()).unwrap_or(u64::MAX);
+        m.control_mut().share(self.id, grace);
+        true
+    }
+
+    /// Applies every event the other workers have sent so far; returns how
+    /// many. The stage publishes the changes to its data path at the start
+    /// of its next batch.
+    pub fn receive(&self, pipeline: &mut Pipeline) -> usize {
+        if self.inbox.is_empty() {
+            return 0;
+        }
+        let Some(m) = pipeline.stage_mut::<MulticastStage>() else {
+            return 0;
+        };
+        let control = m.control_mut();
+        let mut n = 0;
+        while let Ok(e) = self.inbox.try_recv() {
+            control.apply(&e);
+            n += 1;
+        }
+        n
+    }
+
+    /// Sends the events the stage learned since the last call to every
+    /// other worker; returns how many. A worker that has exited is skipped.
+    pub fn send(&self, pipeline: &mut Pipeline) -> usize {
+        let Some(m) = pipeline.stage_mut::<MulticastStage>() else {
+            return 0;
+        };
+        let control = m.control_mut();
+        if !control.has_events() {
+            return 0;
+        }
+        let mut n = 0;
+        for e in control.take_events() {
+            for p in &self.peers {
+                let _ = p.send(e);
+            }
+            n += 1;
+        }
+        n
+    }
+}
+
+/// Runs one batch through a worker's pipeline the way a live worker does:
+/// the other workers' events, the batch, then this batch's events out.
+/// Without a link (one worker, or no multicast stage) it is
+/// [`Pipeline::process`].
+pub fn process(
+    pipeline: &mut Pipeline,
+    link: Option<&MembershipLink>,
+    batch: &mut Batch,
+    now: Timestamp,
+) {
+    match link {
+        Some(l) => {
+            l.receive(pipeline);
+            pipeline.process(batch, now);
+            l.send(pipeline);
+        }
+        None => pipeline.process(batch, now),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::PipelineConfig;
+    use crate::stage::multicast::{MulticastConfig, group_key};
+
+    fn mc(p: &mut Pipeline) -> &mut MulticastStage {
+        p.stage_mut::<MulticastStage>().unwrap()
+    }
+
+    fn pipeline() -> Pipeline {
+        let cfg = MulticastConfig {
+            seed: Some(1),
+            ..MulticastConfig::with_ports(2)
+        };
+        Pipeline::new(PipelineConfig::default()).with_stage(MulticastStage::new(&cfg).unwrap())
+    }
+
+    #[test]
+    fn every_event_reaches_every_other_worker_once() {
+        let links = links(3);
+        let mut p: Vec<Pipeline> = (0..3).map(|_| pipeline()).collect();
+        for (l, p) in links.iter().zip(&mut p) {
+            assert!(l.attach(p));
+        }
+        let g = group_key("239.1.1.1".parse().unwrap());
+        mc(&mut p[1])
+            .control_mut()
+            .join(1, g, Timestamp::from_nanos(5));
+        assert_eq!(links[1].send(&mut p[1]), 1);
+        assert_eq!(links[1].send(&mut p[1]), 0, "sent once");
+        for i in [0, 2] {
+            assert_eq!(links[i].receive(&mut p[i]), 1);
+            assert!(mc(&mut p[i]).control().is_member(1, &g));
+            assert_eq!(links[i].send(&mut p[i]), 0, "applied, not re-sent");
+        }
+        assert_eq!(links[1].receive(&mut p[1]), 0, "not back to its sender");
+        let c: Vec<_> = p.iter_mut().map(|p| mc(p).counters()).collect();
+        assert_eq!(
+            c.iter()
+                .map(|c| (c.events_sent, c.events_applied, c.joins))
+                .collect::<Vec<_>>(),
+            [(0, 1, 0), (1, 0, 1), (0, 1, 0)]
+        );
+    }
+
+    #[test]
+    fn no_multicast_stage_no_sharing() {
+        let mut p = Pipeline::new(PipelineConfig::default());
+        let l = links(2);
+        assert!(!l[0].attach(&mut p));
+        assert_eq!((l[0].receive(&mut p), l[0].send(&mut p)), (0, 0));
+    }
+}
