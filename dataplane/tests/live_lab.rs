@@ -9,7 +9,13 @@
 //! 1. unicast A -> B: N numbered UDP datagrams all arrive, once each, and
 //!    the router's counters account for every one;
 //! 2. multicast: a group listed behind B only reaches B, and nothing at all
-//!    leaves by C's port;
+//!    leaves by C's port; groups B joins (learned from its IGMP reports,
+//!    never listed) reach B whole although the two workers split the
+//!    traffic: B's reports are one flow, read by one worker, while A's
+//!    data to each group is a flow of its own, on either worker — a group
+//!    whose data lands on the other worker arrives only because the
+//!    workers share memberships (all eight on the reports' worker: 1 in
+//!    256), and the workers' counters show the events crossing;
 //! 3. icarus: datagrams whose filter already holds the router's mask are
 //!    dropped as loops and counted;
 //! 4. SIGTERM: the router drains, writes its final report and exits 0;
@@ -48,6 +54,14 @@ const NODE_ID: u64 = 7;
 const UNICAST: u32 = 2000;
 const MULTICAST: u32 = 200;
 const LOOPING: u32 = 50;
+/// Groups B joins (learned, not in the config), and datagrams to each.
+const LEARNED_GROUPS: u8 = 8;
+const LEARNED_EACH: u32 = 50;
+const LEARNED_PORT: u16 = 9003;
+
+fn learned_group(k: u8) -> Ipv4Addr {
+    Ipv4Addr::new(239, 2, 0, 1 + k)
+}
 
 /// ECN phase: B's port is shaped to this rate...
 const ECN_RATE_BPS: u64 = 4_000_000;
@@ -189,8 +203,13 @@ fn collect(s: &UdpSocket, want: u32, quiet: Duration) -> (u32, u32) {
 }
 
 fn send_numbered(s: &UdpSocket, to: SocketAddr, n: u32) {
+    send_range(s, to, 0..n);
+}
+
+/// Sends datagrams numbered `range` to `to`.
+fn send_range(s: &UdpSocket, to: SocketAddr, range: std::ops::Range<u32>) {
     let mut payload = [0u8; 64];
-    for i in 0..n {
+    for i in range {
         payload[..4].copy_from_slice(&i.to_be_bytes());
         s.send_to(&payload, to).expect("send");
         if i % 64 == 63 {
@@ -379,6 +398,30 @@ epoch_ms = 500
     let (got, dups) = collect(&rx_multi, MULTICAST, Duration::from_secs(3));
     assert_eq!((got, dups), (MULTICAST, 0), "multicast A -> group behind B");
 
+    // Learned groups: B's kernel reports its joins to the router (IGMPv3,
+    // sent at once on joining); then A sends to each group.
+    let rx_learned = in_netns(&lab.ns("b"), || {
+        let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, LEARNED_PORT)).unwrap();
+        big_rcvbuf(&s);
+        for k in 0..LEARNED_GROUPS {
+            s.join_multicast_v4(&learned_group(k), &B).unwrap();
+        }
+        s
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    for k in 0..LEARNED_GROUPS {
+        let first = u32::from(k) * LEARNED_EACH;
+        let to = SocketAddr::from((learned_group(k), LEARNED_PORT));
+        send_range(&tx, to, first..first + LEARNED_EACH);
+    }
+    let learned = u32::from(LEARNED_GROUPS) * LEARNED_EACH;
+    let (got, dups) = collect(&rx_learned, learned, Duration::from_secs(3));
+    assert_eq!(
+        (got, dups),
+        (learned, 0),
+        "multicast A -> groups B joined (learned, shared between workers)"
+    );
+
     // 3. Looping packets: the IPv4 option already holds the router's mask.
     let mask = node_mask(NODE_ID, &FilterParams::default());
     let m = mask.width().bits() / 8;
@@ -432,6 +475,23 @@ epoch_ms = 500
     );
     let workers = report["workers"].as_array().unwrap();
     assert_eq!(workers.len(), 2);
+    // The joins crossed: what one worker sent, the other applied (at most
+    // that: an event sent as they stopped may not be applied).
+    let mc = |w: usize, k: &str| u(&workers[w]["multicast"][k]);
+    let sent = [mc(0, "events_sent"), mc(1, "events_sent")];
+    let applied = [mc(0, "events_applied"), mc(1, "events_applied")];
+    assert!(
+        sent[0] + sent[1] >= u64::from(LEARNED_GROUPS),
+        "every join sent: {sent:?}"
+    );
+    assert!(
+        applied[0] + applied[1] >= u64::from(LEARNED_GROUPS),
+        "and applied: {applied:?}"
+    );
+    assert!(
+        applied[0] <= sent[1] && applied[1] <= sent[0],
+        "sent {sent:?} applied {applied:?}"
+    );
     // Heavy flows: the unicast flow (2000 packets) is heavy at 100 packets.
     let heavy = std::fs::read_to_string(&heavy_path).unwrap_or_default();
     assert!(
