@@ -21,7 +21,7 @@
 //! * `heavy/zipf/bloomplane` and `heavy/zipf/heavykeeper`: heavy-flow
 //!   detection alone, on flow keys parsed before timing. Ours gets the
 //!   keys and wire lengths 32 at a time through [`HeavyStage::observe`]
-//!   (the path [`HeavyStage::process`] takes once it has gathered a
+//!   (the path [`Stage::process`](dataplane::pipeline::Stage::process) takes once it has gathered a
 //!   batch's keys: hashing, the sketch, the flow memory, the threshold),
 //!   then `finish` closes the epoch and reports. The input is a
 //!   [`FlowKey`] (40 bytes), a length and a time per packet, next to the

@@ -67,7 +67,7 @@ fn group(i: u32) -> Ipv4Addr {
 }
 
 /// The multicast inputs for `ports` interfaces: the stage and
-/// [`BATCHES`] batches of group keys with their ingress ports.
+/// `BATCHES` batches of group keys with their ingress ports.
 #[derive(Debug)]
 pub struct MulticastInputs {
     /// The stage, memberships installed and published.
@@ -116,7 +116,7 @@ impl MulticastInputs {
         }
     }
 
-    /// Batch `i` (mod [`BATCHES`]) through the stage; returns the XOR of
+    /// Batch `i` (mod `BATCHES`) through the stage; returns the XOR of
     /// the egress sets, so the result is used (a fold of one instruction
     /// per packet: a popcount would be a dozen without the `popcnt`
     /// target feature).
@@ -166,7 +166,7 @@ fn ipv6_udp(payload: usize, flow: u32) -> Vec<u8> {
     f
 }
 
-/// The icarus inputs: this node and a pool of [`BATCHES`] batches of
+/// The icarus inputs: this node and a pool of `BATCHES` batches of
 /// frames, with a pristine copy to restore from.
 #[derive(Debug)]
 pub struct IcarusInputs {

@@ -45,7 +45,7 @@ use crate::hash::{HashPair, Hasher};
 use crate::index::Partitioned;
 use crate::prefetch;
 
-mod dual;
+pub mod dual;
 
 pub use dual::DualCountMin;
 

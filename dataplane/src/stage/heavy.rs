@@ -608,7 +608,7 @@ impl HeavyStage {
     /// A stage with `config`.
     ///
     /// # Panics
-    /// If the sketch shape is out of [`CountMin`]'s range.
+    /// If the sketch shape is out of [`DualCountMin`]'s range.
     pub fn new(config: HeavyConfig) -> Self {
         let hasher = config.seed.map_or_else(Hasher::new, Hasher::with_seed);
         let sketch = DualCountMin::with_hasher(config.rows, config.log2_width, hasher.clone());

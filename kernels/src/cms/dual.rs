@@ -39,7 +39,7 @@ fn cell(a: u32, b: u32) -> Cell {
 }
 
 /// Count-min with conservative update over two metrics per key; saturating
-/// `u32` counters. See the [module docs](self).
+/// `u32` counters. See the [module docs](crate::cms::dual).
 #[derive(Clone)]
 pub struct DualCountMin {
     cells: Vec<Cell>,
