@@ -24,7 +24,7 @@
 //!   seed set from the scenario's. The rehash interval (600 s, warm-up in
 //!   its last 60 s) is longer than any run here, so the hash keys never swap
 //!   and double buffering never starts: what is measured is SFB within one
-//!   hash generation. [`Sfb::tick`] runs before every hashing; a flow's bins
+//!   hash generation. [`Sfb::tick`](dataplane::stage::sfb::Sfb::tick) runs before every hashing; a flow's bins
 //!   are hashed once per key generation.
 //! * **Paths.** All propagation delay is on the return path: a packet
 //!   reaches the bottleneck when it is sent, and its ACK reaches the sender
