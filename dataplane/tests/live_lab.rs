@@ -18,7 +18,7 @@
 //!    256), and the workers' counters show the events crossing;
 //! 3. icarus: datagrams whose filter already holds the router's mask are
 //!    dropped as loops and counted;
-//! 4. SIGTERM: the router drains, writes its final report and exits 0;
+//! 4. SIGTERM: the router drains, writes its final report and exits 0.
 //! 5. ECN through a real shaped SFB queue: a second router run (same lab)
 //!    shapes r-b to 4 Mbit/s behind SFB (r-a and r-c unshaped); A sends
 //!    ECT(0) datagrams at three times that rate; B captures every frame on
@@ -30,6 +30,9 @@
 //!    forwarded + dropped by reason, sent by A = arrived at B + SFB drops,
 //!    and frames at B = the router's r-b transmit count. SIGTERM right after
 //!    the burst checks that the queue is drained at its rate, not dropped.
+//!    The same router makes r-a and r-b Icarus edges: each datagram gets a
+//!    filter on r-a (counted) and loses it on r-b (counted), so B sees
+//!    plain 20-byte IPv4 headers with valid checksums.
 //!
 //! Everything is bounded by timeouts (the whole test takes a few seconds),
 //! and a guard kills the router and takes the lab down whatever happens.
@@ -73,6 +76,8 @@ const ECN_BURST: Duration = Duration::from_millis(1500);
 const ECN_PAYLOAD: usize = 1000;
 /// ...to this port of B.
 const ECN_PORT: u16 = 9100;
+/// The ECN phase's router's Icarus node id (an edge on both of its ports).
+const ECN_NODE_ID: u64 = 11;
 /// The frame on the wire: Ethernet + IPv4 + UDP + payload.
 const ECN_FRAME: usize = 14 + 20 + 8 + ECN_PAYLOAD;
 
@@ -507,7 +512,9 @@ epoch_ms = 500
 }
 
 /// The ECN phase's router: r-b shaped to [`ECN_RATE_BPS`] behind SFB, r-a
-/// and r-c unshaped.
+/// and r-c unshaped. r-a and r-b are Icarus edges: what arrives on r-a gets
+/// an empty filter (and this node's mask at once), what leaves by r-b loses
+/// it again, so B must see plain 20-byte IPv4 headers.
 ///
 /// One unresponsive flow holds the whole queue in each of its bins. From
 /// `target` (5) queued packets every arrival raises the flow's marking
@@ -542,21 +549,27 @@ name = "r-c"
 from = "r-a"
 to = "r-b"
 bidirectional = true
+
+[icarus]
+node_id = {ECN_NODE_ID}
+insert_on = ["r-a"]
+strip_on = ["r-b"]
 "#
     )
 }
 
 /// A frame that reached B's link: kernel receive time (ns), length, and
-/// for the ECN phase's datagrams `(number, TOS byte, IPv4 checksum ok)`.
+/// for the ECN phase's datagrams `(number, TOS byte, IPv4 checksum ok,
+/// IPv4 header length)`.
 #[derive(Debug, Clone, Copy)]
 struct Arrival {
     ns: u64,
     len: usize,
-    ours: Option<(u32, u8, bool)>,
+    ours: Option<(u32, u8, bool, usize)>,
 }
 
 /// The ECN phase's datagram in an Ethernet frame, if it is one.
-fn parse_ours(f: &[u8]) -> Option<(u32, u8, bool)> {
+fn parse_ours(f: &[u8]) -> Option<(u32, u8, bool, usize)> {
     if f.get(12..14)? != [0x08, 0x00] {
         return None;
     }
@@ -571,7 +584,7 @@ fn parse_ours(f: &[u8]) -> Option<(u32, u8, bool)> {
     }
     let seq = u32::from_be_bytes(udp.get(8..12)?.try_into().ok()?);
     let checksum_ok = dataplane::wire::checksum::sum(ip.get(..ihl)?) == 0xffff;
-    Some((seq, *ip.get(1)?, checksum_ok))
+    Some((seq, *ip.get(1)?, checksum_ok, ihl))
 }
 
 /// Sets a socket option to the bytes of `val`.
@@ -752,8 +765,12 @@ fn ecn_phase(lab: &mut Lab) {
     // What B saw.
     let ours: Vec<(u64, usize, u32, u8, bool)> = arrivals
         .iter()
-        .filter_map(|a| a.ours.map(|(seq, tos, ok)| (a.ns, a.len, seq, tos, ok)))
+        .filter_map(|a| a.ours.map(|(seq, tos, ok, _)| (a.ns, a.len, seq, tos, ok)))
         .collect();
+    let with_options = arrivals
+        .iter()
+        .filter(|a| a.ours.is_some_and(|o| o.3 != 20))
+        .count();
     let mut seen = vec![false; n as usize];
     for &(_, _, seq, _, _) in &ours {
         let slot = seen.get_mut(seq as usize).expect("a numbered datagram");
@@ -825,6 +842,23 @@ fn ecn_phase(lab: &mut Lab) {
         "B's link got exactly what the router sent on r-b\n{ctx}"
     );
     assert_eq!(u(&q["enqueued"]), u(&q["sent"]), "{ctx}");
+    // Icarus edges: every datagram got a filter on r-a and lost it on r-b.
+    let io = &total["io"];
+    assert_eq!(with_options, 0, "B saw IPv4 options: not stripped\n{ctx}");
+    assert!(
+        u(&io["icarus_inserted"]) >= u64::from(n),
+        "a filter inserted into each datagram on r-a: {io}\n{ctx}"
+    );
+    assert_eq!(u(&io["icarus_insert_failed"]), 0, "{io}");
+    assert!(
+        u(&io["icarus_stripped"]) >= ours.len() as u64,
+        "stripped from each datagram leaving by r-b: {io}\n{ctx}"
+    );
+    assert_eq!(
+        u(&total["icarus"]["loops_detected"]),
+        0,
+        "a fresh filter never alarms\n{ctx}"
+    );
     assert_eq!(u(&sfb["backlog_packets"]), 0, "{ctx}");
 
     // The shaper: B's arrival rate over the burst (first to last datagram).
