@@ -10,10 +10,13 @@ use clap::{Args, Parser, Subcommand};
 use dataplane::pipeline::{MalformedPolicy, PipelineConfig};
 use dataplane::stage::heavy::{HeavyConfig, Threshold};
 use dataplane::stage::sfb::SfbConfig;
+use dataplane::wire::icarus::FilterWidth;
 use indicatif::{ProgressBar, ProgressStyle};
+use traffic_gen::live::{Endpoint, LiveConfig, run_live};
 use traffic_gen::replay::{Input, Pacing, ReplayConfig, replay, write_hgrm};
 use traffic_gen::scenario::{self, SfbScenarioConfig, markdown_table, run_sfb_scenario};
 use traffic_gen::synth::{SynthConfig, write_pcap};
+use traffic_gen::synth_icarus::{self, HopRange, IcarusSynthConfig};
 use traffic_gen::synth_mcast::McastConfig;
 
 #[derive(Debug, Parser)]
@@ -231,6 +234,10 @@ enum SynthKind {
     /// Multicast joins/leaves/data over several interfaces; truth (ingress
     /// and exact egress set per packet) in FILE.mcast.json.
     Multicast,
+    /// UDP packets carrying Icarus loop-detection filters as they look
+    /// after --hops hops; truth (on a loop, exact verdict of --node-id per
+    /// packet) in FILE.icarus.json.
+    Icarus,
 }
 
 #[derive(Debug, Args)]
@@ -252,6 +259,64 @@ struct SynthCmd {
     gap_us: u64,
     #[command(flatten)]
     synth: SynthArgs,
+    #[command(flatten, next_help_heading = "Icarus (--kind icarus)")]
+    icarus: IcarusArgs,
+}
+
+#[derive(Debug, Args)]
+struct IcarusArgs {
+    /// Icarus: filter bits m (64, 128 or 256).
+    #[arg(long, default_value = "128", value_name = "BITS", value_parser = synth_icarus::parse_width)]
+    width: FilterWidth,
+    /// Icarus: mask bits k (default: the dataplane's default for the width:
+    /// 5, 10, 19 for m = 64, 128, 256).
+    #[arg(long)]
+    k: Option<usize>,
+    /// Icarus: the checking node (the router that will see the packets).
+    #[arg(long, default_value_t = 1)]
+    node_id: u64,
+    /// Icarus: the domain seed turning node ids into masks (`icarus.seed`;
+    /// default: the built-in one).
+    #[arg(long, value_name = "SEED", value_parser = synth_icarus::parse_seed)]
+    domain_seed: Option<u64>,
+    /// Icarus: hops before the checking node, H or a range A..=B (A..B is
+    /// half-open), drawn uniformly; at most 64.
+    #[arg(long, default_value = "1..=10", value_parser = synth_icarus::parse_hops)]
+    hops: HopRange,
+    /// Icarus: share of packets on a looping path (through the checking node before).
+    #[arg(long, default_value_t = 0.1, value_name = "F", value_parser = synth_icarus::parse_fraction)]
+    loop_fraction: f64,
+    /// Icarus: share of IPv6 packets.
+    #[arg(long, default_value_t = 0.3, value_name = "F", value_parser = synth_icarus::parse_fraction)]
+    v6_fraction: f64,
+}
+
+fn run_synth_icarus(s: &SynthCmd) -> Result<()> {
+    let a = &s.icarus;
+    let cfg = IcarusSynthConfig {
+        node_id: a.node_id,
+        width: a.width,
+        k: a.k,
+        domain_seed: a
+            .domain_seed
+            .unwrap_or(IcarusSynthConfig::default().domain_seed),
+        hops: a.hops,
+        loop_fraction: a.loop_fraction,
+        v6_fraction: a.v6_fraction,
+        packets: s.synth.packets,
+        seed: s.synth.seed,
+    };
+    let truth = synth_icarus::write_pcap(cfg, &s.output)?;
+    println!(
+        "wrote {} packets ({} IPv4, {} IPv6) to {} (truth in {})",
+        truth.packets,
+        truth.packets - truth.v6_packets,
+        truth.v6_packets,
+        s.output.display(),
+        synth_icarus::truth_path(&s.output).display()
+    );
+    println!("{}", truth.summary());
+    Ok(())
 }
 
 #[derive(Debug, Args)]
@@ -300,23 +365,102 @@ struct ReplayArgs {
     /// Write the heavy flows as JSON lines.
     #[arg(long, value_name = "FILE")]
     heavy_jsonl: Option<PathBuf>,
+    /// Live: send the capture's frames out of interface IFACE (AF_PACKET,
+    /// needs CAP_NET_RAW) instead of through the embedded dataplane.
+    #[arg(
+        long,
+        value_name = "IFACE",
+        help_heading = "Live replay",
+        conflicts_with_all = [
+            "workers", "no_pin", "heavy_percent", "epoch_ms", "pass_malformed", "top",
+            "heavy_jsonl", "flows", "packets", "zipf_s", "size", "seed",
+        ]
+    )]
+    tx: Option<String>,
+    /// Live: open --tx in network namespace NAME (/var/run/netns/NAME).
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "tx",
+        help_heading = "Live replay"
+    )]
+    tx_netns: Option<String>,
+    /// Live: capture on IFACE, match what arrives to what was sent, and
+    /// report loss, reordering and end-to-end latency.
+    #[arg(
+        long,
+        value_name = "IFACE",
+        requires = "tx",
+        help_heading = "Live replay"
+    )]
+    rx: Option<String>,
+    /// Live: open --rx in network namespace NAME.
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "rx",
+        help_heading = "Live replay"
+    )]
+    rx_netns: Option<String>,
+    /// Live: frames not received this many ms after the last send are lost.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 200,
+        help_heading = "Live replay"
+    )]
+    rx_grace: u64,
+    /// Live: receive socket buffer (SO_RCVBUFFORCE), bytes.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 32 << 20,
+        help_heading = "Live replay"
+    )]
+    rx_buffer: usize,
+    /// Live: read every packet into memory before sending (tcpreplay's
+    /// --preload-pcap).
+    #[arg(long, requires = "tx", help_heading = "Live replay")]
+    preload: bool,
     #[command(flatten)]
     synth: SynthArgs,
 }
 
+impl ReplayArgs {
+    fn pacing(&self) -> Pacing {
+        match (self.multiplier, self.pps, self.mbps) {
+            (Some(m), _, _) => Pacing::Multiplier(m),
+            (_, Some(p), _) => Pacing::Pps(p),
+            (_, _, Some(m)) => Pacing::Mbps(m),
+            _ => Pacing::TopSpeed,
+        }
+    }
+}
+
+/// A progress bar on standard error when it is a terminal.
+fn progress_bar(total: Option<u64>) -> Option<ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
+        let pb = total.map_or_else(ProgressBar::new_spinner, ProgressBar::new);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{spinner} {elapsed_precise} {bar:40} {pos} packets {per_sec}",
+        ) {
+            pb.set_style(style);
+        }
+        pb
+    })
+}
+
 fn run_replay(a: &ReplayArgs) -> Result<()> {
+    if let Some(tx) = &a.tx {
+        return run_live_replay(a, tx);
+    }
     if !(a.heavy_percent.is_finite() && a.heavy_percent > 0.0 && a.heavy_percent <= 100.0) {
         bail!(
             "--heavy-percent must be in (0, 100], got {}",
             a.heavy_percent
         );
     }
-    let pacing = match (a.multiplier, a.pps, a.mbps) {
-        (Some(m), _, _) => Pacing::Multiplier(m),
-        (_, Some(p), _) => Pacing::Pps(p),
-        (_, _, Some(m)) => Pacing::Mbps(m),
-        _ => Pacing::TopSpeed,
-    };
+    let pacing = a.pacing();
     let defaults = ReplayConfig::default();
     let cfg = ReplayConfig {
         workers: a.workers,
@@ -342,18 +486,9 @@ fn run_replay(a: &ReplayArgs) -> Result<()> {
     } else {
         Input::Files(a.files.clone())
     };
-    let progress = std::io::stderr().is_terminal().then(|| {
-        let total = match &input {
-            Input::Synth(s) => Some(s.packets * u64::from(a.loops)),
-            Input::Files(_) => None,
-        };
-        let pb = total.map_or_else(ProgressBar::new_spinner, ProgressBar::new);
-        if let Ok(style) = ProgressStyle::with_template(
-            "{spinner} {elapsed_precise} {bar:40} {pos} packets {per_sec}",
-        ) {
-            pb.set_style(style);
-        }
-        pb
+    let progress = progress_bar(match &input {
+        Input::Synth(s) => Some(s.packets * u64::from(a.loops)),
+        Input::Files(_) => None,
     });
     let report = replay(&input, &cfg, progress.as_ref());
     if let Some(pb) = &progress {
@@ -387,11 +522,55 @@ fn run_replay(a: &ReplayArgs) -> Result<()> {
     Ok(())
 }
 
+/// `replay --tx IFACE [--rx IFACE] FILE...`: live replay.
+fn run_live_replay(a: &ReplayArgs, tx: &str) -> Result<()> {
+    if a.hgrm.is_some() && a.rx.is_none() {
+        bail!("--hgrm needs --rx (latency is measured at the receiver)");
+    }
+    let cfg = LiveConfig {
+        tx: Endpoint {
+            interface: tx.to_string(),
+            netns: a.tx_netns.clone(),
+        },
+        rx: a.rx.as_ref().map(|rx| Endpoint {
+            interface: rx.clone(),
+            netns: a.rx_netns.clone(),
+        }),
+        pacing: a.pacing(),
+        loops: a.loops,
+        preload: a.preload,
+        grace: std::time::Duration::from_millis(a.rx_grace),
+        rx_buffer_bytes: a.rx_buffer,
+    };
+    let progress = progress_bar(None);
+    let report = run_live(&a.files, &cfg, progress.as_ref());
+    if let Some(pb) = &progress {
+        pb.finish_and_clear();
+    }
+    let report = report?;
+    report.write_text(&mut std::io::stdout().lock())?;
+    if let Some(p) = &a.hgrm {
+        let mut f =
+            std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;
+        if let Some(r) = report.write_hgrm(&mut f) {
+            r.with_context(|| format!("{}: write failed", p.display()))?;
+        }
+    }
+    if let Some(p) = &a.json {
+        let f =
+            std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;
+        serde_json::to_writer_pretty(std::io::BufWriter::new(f), &report)
+            .with_context(|| format!("{}: write failed", p.display()))?;
+    }
+    Ok(())
+}
+
 fn run() -> Result<()> {
     let cli = Cli::parse();
     match &cli.command {
         Command::Replay(a) => run_replay(a),
         Command::Scenario(ScenarioCmd::Sfb(a)) => run_scenario_sfb(a),
+        Command::Synth(s) if s.kind == SynthKind::Icarus => run_synth_icarus(s),
         Command::Synth(s) if s.kind == SynthKind::Multicast => {
             let cfg = McastConfig {
                 ports: s.ports,

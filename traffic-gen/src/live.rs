@@ -1,0 +1,1485 @@
+//! Live replay: send a capture's frames out of a real interface with
+//! tcpreplay's pacing, and (with an rx interface) capture what arrives at
+//! the other end, match it to what was sent, and measure loss, reordering
+//! and end-to-end latency.
+//!
+//! # Sockets
+//!
+//! Each side is one `AF_PACKET` socket. It is created here (so the receive
+//! side can get a large `SO_RCVBUFFORCE` buffer and `PACKET_IGNORE_OUTGOING`,
+//! and the send side `PACKET_QDISC_BYPASS`) and handed to pnet, which binds
+//! it to the interface (`ETH_P_ALL`), joins promiscuous mode on the receive
+//! side and makes it non-blocking. The hot paths then use the descriptor
+//! directly: one `send(2)` per frame, as tcpreplay does (pnet's `send_to`
+//! polls before every send: two system calls per frame, measured 30-40%
+//! slower), and `recvmmsg(2)` for up to 32 frames per call on the
+//! receive side, polling only when the queue is empty, so that the receiver
+//! keeps up with what it measures. The addresses `recvmmsg` returns give
+//! the packet type, so frames the receiving host sends itself are skipped
+//! even where `PACKET_IGNORE_OUTGOING` is missing.
+//!
+//! `--tx-netns`/`--rx-netns` open a side's socket from a thread that has
+//! entered `/var/run/netns/NAME` with `setns(2)`: a socket stays in the
+//! namespace it was created in, and only that thread moves. The same thread
+//! then sends (or receives).
+//!
+//! # Pacing
+//!
+//! [`Schedule`] (shared with the embedded replay) gives each packet's due
+//! time as an offset from the start; the sender sleeps until shortly before
+//! it and spins the rest, yielding the CPU ([`wait_until`]), and the clock
+//! read that ends the wait is the packet's send timestamp. Nothing is measured from the
+//! previous packet, so a late packet never delays the ones after it. The
+//! sender sets its timer slack to 1 ns so sleeps end close to when asked.
+//!
+//! # Matching
+//!
+//! A frame is identified by a hash of the bytes a router does not change
+//! ([`match_key`]): for IP, the addresses, the upper-layer protocol (after
+//! IPv6 extension headers), the IPv4 identification and fragment field, and
+//! the datagram from the upper-layer header to its end (as the IP length
+//! says, so link padding does not count). Left out: the link header (a
+//! router may rewrite MACs or VLAN tags), TTL / hop limit, TOS / traffic
+//! class (ECN marks), the IPv4 header checksum and total length, IPv4
+//! options and IPv6 extension headers before the upper layer (an Icarus
+//! loop-detection option may be inserted, changed or stripped on the way).
+//! Nothing is written into the packets, so any capture can be replayed
+//! unchanged. Frames a router would not leave intact otherwise (non-IP,
+//! malformed) are hashed from the link payload, or whole.
+//!
+//! Identical frames are matched first-sent to first-received (a FIFO per
+//! hash; what that means when a copy is lost is in [`match_frames`]). The
+//! sender records (hash, send time) per frame sent; the
+//! receiver records (hash, receive time) per frame read; both times are
+//! `CLOCK_MONOTONIC` (`Instant`), which network namespaces share. The two
+//! lists are matched after the run ([`match_frames`]): a stable sort by
+//! hash lines up the receives of a hash with its sends. That keeps
+//! both hot paths to one `Vec` push (16 bytes per frame on each side) and
+//! makes the matching a pure function.
+//!
+//! The receive time is taken when the `recvmmsg` call that read the frame
+//! returns (one clock read per call), so it includes the time the frame
+//! waited in the socket queue: exact while the receiver keeps up (a call
+//! then returns one or a few frames), inflated at top speed when it does
+//! not.
+//!
+//! A sent frame not received by `grace` after the last send is lost. A
+//! received frame whose send came before that of a frame received earlier
+//! is reordered. A received frame that matches nothing sent (the hosts' own
+//! traffic) is unmatched: counted, not an error.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use crossbeam_channel::{Receiver, Sender, bounded};
+use dataplane::io::capture::CaptureReader;
+use dataplane::runtime::socket::{PortError, READ_BUFFER, find_interface};
+use dataplane::wire::{IpVersion, LinkType, parse};
+use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
+use pnet::datalink::{self, Channel, DataLinkReceiver, DataLinkSender};
+use serde::Serialize;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
+
+use crate::replay::{Latency, Pacing, PassClock, Schedule, new_histogram, wait_until, write_hgrm};
+
+/// One side of the link: an interface, in a named network namespace or in
+/// the current one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    /// The interface name.
+    pub interface: String,
+    /// The network namespace (`ip netns` name), `None` for the current one.
+    pub netns: Option<String>,
+}
+
+impl Endpoint {
+    fn describe(&self) -> String {
+        match &self.netns {
+            Some(ns) => format!("{} (netns {ns})", self.interface),
+            None => self.interface.clone(),
+        }
+    }
+}
+
+/// Live replay settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveConfig {
+    /// Where frames are sent.
+    pub tx: Endpoint,
+    /// Where they are captured; `None`: send only.
+    pub rx: Option<Endpoint>,
+    /// Pacing.
+    pub pacing: Pacing,
+    /// Times to send the input (at least 1).
+    pub loops: u32,
+    /// Read every packet into memory before sending (tcpreplay's
+    /// `--preload-pcap`).
+    pub preload: bool,
+    /// How long after the last send the receiver keeps waiting.
+    pub grace: Duration,
+    /// Receive socket buffer requested (`SO_RCVBUFFORCE`), bytes.
+    pub rx_buffer_bytes: usize,
+}
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        LiveConfig {
+            tx: Endpoint {
+                interface: "eth0".into(),
+                netns: None,
+            },
+            rx: None,
+            pacing: Pacing::TopSpeed,
+            loops: 1,
+            preload: false,
+            grace: Duration::from_millis(200),
+            rx_buffer_bytes: 32 << 20,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Matching
+
+/// The matching hash of a frame: the bytes a router leaves unchanged (see
+/// the module docs). Never panics, whatever the bytes.
+pub fn match_key(link: LinkType, frame: &[u8]) -> u64 {
+    let mut head = [0u8; 40];
+    let (n, body): (usize, &[u8]) = match parse(link, frame) {
+        Ok(p) => {
+            let l3 = frame.get(p.l3_offset..).unwrap_or_default();
+            let start = p.l3_offset.saturating_add(p.ip_header_len);
+            let end = p.l3_offset.saturating_add(p.ip_total_len).min(frame.len());
+            let upper = frame.get(start..end).unwrap_or_default();
+            match p.ip_version {
+                Some(IpVersion::V4) => {
+                    head[0] = 4;
+                    head[1] = p.protocol.into();
+                    // identification, flags + fragment offset
+                    copy_field(&mut head[2..6], l3.get(4..8));
+                    // source, destination
+                    copy_field(&mut head[6..14], l3.get(12..20));
+                    (14, upper)
+                }
+                Some(IpVersion::V6) => {
+                    head[0] = 6;
+                    head[1] = p.protocol.into();
+                    copy_field(&mut head[2..34], l3.get(8..40));
+                    (34, upper)
+                }
+                None => {
+                    head[0] = 0xff;
+                    head[1..3].copy_from_slice(&u16::from(p.ethertype).to_be_bytes());
+                    (3, l3)
+                }
+            }
+        }
+        Err(_) => {
+            head[0] = 0xfe;
+            (1, frame)
+        }
+    };
+    xxh3_64_with_seed(body, xxh3_64(&head[..n]))
+}
+
+fn copy_field(dst: &mut [u8], src: Option<&[u8]>) {
+    if let Some(s) = src.filter(|s| s.len() == dst.len()) {
+        dst.copy_from_slice(s);
+    }
+}
+
+/// A frame's matching hash and when it was sent or received (ns on a
+/// monotonic clock shared by both sides).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// [`match_key`] of the frame.
+    pub key: u64,
+    /// Send or receive time, ns.
+    pub t_ns: u64,
+}
+
+/// What matching the received frames to the sent ones found.
+#[derive(Debug, Clone)]
+pub struct MatchOutcome {
+    /// Sent frames that were received (once each).
+    pub received: u64,
+    /// Sent frames never received.
+    pub lost: u64,
+    /// Received frames whose send came before that of a frame received
+    /// earlier.
+    pub reordered: u64,
+    /// Received frames that match nothing sent (or more copies of a frame
+    /// than were sent).
+    pub unmatched: u64,
+    /// Latency of every matched frame, ns (receive time - send time).
+    pub histogram: Histogram<u64>,
+    /// Time from the first send to the last matched receive, ns (0 when
+    /// nothing matched).
+    pub span_ns: u64,
+}
+
+/// Matches `received` (in read order) to `sent` (in send order): the n-th
+/// receive of a hash goes with the n-th send of that hash (first in, first
+/// out), provided that send came before the receive; a receive with no
+/// such send is unmatched.
+///
+/// FIFO is exact when nothing is lost: identical frames belong to one flow,
+/// and a router keeps a flow in order (one flow, one worker). When a copy
+/// of a frame sent several times is lost, the copies after it are each
+/// given to the copy before them: their latency reads longer (by the gap
+/// between copies) and they may count as reordered, while the received and
+/// lost totals stay exact. Captures whose frames are unique (real traffic,
+/// with TCP sequence numbers and IP identifications) do not have this
+/// ambiguity; a synthetic capture that repeats one frame per flow does.
+///
+/// O((n + m) log n) for n sends and m receives; no allocation per frame
+/// beyond the index arrays.
+pub fn match_frames(sent: &[Stamp], received: &[Stamp]) -> MatchOutcome {
+    // Send indices grouped by hash, in send order within a group (stable),
+    // and each group's next unmatched position (indexed by the group's
+    // first position).
+    let mut order: Vec<usize> = (0..sent.len()).collect();
+    order.sort_by_key(|&i| sent[i].key);
+    let keys: Vec<u64> = order.iter().map(|&i| sent[i].key).collect();
+    let mut next: Vec<usize> = (0..sent.len()).collect();
+
+    let mut hist = new_histogram();
+    let (mut received_n, mut reordered, mut unmatched) = (0u64, 0u64, 0u64);
+    let mut highest: Option<usize> = None;
+    let mut last_rx = 0u64;
+    for r in received {
+        let lo = keys.partition_point(|&k| k < r.key);
+        let hi = lo + keys[lo..].partition_point(|&k| k == r.key);
+        let pick = (lo < hi)
+            .then(|| next[lo])
+            .filter(|&p| p < hi && sent[order[p]].t_ns <= r.t_ns);
+        let Some(p) = pick else {
+            unmatched += 1;
+            continue;
+        };
+        next[lo] = p + 1;
+        let s = order[p];
+        received_n += 1;
+        if highest.is_some_and(|h| s < h) {
+            reordered += 1;
+        }
+        highest = Some(highest.map_or(s, |h| h.max(s)));
+        last_rx = last_rx.max(r.t_ns);
+        let ns = r.t_ns.saturating_sub(sent[s].t_ns).max(1);
+        let _ = hist.record(ns.min(hist.high()));
+    }
+    MatchOutcome {
+        received: received_n,
+        lost: sent.len() as u64 - received_n,
+        reordered,
+        unmatched,
+        histogram: hist,
+        span_ns: match sent.first() {
+            Some(first) if received_n > 0 => last_rx.saturating_sub(first.t_ns),
+            _ => 0,
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Report
+
+/// Achieved rates, as tcpreplay's `Rated:` line.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Rates {
+    /// Bytes per second.
+    pub bytes_per_s: f64,
+    /// Megabits per second.
+    pub mbps: f64,
+    /// Packets per second.
+    pub pps: f64,
+}
+
+impl Rates {
+    /// `packets` frames of `bytes` bytes in total sent in `elapsed_s`
+    /// seconds (all zero when no time passed).
+    pub fn of(packets: u64, bytes: u64, elapsed_s: f64) -> Self {
+        if elapsed_s.is_nan() || elapsed_s <= 0.0 {
+            return Rates {
+                bytes_per_s: 0.0,
+                mbps: 0.0,
+                pps: 0.0,
+            };
+        }
+        let bytes_per_s = bytes as f64 / elapsed_s;
+        Rates {
+            bytes_per_s,
+            mbps: bytes_per_s * 8.0 / 1e6,
+            pps: packets as f64 / elapsed_s,
+        }
+    }
+}
+
+/// Send-side counters, as tcpreplay's interface statistics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TxStats {
+    /// Frames sent.
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Frames the kernel refused for good (after the ENOBUFS retries).
+    pub failed: u64,
+    /// Send attempts repeated after ENOBUFS (a full device or peer queue).
+    pub retried_enobufs: u64,
+    /// Send attempts repeated after EAGAIN (a full socket send buffer).
+    pub retried_eagain: u64,
+    /// The failures by error.
+    pub errors: BTreeMap<String, u64>,
+}
+
+/// The receive side of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct RxReport {
+    /// Where frames were captured.
+    pub endpoint: Endpoint,
+    /// Receive buffer the kernel granted, bytes.
+    pub recv_buffer: usize,
+    /// Wait after the last send, ms.
+    pub grace_ms: u64,
+    /// Frames read (matched or not).
+    pub frames: u64,
+    /// Sent frames received.
+    pub received: u64,
+    /// Sent frames not received within the grace period.
+    pub lost: u64,
+    /// Received out of send order.
+    pub reordered: u64,
+    /// Received frames that match nothing sent.
+    pub unmatched: u64,
+    /// Delivery rate: received / (first send .. last matched receive), pps.
+    pub received_pps: f64,
+    /// End-to-end latency (send -> receive), ns.
+    pub latency_ns: Latency,
+    /// The latency histogram (ns).
+    #[serde(skip)]
+    pub histogram: Histogram<u64>,
+}
+
+/// The whole live-replay report.
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveReport {
+    /// Capture files.
+    pub inputs: Vec<String>,
+    /// Where frames were sent.
+    pub tx: Endpoint,
+    /// Whether the send socket bypasses the qdisc (`PACKET_QDISC_BYPASS`).
+    pub qdisc_bypass: bool,
+    /// Pacing.
+    pub pacing: String,
+    /// Passes over the input.
+    pub loops: u32,
+    /// Packets were read into memory first.
+    pub preload: bool,
+    /// Frames sent.
+    pub sent: u64,
+    /// Bytes sent.
+    pub bytes: u64,
+    /// First send to end of last send, s.
+    pub elapsed_s: f64,
+    /// Achieved rates.
+    pub rated: Rates,
+    /// Send-side counters.
+    pub tx_stats: TxStats,
+    /// The receive side, with `--rx`.
+    pub rx: Option<RxReport>,
+}
+
+impl LiveReport {
+    /// The terminal summary: tcpreplay's `Actual:`/`Rated:` lines and
+    /// interface statistics, then the receive side.
+    pub fn write_text(&self, w: &mut impl Write) -> io::Result<()> {
+        writeln!(
+            w,
+            "Actual: {} packets ({} bytes) sent in {:.2} seconds",
+            self.sent, self.bytes, self.elapsed_s
+        )?;
+        writeln!(
+            w,
+            "Rated: {:.1} Bps, {:.2} Mbps, {:.2} pps",
+            self.rated.bytes_per_s, self.rated.mbps, self.rated.pps
+        )?;
+        let t = &self.tx_stats;
+        writeln!(w, "Statistics for network device: {}", self.tx.describe())?;
+        writeln!(w, "\tSuccessful packets:        {}", t.packets)?;
+        writeln!(w, "\tFailed packets:            {}", t.failed)?;
+        writeln!(w, "\tRetried packets (ENOBUFS): {}", t.retried_enobufs)?;
+        writeln!(w, "\tRetried packets (EAGAIN):  {}", t.retried_eagain)?;
+        for (e, n) in &t.errors {
+            writeln!(w, "\t  failed: {e}: {n}")?;
+        }
+        if let Some(r) = &self.rx {
+            writeln!(
+                w,
+                "Received on {}: {} frames, {} of {} sent ({} lost, {} reordered), {} unmatched; delivered {:.2} pps",
+                r.endpoint.describe(),
+                r.frames,
+                r.received,
+                self.sent,
+                r.lost,
+                r.reordered,
+                r.unmatched,
+                r.received_pps
+            )?;
+            let l = &r.latency_ns;
+            let us = |ns: u64| ns as f64 / 1e3;
+            writeln!(
+                w,
+                "Latency (us, send -> receive): p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} mean {:.1} count {}",
+                us(l.p50),
+                us(l.p90),
+                us(l.p99),
+                us(l.p999),
+                us(l.max),
+                l.mean / 1e3,
+                l.count
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The latency distribution in `.hgrm` format (microseconds); `None`
+    /// without a receive side.
+    pub fn write_hgrm(&self, w: &mut impl Write) -> Option<io::Result<()>> {
+        self.rx.as_ref().map(|r| write_hgrm(&r.histogram, w))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Namespaces and sockets
+
+/// Moves the calling thread into network namespace `name`
+/// (`/var/run/netns/NAME`, as `ip netns` names them).
+fn enter_netns(name: &str) -> Result<()> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+        bail!("\"{name}\" is not a network namespace name");
+    }
+    let path = Path::new("/var/run/netns").join(name);
+    let file = File::open(&path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => anyhow!(
+            "network namespace \"{name}\" not found ({} does not exist; `ip netns list` shows the namespaces)",
+            path.display()
+        ),
+        _ => anyhow!(
+            "network namespace \"{name}\": cannot open {}: {e}",
+            path.display()
+        ),
+    })?;
+    // SAFETY: `file` is open for the duration of the call; CLONE_NEWNET
+    // moves only the calling thread, and nothing on it holds per-namespace
+    // state that would be invalidated.
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc != 0 {
+        let err = io::Error::last_os_error();
+        return Err(match err.raw_os_error() {
+            Some(libc::EPERM) => anyhow!(
+                "network namespace \"{name}\": setns: {err} (entering a namespace needs CAP_SYS_ADMIN: run as root)"
+            ),
+            Some(libc::EINVAL) => anyhow!(
+                "network namespace \"{name}\": {} is not a network namespace ({err})",
+                path.display()
+            ),
+            _ => anyhow!("network namespace \"{name}\": setns: {err}"),
+        });
+    }
+    Ok(())
+}
+
+/// A bound packet socket. pnet owns the descriptor (its two halves close it
+/// when dropped); `fd` is valid as long as this value lives.
+struct LiveSocket {
+    fd: RawFd,
+    _tx: Box<dyn DataLinkSender>,
+    _rx: Box<dyn DataLinkReceiver>,
+    recv_buffer: usize,
+    qdisc_bypass: bool,
+}
+
+fn setsockopt_int(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `fd` is an open socket for the duration of the call; the value
+    // is a live `c_int` and the length passed is exactly its size, which is
+    // what every option set here expects.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn getsockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `fd` is an open socket; `value` and `len` are live locals and
+    // `len` holds the size of `value`, so the kernel writes within it.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Opens `ep`'s interface in the calling thread's namespace: for receiving
+/// (`rx_buffer` is `Some`: large receive buffer, promiscuous, outgoing
+/// frames ignored) or for sending.
+fn open_socket(ep: &Endpoint, rx_buffer: Option<usize>) -> Result<LiveSocket> {
+    let name = &ep.interface;
+    let ifc = find_interface(name).map_err(|e| anyhow!("{e}"))?;
+    // SAFETY: plain socket(2) call with constant arguments; the result is
+    // checked before use. Protocol 0: nothing is received until pnet binds
+    // the socket to the interface.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        let err = io::Error::last_os_error();
+        return Err(match err.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => {
+                anyhow!("{}", PortError::Permission(name.clone(), err))
+            }
+            _ => anyhow!("interface \"{name}\": socket(AF_PACKET): {err}"),
+        });
+    }
+    // SAFETY: `raw` is a descriptor socket(2) just returned; nothing else
+    // owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let os = |what: &str, err: io::Error| anyhow!("interface \"{name}\": {what}: {err}");
+
+    let mut qdisc_bypass = false;
+    match rx_buffer {
+        Some(want) => {
+            let want = libc::c_int::try_from(want).unwrap_or(libc::c_int::MAX);
+            // SO_RCVBUFFORCE needs CAP_NET_ADMIN; SO_RCVBUF is capped by
+            // net.core.rmem_max.
+            if setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, want).is_err() {
+                setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, want)
+                    .map_err(|e| os("SO_RCVBUF", e))?;
+            }
+            // Optional: the packet type recvmmsg returns filters the host's
+            // own frames anyway; this only spares the kernel the copies.
+            let _ = setsockopt_int(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1);
+        }
+        None => {
+            // Straight to the driver: no qdisc (and no requeue) on the way.
+            qdisc_bypass =
+                setsockopt_int(&fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1).is_ok();
+        }
+    }
+    let recv_buffer = getsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF)
+        .map_err(|e| os("getsockopt(SO_RCVBUF)", e))? as usize;
+
+    let raw = fd.into_raw_fd();
+    let config = datalink::Config {
+        // We never read or write through pnet's buffers.
+        write_buffer_size: 64,
+        read_buffer_size: 64,
+        read_timeout: Some(Duration::ZERO),
+        write_timeout: Some(Duration::from_millis(100)),
+        promiscuous: rx_buffer.is_some(),
+        socket_fd: Some(raw),
+        ..datalink::Config::default()
+    };
+    // pnet owns `raw` from here: it closes it on failure and on drop.
+    match datalink::channel(&ifc, config) {
+        Ok(Channel::Ethernet(tx, rx)) => Ok(LiveSocket {
+            fd: raw,
+            _tx: tx,
+            _rx: rx,
+            recv_buffer,
+            qdisc_bypass,
+        }),
+        Ok(_) => bail!("interface \"{name}\": pnet returned a non-Ethernet channel"),
+        Err(err) => Err(os("bind", err)),
+    }
+}
+
+/// Enters `ep`'s namespace (if any) and opens its socket; errors name both.
+fn open_endpoint(ep: &Endpoint, rx_buffer: Option<usize>) -> Result<LiveSocket> {
+    let side = if rx_buffer.is_some() { "--rx" } else { "--tx" };
+    let r = match &ep.netns {
+        Some(ns) => enter_netns(ns).and_then(|()| open_socket(ep, rx_buffer)),
+        None => open_socket(ep, rx_buffer),
+    };
+    r.with_context(|| format!("{side} {}", ep.describe()))
+}
+
+fn poll_fd(fd: RawFd, events: libc::c_short, timeout_ms: libc::c_int) {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: `p` is a live, initialised pollfd for the duration of the
+    // call and `fd` is open (see `LiveSocket`).
+    unsafe {
+        libc::poll(&mut p, 1, timeout_ms);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Sending
+
+/// Most ENOBUFS retries of one frame, `ENOBUFS_PAUSE` apart.
+const ENOBUFS_RETRIES: u32 = 64;
+const ENOBUFS_PAUSE: Duration = Duration::from_micros(20);
+/// A frame the socket has no room for this long is counted as failed.
+const EAGAIN_LIMIT: Duration = Duration::from_secs(1);
+
+struct Transmitter<'a> {
+    sock: &'a LiveSocket,
+    ep: &'a Endpoint,
+    origin: Instant,
+    start: Instant,
+    schedule: Schedule,
+    stats: TxStats,
+    errnos: BTreeMap<i32, u64>,
+    /// (hash, send time) per frame sent, with `--rx`.
+    stamps: Option<Vec<Stamp>>,
+    progress: Option<&'a ProgressBar>,
+    attempted: u64,
+}
+
+impl Transmitter<'_> {
+    #[inline]
+    fn ns(&self, t: Instant) -> u64 {
+        u64::try_from(t.duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Paces, then sends `frame` (capture time `ts`, hash `key`).
+    #[inline]
+    fn emit(&mut self, ts: u64, frame: &[u8], key: u64) -> Result<()> {
+        let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+        let t = match self.schedule.next_offset(ts, len) {
+            Some(off) => Some(wait_until(self.start + Duration::from_nanos(off))),
+            None if self.stamps.is_some() => Some(Instant::now()),
+            None => None,
+        };
+        if let Some(t) = self.send(frame, t)? {
+            let t_ns = self.ns(t);
+            if let Some(s) = &mut self.stamps {
+                s.push(Stamp { key, t_ns });
+            }
+        }
+        self.attempted += 1;
+        if self.attempted & 0xfff == 0 {
+            if let Some(p) = self.progress {
+                p.set_position(self.attempted);
+            }
+        }
+        Ok(())
+    }
+
+    /// One `send(2)`, retried on EINTR, EAGAIN (after waiting for room) and
+    /// ENOBUFS (bounded). `t` is the time read just before the first
+    /// attempt; a retry reads it again. Returns the send time of a frame
+    /// sent (`self.start` when no time was read), `None` for a failed one.
+    fn send(&mut self, frame: &[u8], mut t: Option<Instant>) -> Result<Option<Instant>> {
+        let mut enobufs = 0u32;
+        let mut eagain_since: Option<Instant> = None;
+        loop {
+            // SAFETY: `fd` is open (the socket outlives this transmitter)
+            // and `frame` is a live slice of `frame.len()` bytes.
+            let rc = unsafe { libc::send(self.sock.fd, frame.as_ptr().cast(), frame.len(), 0) };
+            if rc >= 0 {
+                self.stats.packets += 1;
+                self.stats.bytes += frame.len() as u64;
+                return Ok(Some(t.unwrap_or(self.start)));
+            }
+            let err = io::Error::last_os_error();
+            let errno = err.raw_os_error().unwrap_or(0);
+            match errno {
+                libc::EINTR => {}
+                libc::EAGAIN => {
+                    let since = *eagain_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > EAGAIN_LIMIT {
+                        self.fail(errno);
+                        return Ok(None);
+                    }
+                    self.stats.retried_eagain += 1;
+                    poll_fd(self.sock.fd, libc::POLLOUT, 100);
+                }
+                libc::ENOBUFS if enobufs < ENOBUFS_RETRIES => {
+                    enobufs += 1;
+                    self.stats.retried_enobufs += 1;
+                    thread::sleep(ENOBUFS_PAUSE);
+                }
+                libc::ENETDOWN | libc::ENODEV | libc::ENXIO | libc::EBADF => {
+                    bail!(
+                        "interface {}: send failed after {} packets: {err} (interface down or gone?)",
+                        self.ep.describe(),
+                        self.stats.packets
+                    )
+                }
+                _ => {
+                    self.fail(errno);
+                    return Ok(None);
+                }
+            }
+            if t.is_some() {
+                t = Some(Instant::now());
+            }
+        }
+    }
+
+    fn fail(&mut self, errno: i32) {
+        self.stats.failed += 1;
+        *self.errnos.entry(errno).or_default() += 1;
+    }
+}
+
+/// Frames read into memory (`--preload`): one buffer, no allocation per
+/// frame.
+#[derive(Debug, Default)]
+struct Preloaded {
+    bytes: Vec<u8>,
+    /// (capture time, start, end, hash)
+    frames: Vec<(u64, usize, usize, u64)>,
+}
+
+fn not_ethernet(file: &str, index: u64, link: LinkType) -> anyhow::Error {
+    anyhow!(
+        "{file}: packet {index}: link type {} cannot be sent on an Ethernet interface (only Ethernet captures can be replayed live)",
+        link.to_linktype()
+    )
+}
+
+fn preload(files: &[PathBuf], keys: bool) -> Result<Preloaded> {
+    let mut p = Preloaded::default();
+    for f in files {
+        let mut r = CaptureReader::open(f).map_err(|e| anyhow!("{e}"))?;
+        let mut index = 0u64;
+        while let Some(rec) = r.next_record().map_err(|e| anyhow!("{e}"))? {
+            if rec.link_type != LinkType::Ethernet {
+                return Err(not_ethernet(&f.display().to_string(), index, rec.link_type));
+            }
+            let start = p.bytes.len();
+            p.bytes.extend_from_slice(rec.data);
+            let key = if keys {
+                match_key(rec.link_type, rec.data)
+            } else {
+                0
+            };
+            p.frames.push((rec.ts_ns, start, p.bytes.len(), key));
+            index += 1;
+        }
+    }
+    Ok(p)
+}
+
+/// Sends every pass: from memory, or streaming from the files.
+fn transmit(
+    tx: &mut Transmitter<'_>,
+    files: &[PathBuf],
+    loaded: Option<&Preloaded>,
+    loops: u32,
+    stop: &AtomicBool,
+) -> Result<()> {
+    let keys = tx.stamps.is_some();
+    let mut clock = PassClock::new();
+    for _ in 0..loops {
+        clock.start_pass();
+        if let Some(p) = loaded {
+            for &(ts, s, e, key) in &p.frames {
+                tx.emit(clock.map(ts), &p.bytes[s..e], key)?;
+            }
+        } else {
+            for f in files {
+                let mut r = CaptureReader::open(f).map_err(|e| anyhow!("{e}"))?;
+                let mut index = 0u64;
+                while let Some(rec) = r.next_record().map_err(|e| anyhow!("{e}"))? {
+                    if rec.link_type != LinkType::Ethernet {
+                        return Err(not_ethernet(&f.display().to_string(), index, rec.link_type));
+                    }
+                    let key = if keys {
+                        match_key(rec.link_type, rec.data)
+                    } else {
+                        0
+                    };
+                    tx.emit(clock.map(rec.ts_ns), rec.data, key)?;
+                    index += 1;
+                }
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+struct TxRun {
+    stats: TxStats,
+    stamps: Vec<Stamp>,
+    elapsed: Duration,
+    qdisc_bypass: bool,
+}
+
+/// What the sender and receiver threads share.
+#[derive(Clone, Copy)]
+struct Shared<'a> {
+    cfg: &'a LiveConfig,
+    files: &'a [PathBuf],
+    loaded: Option<&'a Preloaded>,
+    /// The origin of both sides' timestamps.
+    origin: Instant,
+    /// Set when the receiver should drain and stop (and the sender give up).
+    stop: &'a AtomicBool,
+    progress: Option<&'a ProgressBar>,
+}
+
+fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) -> Result<TxRun> {
+    let cfg = sh.cfg;
+    let sock = match open_endpoint(&cfg.tx, None) {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = format!("{e:#}");
+            let _ = ready.send(Err(e));
+            bail!("{msg}");
+        }
+    };
+    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer
+    // slack; the argument is a plain integer.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+    }
+    let _ = ready.send(Ok(()));
+    if go.recv().is_err() {
+        bail!("cancelled");
+    }
+    let capacity = match (cfg.rx.is_some(), sh.loaded) {
+        (false, _) => None,
+        (true, Some(p)) => Some(p.frames.len().saturating_mul(cfg.loops as usize)),
+        (true, None) => Some(1 << 16),
+    };
+    let start = Instant::now();
+    let mut tx = Transmitter {
+        sock: &sock,
+        ep: &cfg.tx,
+        origin: sh.origin,
+        start,
+        schedule: Schedule::new(cfg.pacing),
+        stats: TxStats::default(),
+        errnos: BTreeMap::new(),
+        stamps: capacity.map(Vec::with_capacity),
+        progress: sh.progress,
+        attempted: 0,
+    };
+    transmit(&mut tx, sh.files, sh.loaded, cfg.loops, sh.stop)?;
+    let elapsed = start.elapsed();
+    let mut stats = tx.stats;
+    stats.errors = tx
+        .errnos
+        .iter()
+        .map(|(&e, &n)| (io::Error::from_raw_os_error(e).to_string(), n))
+        .collect();
+    Ok(TxRun {
+        stats,
+        stamps: tx.stamps.unwrap_or_default(),
+        elapsed,
+        qdisc_bypass: sock.qdisc_bypass,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Receiving
+
+/// After the stop signal the receiver drains its queue, for at most this long.
+const DRAIN_LIMIT: Duration = Duration::from_millis(200);
+
+struct RxRun {
+    stamps: Vec<Stamp>,
+    recv_buffer: usize,
+}
+
+/// Frames read per `recvmmsg(2)` call.
+const RX_BATCH: usize = 32;
+
+/// Buffers for one `recvmmsg(2)` call: `RX_BATCH` frames of up to
+/// [`READ_BUFFER`] bytes each, with their addresses (for the packet type).
+struct RxBatch {
+    bufs: Vec<u8>,
+    addrs: Vec<libc::sockaddr_ll>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+impl RxBatch {
+    fn new() -> Self {
+        // SAFETY: sockaddr_ll, iovec and mmsghdr are plain C structs for
+        // which all-zero bytes (null pointers, zero lengths) are valid.
+        let (addr, iov, hdr) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
+        RxBatch {
+            bufs: vec![0; RX_BATCH * READ_BUFFER],
+            addrs: vec![addr; RX_BATCH],
+            iovs: vec![iov; RX_BATCH],
+            hdrs: vec![hdr; RX_BATCH],
+        }
+    }
+
+    /// Reads up to `RX_BATCH` frames without blocking; returns how many.
+    fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        // The pointers are rebuilt on every call: they point into this
+        // value's own vectors, which never reallocate (fixed lengths).
+        let base = self.bufs.as_mut_ptr();
+        for i in 0..RX_BATCH {
+            self.iovs[i] = libc::iovec {
+                // SAFETY: `i * READ_BUFFER` is within `bufs`, whose length is
+                // `RX_BATCH * READ_BUFFER`.
+                iov_base: unsafe { base.add(i * READ_BUFFER) }.cast(),
+                iov_len: READ_BUFFER,
+            };
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_ll).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            h.msg_flags = 0;
+            self.hdrs[i].msg_len = 0;
+        }
+        // SAFETY: `fd` is open (the caller's socket lives); `hdrs` holds
+        // `RX_BATCH` initialised headers whose name and iovec pointers point
+        // at live entries of `addrs`, `iovs` and `bufs` with the lengths
+        // given, so the kernel writes only within them; no timeout.
+        let rc = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                RX_BATCH as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(rc as usize)
+        }
+    }
+
+    /// Frame `i` of the last call, and whether the host sent it itself.
+    fn frame(&self, i: usize) -> (&[u8], bool) {
+        let len = (self.hdrs[i].msg_len as usize).min(READ_BUFFER);
+        let start = i * READ_BUFFER;
+        let outgoing = self.addrs[i].sll_pkttype == libc::PACKET_OUTGOING;
+        (&self.bufs[start..start + len], outgoing)
+    }
+}
+
+fn receiver_thread(sh: Shared<'_>, ep: &Endpoint, ready: Sender<Result<()>>) -> Result<RxRun> {
+    let (origin, stop) = (sh.origin, sh.stop);
+    let sock = match open_endpoint(ep, Some(sh.cfg.rx_buffer_bytes)) {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = format!("{e:#}");
+            let _ = ready.send(Err(e));
+            bail!("{msg}");
+        }
+    };
+    let _ = ready.send(Ok(()));
+    let mut batch = RxBatch::new();
+    let mut stamps = Vec::with_capacity(1 << 16);
+    let mut stopping: Option<Instant> = None;
+    loop {
+        match batch.recv(sock.fd) {
+            Ok(n) => {
+                // One read time for the frames of one call: when they were read.
+                let t = Instant::now();
+                let t_ns = u64::try_from(t.duration_since(origin).as_nanos()).unwrap_or(u64::MAX);
+                for i in 0..n {
+                    let (frame, outgoing) = batch.frame(i);
+                    if !outgoing {
+                        stamps.push(Stamp {
+                            key: match_key(LinkType::Ethernet, frame),
+                            t_ns,
+                        });
+                    }
+                }
+                if stop.load(Ordering::Acquire) {
+                    // Drain what is queued, but not forever under a flood.
+                    let since = *stopping.get_or_insert(t);
+                    if n < RX_BATCH || since.elapsed() > DRAIN_LIMIT {
+                        break;
+                    }
+                }
+            }
+            Err(err) => match err.raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::EAGAIN) => {
+                    if stop.load(Ordering::Acquire) {
+                        break; // queue drained
+                    }
+                    poll_fd(sock.fd, libc::POLLIN, 5);
+                }
+                _ => bail!("--rx {}: receive failed: {err}", ep.describe()),
+            },
+        }
+    }
+    Ok(RxRun {
+        stamps,
+        recv_buffer: sock.recv_buffer,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// The run
+
+/// Sets the stop flag when dropped, so that no exit path leaves the
+/// receiver running (a scoped thread would then never be joined).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+fn joined<T>(h: thread::ScopedJoinHandle<'_, Result<T>>, what: &str) -> Result<T> {
+    h.join()
+        .map_err(|_| anyhow!("the {what} thread panicked"))?
+}
+
+/// Replays `files` live as `cfg` says and returns the report. Errors name
+/// the file (and byte offset), the interface or the namespace at fault.
+pub fn run_live(
+    files: &[PathBuf],
+    cfg: &LiveConfig,
+    progress: Option<&ProgressBar>,
+) -> Result<LiveReport> {
+    if files.is_empty() {
+        bail!("--tx needs at least one capture file");
+    }
+    if cfg.loops == 0 {
+        bail!("--loop must be at least 1");
+    }
+    cfg.pacing.validate()?;
+    // Open every file first, so a bad name fails before any work.
+    for f in files {
+        CaptureReader::open(f).map_err(|e| anyhow!("{e}"))?;
+    }
+    let loaded = if cfg.preload {
+        let p = preload(files, cfg.rx.is_some())?;
+        if let Some(pb) = progress {
+            pb.set_length((p.frames.len() as u64).saturating_mul(u64::from(cfg.loops)));
+        }
+        Some(p)
+    } else {
+        None
+    };
+
+    let stop = AtomicBool::new(false);
+    let sh = Shared {
+        cfg,
+        files,
+        loaded: loaded.as_ref(),
+        origin: Instant::now(),
+        stop: &stop,
+        progress,
+    };
+    let (tx_run, rx_run) = thread::scope(|s| -> Result<(TxRun, Option<RxRun>)> {
+        let _stop_guard = StopOnDrop(&stop);
+        let rx_handle = match &cfg.rx {
+            Some(ep) => {
+                let (ready_tx, ready_rx) = bounded(1);
+                let h = thread::Builder::new()
+                    .name("live-rx".into())
+                    .spawn_scoped(s, move || receiver_thread(sh, ep, ready_tx))
+                    .context("cannot start the receiver thread")?;
+                match ready_rx.recv() {
+                    Ok(Ok(())) => Some(h),
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => {
+                        return Err(joined(h, "receiver")
+                            .err()
+                            .unwrap_or_else(|| anyhow!("the receiver stopped")));
+                    }
+                }
+            }
+            None => None,
+        };
+        let (ready_tx, ready_rx) = bounded(1);
+        let (go_tx, go_rx) = bounded(1);
+        let h = thread::Builder::new()
+            .name("live-tx".into())
+            .spawn_scoped(s, move || sender_thread(sh, ready_tx, go_rx))
+            .context("cannot start the sender thread")?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(joined(h, "sender")
+                    .err()
+                    .unwrap_or_else(|| anyhow!("the sender stopped")));
+            }
+        }
+        let _ = go_tx.send(());
+        let tx_run = joined(h, "sender")?;
+        let rx_run = match rx_handle {
+            Some(h) => {
+                thread::sleep(cfg.grace);
+                sh.stop.store(true, Ordering::Release);
+                Some(joined(h, "receiver")?)
+            }
+            None => None,
+        };
+        Ok((tx_run, rx_run))
+    })?;
+
+    let elapsed_s = tx_run.elapsed.as_secs_f64();
+    let st = tx_run.stats;
+    let rx = match (rx_run, &cfg.rx) {
+        (Some(r), Some(ep)) => {
+            let m = match_frames(&tx_run.stamps, &r.stamps);
+            Some(RxReport {
+                endpoint: ep.clone(),
+                recv_buffer: r.recv_buffer,
+                grace_ms: u64::try_from(cfg.grace.as_millis()).unwrap_or(u64::MAX),
+                frames: r.stamps.len() as u64,
+                received: m.received,
+                lost: m.lost,
+                reordered: m.reordered,
+                unmatched: m.unmatched,
+                received_pps: Rates::of(m.received, 0, m.span_ns as f64 / 1e9).pps,
+                latency_ns: Latency::of(&m.histogram),
+                histogram: m.histogram,
+            })
+        }
+        _ => None,
+    };
+    Ok(LiveReport {
+        inputs: files.iter().map(|p| p.display().to_string()).collect(),
+        tx: cfg.tx.clone(),
+        qdisc_bypass: tx_run.qdisc_bypass,
+        pacing: cfg.pacing.describe(),
+        loops: cfg.loops,
+        preload: cfg.preload,
+        sent: st.packets,
+        bytes: st.bytes,
+        elapsed_s,
+        rated: Rates::of(st.packets, st.bytes, elapsed_s),
+        tx_stats: st,
+        rx,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataplane::wire::checksum;
+
+    /// Ethernet + IPv4 (optional options) + UDP with `payload`.
+    fn udp4(ttl: u8, tos: u8, options: &[u8], payload: &[u8]) -> Vec<u8> {
+        let ihl = 20 + options.len();
+        let total = ihl + 8 + payload.len();
+        let mut f = vec![
+            0x02, 0xbb, 0, 0, 0, 0x0b, 0x02, 0xbb, 0, 0, 0, 0x0a, 0x08, 0x00, // ethernet
+        ];
+        // version 4, IHL, TOS, total length
+        f.extend_from_slice(&[0x40 | (ihl / 4) as u8, tos]);
+        f.extend_from_slice(&(total as u16).to_be_bytes());
+        // identification 0x1234, DF, TTL, UDP, checksum (filled in below)
+        f.extend_from_slice(&[0x12, 0x34, 0x40, 0x00, ttl, 17, 0, 0]);
+        // 10.77.0.1 -> 10.77.0.2
+        f.extend_from_slice(&[10, 77, 0, 1, 10, 77, 0, 2]);
+        f.extend_from_slice(options);
+        let c = !checksum::sum(&f[14..14 + ihl]);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        let ulen = 8 + payload.len();
+        f.extend_from_slice(&[0x30, 0x39, 0x00, 0x09, (ulen >> 8) as u8, ulen as u8, 0, 0]);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// Ethernet + IPv6 (optional hop-by-hop header) + UDP with `payload`.
+    fn udp6(hop: u8, tclass: u8, hbh: Option<&[u8]>, payload: &[u8]) -> Vec<u8> {
+        let ext = hbh.map_or(0, |h| h.len() + 2);
+        let plen = ext + 8 + payload.len();
+        let mut f = vec![
+            0x02, 0xbb, 0, 0, 0, 0x0b, 0x02, 0xbb, 0, 0, 0, 0x0a, 0x86, 0xdd,
+        ];
+        f.extend_from_slice(&[
+            0x60 | (tclass >> 4),
+            (tclass << 4),
+            0,
+            0,
+            (plen >> 8) as u8,
+            plen as u8,
+            if hbh.is_some() { 0 } else { 17 },
+            hop,
+        ]);
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        if let Some(h) = hbh {
+            // next header UDP, length in 8-octet units beyond the first 8
+            f.extend_from_slice(&[17, ((h.len() + 2) / 8 - 1) as u8]);
+            f.extend_from_slice(h);
+        }
+        let ulen = 8 + payload.len();
+        f.extend_from_slice(&[0x30, 0x39, 0x00, 0x09, (ulen >> 8) as u8, ulen as u8, 0, 0]);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn key(f: &[u8]) -> u64 {
+        match_key(LinkType::Ethernet, f)
+    }
+
+    #[test]
+    fn key_ignores_what_a_router_changes() {
+        let base = udp4(64, 0, &[], b"hello, router");
+        // TTL decremented (checksum follows), ECN CE, DSCP.
+        assert_eq!(key(&base), key(&udp4(63, 0, &[], b"hello, router")));
+        assert_eq!(key(&base), key(&udp4(64, 0x03, &[], b"hello, router")));
+        assert_eq!(key(&base), key(&udp4(64, 0xb8, &[], b"hello, router")));
+        // An option inserted (IHL, total length and checksum change).
+        let opt = [0x5e, 12, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+        assert_eq!(key(&base), key(&udp4(64, 0, &opt, b"hello, router")));
+        // The MACs rewritten, padding added to the frame.
+        let mut f = base.clone();
+        f[..12].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+        f.extend_from_slice(&[0; 6]);
+        assert_eq!(key(&base), key(&f));
+        // A damaged checksum field only.
+        let mut f = base.clone();
+        f[24] ^= 0xff;
+        assert_eq!(key(&base), key(&f));
+    }
+
+    #[test]
+    fn key_sees_what_a_router_keeps() {
+        let base = udp4(64, 0, &[], b"hello, router");
+        assert_ne!(key(&base), key(&udp4(64, 0, &[], b"hello, rooter")));
+        let mut f = base.clone();
+        f[29] = 9; // source address
+        assert_ne!(key(&base), key(&f));
+        let mut f = base.clone();
+        f[18] = 0x99; // identification
+        assert_ne!(key(&base), key(&f));
+        let mut f = base.clone();
+        f[35] = 10; // destination port
+        assert_ne!(key(&base), key(&f));
+    }
+
+    #[test]
+    fn key_ipv6_ignores_hop_limit_class_and_hop_by_hop() {
+        let base = udp6(64, 0, None, b"six");
+        assert_eq!(key(&base), key(&udp6(1, 0x03, None, b"six")));
+        // A hop-by-hop header with an option inserted: PadN then data.
+        let hbh = [0x3e, 4, 0xaa, 0xbb, 0xcc, 0xdd];
+        assert_eq!(key(&base), key(&udp6(64, 0, Some(&hbh), b"six")));
+        assert_ne!(key(&base), key(&udp6(64, 0, None, b"sex")));
+        assert_ne!(key(&base), key(&udp4(64, 0, &[], b"six")));
+    }
+
+    #[test]
+    fn key_never_panics() {
+        for len in 0..80 {
+            let f = udp4(64, 0, &[], b"0123456789");
+            let _ = key(&f[..len.min(f.len())]);
+            let _ = key(&vec![0xff; len]);
+            let _ = match_key(LinkType::RawIp, &vec![0x45; len]);
+        }
+    }
+
+    fn st(key: u64, t_ns: u64) -> Stamp {
+        Stamp { key, t_ns }
+    }
+
+    #[test]
+    fn matching_counts_loss_reorder_unmatched() {
+        let sent = [st(1, 100), st(2, 200), st(3, 300), st(4, 400)];
+        // 3 arrives before 2; 4 is lost; 9 is noise.
+        let recv = [st(1, 150), st(9, 160), st(3, 330), st(2, 380)];
+        let m = match_frames(&sent, &recv);
+        assert_eq!((m.received, m.lost, m.reordered, m.unmatched), (3, 1, 1, 1));
+        assert_eq!(m.received + m.lost, sent.len() as u64);
+        assert_eq!(m.histogram.len(), 3);
+        assert_eq!(m.histogram.min(), 30);
+        assert_eq!(m.histogram.max(), 180);
+        assert_eq!(m.span_ns, 380 - 100);
+    }
+
+    #[test]
+    fn identical_frames_match_first_in_first_out() {
+        // Three copies of the same frame, 1000 ns apart, each taking 50 ns.
+        let sent = [st(7, 1000), st(7, 2000), st(7, 3000)];
+        let recv = [st(7, 1050), st(7, 2050), st(7, 3050), st(7, 9999)];
+        let m = match_frames(&sent, &recv);
+        assert_eq!((m.received, m.lost, m.reordered, m.unmatched), (3, 0, 0, 1));
+        assert_eq!(m.histogram.max(), 50);
+        assert_eq!(m.histogram.min(), 50);
+        // One copy lost: the later receives still pair in order.
+        let m = match_frames(&sent, &recv[..2]);
+        assert_eq!((m.received, m.lost), (2, 1));
+    }
+
+    #[test]
+    fn a_lost_copy_shifts_fifo_attribution_not_totals() {
+        // Two identical frames (key 7) with another between them; the
+        // first copy is lost. FIFO gives the second copy to the first:
+        // the totals are exact, the latency and the order are not (see
+        // `match_frames`).
+        let sent = [st(7, 1000), st(8, 1500), st(7, 2000)];
+        let recv = [st(8, 1550), st(7, 2050)];
+        let m = match_frames(&sent, &recv);
+        assert_eq!((m.received, m.lost, m.unmatched), (2, 1, 0));
+        assert_eq!(m.reordered, 1);
+        assert_eq!(m.histogram.max(), 1050);
+    }
+
+    #[test]
+    fn a_late_unique_frame_is_reordered_not_lost() {
+        let sent = [st(1, 0), st(2, 10), st(3, 20), st(4, 30)];
+        let recv = [st(1, 5), st(3, 25), st(4, 35), st(2, 90)];
+        let m = match_frames(&sent, &recv);
+        assert_eq!((m.received, m.lost, m.reordered, m.unmatched), (4, 0, 1, 0));
+        assert_eq!(m.histogram.max(), 80);
+    }
+
+    #[test]
+    fn matching_invariants_hold_on_arbitrary_input() {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        let mut rng = StdRng::seed_from_u64(7);
+        for _ in 0..500 {
+            let keys = rng.random_range(1..6u64);
+            let sent: Vec<Stamp> = (0..rng.random_range(0..40u64))
+                .map(|i| st(rng.random_range(0..keys), i * 10))
+                .collect();
+            let recv: Vec<Stamp> = (0..rng.random_range(0..40u64))
+                .map(|_| st(rng.random_range(0..keys + 2), rng.random_range(0..500)))
+                .collect();
+            let m = match_frames(&sent, &recv);
+            assert_eq!(m.received + m.lost, sent.len() as u64);
+            assert_eq!(m.received + m.unmatched, recv.len() as u64);
+            assert!(m.reordered <= m.received);
+            assert_eq!(m.histogram.len(), m.received);
+        }
+    }
+
+    #[test]
+    fn matching_empty_and_clock_edge() {
+        let m = match_frames(&[], &[]);
+        assert_eq!((m.received, m.lost, m.unmatched), (0, 0, 0));
+        // A receive stamped before the send it would match (impossible on
+        // one monotonic clock) matches nothing.
+        let m = match_frames(&[st(1, 500)], &[st(1, 400)]);
+        assert_eq!((m.received, m.lost, m.unmatched), (0, 1, 1));
+    }
+
+    #[test]
+    fn rates_as_tcpreplay() {
+        let r = Rates::of(10_000, 6_540_000, 0.52);
+        assert!((r.bytes_per_s - 12_576_923.08).abs() < 0.01, "{r:?}");
+        assert!((r.mbps - 100.615_384).abs() < 1e-5, "{r:?}");
+        assert!((r.pps - 19_230.769).abs() < 1e-3, "{r:?}");
+        let z = Rates::of(1, 60, 0.0);
+        assert_eq!((z.bytes_per_s, z.mbps, z.pps), (0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn report_text_has_tcpreplay_lines() {
+        let rep = LiveReport {
+            inputs: vec!["x.pcap".into()],
+            tx: Endpoint {
+                interface: "eth0".into(),
+                netns: Some("bp-a".into()),
+            },
+            qdisc_bypass: true,
+            pacing: "topspeed".into(),
+            loops: 1,
+            preload: false,
+            sent: 10_000,
+            bytes: 6_540_000,
+            elapsed_s: 0.52,
+            rated: Rates::of(10_000, 6_540_000, 0.52),
+            tx_stats: TxStats::default(),
+            rx: None,
+        };
+        let mut out = Vec::new();
+        rep.write_text(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("Actual: 10000 packets (6540000 bytes) sent in 0.52 seconds"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Rated: 12576923.1 Bps, 100.62 Mbps, 19230.77 pps"),
+            "{text}"
+        );
+        assert!(rep.write_hgrm(&mut Vec::new()).is_none());
+    }
+
+    #[test]
+    fn missing_namespace_and_interface_are_named() {
+        let err = enter_netns("bloomplane-no-such-ns").unwrap_err();
+        assert!(
+            format!("{err:#}").contains("\"bloomplane-no-such-ns\" not found"),
+            "{err:#}"
+        );
+        assert!(enter_netns("../x").is_err());
+        let ep = Endpoint {
+            interface: "bpnosuchif0".into(),
+            netns: None,
+        };
+        let err = open_endpoint(&ep, None).err().expect("no such interface");
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("--tx bpnosuchif0") && msg.contains("not found"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn bad_capture_is_named_before_sending() {
+        let dir = std::env::temp_dir().join(format!("tg-live-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("bad.pcap");
+        std::fs::write(&bad, b"not a capture at all").unwrap();
+        let cfg = LiveConfig {
+            tx: Endpoint {
+                interface: "bpnosuchif0".into(),
+                netns: None,
+            },
+            ..LiveConfig::default()
+        };
+        let err = run_live(std::slice::from_ref(&bad), &cfg, None).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("bad.pcap"), "{msg}");
+        assert!(run_live(&[], &cfg, None).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
