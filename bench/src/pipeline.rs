@@ -122,6 +122,7 @@ impl Trace {
             zipf_s: ZIPF_S,
             size: Some(ZIPF_FRAME),
             seed: 1,
+            unique: false,
         };
         let mut synth = Synth::new(cfg).expect("constant synth settings are valid");
         let mut t = Trace::default();

@@ -20,6 +20,7 @@ fn synthetic_pcap_heavy_flows_match_ground_truth() {
             zipf_s: 1.1,
             size: None,
             seed: 42,
+            unique: false,
         },
         &pcap,
     )

@@ -212,6 +212,10 @@ struct SynthArgs {
     /// RNG seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Every frame distinct (packet number in the IPv4 identification and
+    /// the payload), for `replay --rx` latency under loss.
+    #[arg(long)]
+    unique: bool,
 }
 
 impl SynthArgs {
@@ -222,6 +226,7 @@ impl SynthArgs {
             zipf_s: self.zipf_s,
             size: self.size,
             seed: self.seed,
+            unique: self.unique,
         }
     }
 }

@@ -795,6 +795,7 @@ mod tests {
             zipf_s: 1.1,
             size: None,
             seed: 9,
+            unique: false,
         })
     }
 
