@@ -1,4 +1,4 @@
-//! The shipped example configuration parses and validates.
+//! The shipped example configurations parse and validate.
 
 use std::path::Path;
 
@@ -11,6 +11,17 @@ fn example_router_toml_is_valid() {
     assert_eq!(cfg.interfaces.len(), 3);
     assert_eq!(cfg.port_of("r-b"), Some(1));
     assert_eq!(cfg.sfb_stages().len(), 1);
+    assert!(cfg.heavy_config().is_some());
+    assert!(cfg.icarus_config().is_some());
+    assert!(cfg.multicast_config().is_some());
+}
+
+#[test]
+fn lab_forwarding_toml_is_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lab-forwarding.toml");
+    let cfg = RouterConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.interfaces.len(), 3);
+    assert!(cfg.sfb_stages().is_empty(), "nothing shaped");
     assert!(cfg.heavy_config().is_some());
     assert!(cfg.icarus_config().is_some());
     assert!(cfg.multicast_config().is_some());
