@@ -231,6 +231,25 @@ impl fmt::Debug for CountMin {
     }
 }
 
+/// `rows << log2_width`, the counters (or cells) of a sketch of that shape.
+///
+/// # Panics
+/// If `rows` is not in `1..=`[`MAX_ROWS`], `log2_width` exceeds
+/// [`MAX_LOG2_WIDTH`], or the count overflows `usize`.
+fn checked_len(rows: usize, log2_width: u32) -> usize {
+    assert!(
+        (1..=MAX_ROWS).contains(&rows),
+        "count-min needs 1..={MAX_ROWS} rows, got {rows}"
+    );
+    assert!(
+        log2_width <= MAX_LOG2_WIDTH,
+        "count-min row width 2^{log2_width} exceeds 2^{MAX_LOG2_WIDTH}"
+    );
+    rows.checked_shl(log2_width)
+        .filter(|&l| l >> log2_width == rows)
+        .expect("count-min counters exceed the address space")
+}
+
 impl CountMin {
     /// `rows` rows of `2^log2_width` counters, hashed with the per-process
     /// random key ([`Hasher::new`]) on the active backend.
@@ -250,18 +269,7 @@ impl CountMin {
     /// If `rows` is not in `1..=`[`MAX_ROWS`] or `log2_width` exceeds
     /// [`MAX_LOG2_WIDTH`].
     pub fn with_hasher(rows: usize, log2_width: u32, hasher: Hasher) -> Self {
-        assert!(
-            (1..=MAX_ROWS).contains(&rows),
-            "count-min needs 1..={MAX_ROWS} rows, got {rows}"
-        );
-        assert!(
-            log2_width <= MAX_LOG2_WIDTH,
-            "count-min row width 2^{log2_width} exceeds 2^{MAX_LOG2_WIDTH}"
-        );
-        let len = rows
-            .checked_shl(log2_width)
-            .filter(|&l| l >> log2_width == rows)
-            .expect("count-min counters exceed the address space");
+        let len = checked_len(rows, log2_width);
         CountMin {
             counters: vec![0; len],
             layout: Partitioned::new(rows, log2_width),

@@ -80,7 +80,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use dataplane::io::capture::CaptureReader;
-use dataplane::runtime::socket::{PortError, READ_BUFFER, find_interface};
+use dataplane::runtime::socket::{
+    PortError, READ_BUFFER, find_interface, getsockopt_int, setsockopt_int,
+};
 use dataplane::wire::{IpVersion, LinkType, parse};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -505,52 +507,6 @@ struct LiveSocket {
     _rx: Box<dyn DataLinkReceiver>,
     recv_buffer: usize,
     qdisc_bypass: bool,
-}
-
-fn setsockopt_int(
-    fd: &OwnedFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: `fd` is an open socket for the duration of the call; the value
-    // is a live `c_int` and the length passed is exactly its size, which is
-    // what every option set here expects.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-fn getsockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `fd` is an open socket; `value` and `len` are live locals and
-    // `len` holds the size of `value`, so the kernel writes within it.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        Ok(value)
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 /// Opens `ep`'s interface in the calling thread's namespace: for receiving

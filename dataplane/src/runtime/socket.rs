@@ -108,7 +108,11 @@ pub fn fanout_group(ifindex: u32) -> u16 {
         & 0xffff) as u16
 }
 
-fn setsockopt_int(
+/// `setsockopt(2)` of an `int`-valued option on `fd`.
+///
+/// # Errors
+/// The OS error.
+pub fn setsockopt_int(
     fd: &OwnedFd,
     level: libc::c_int,
     name: libc::c_int,
@@ -133,7 +137,15 @@ fn setsockopt_int(
     }
 }
 
-fn getsockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+/// `getsockopt(2)` of an `int`-valued option on `fd`.
+///
+/// # Errors
+/// The OS error.
+pub fn getsockopt_int(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<libc::c_int> {
     let mut value: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `fd` is an open socket; `value` and `len` are live locals and

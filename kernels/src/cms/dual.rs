@@ -18,8 +18,6 @@
 
 use crate::hash::{HashPair, Hasher};
 
-use super::{MAX_LOG2_WIDTH, MAX_ROWS};
-
 /// Two counters per cell: metric 0 in the low half, metric 1 in the high.
 type Cell = u64;
 
@@ -67,18 +65,7 @@ impl DualCountMin {
     /// If `rows` is not in `1..=`[`MAX_ROWS`] or `log2_width` exceeds
     /// [`MAX_LOG2_WIDTH`].
     pub fn with_hasher(rows: usize, log2_width: u32, hasher: Hasher) -> Self {
-        assert!(
-            (1..=MAX_ROWS).contains(&rows),
-            "count-min needs 1..={MAX_ROWS} rows, got {rows}"
-        );
-        assert!(
-            log2_width <= MAX_LOG2_WIDTH,
-            "count-min row width 2^{log2_width} exceeds 2^{MAX_LOG2_WIDTH}"
-        );
-        let len = rows
-            .checked_shl(log2_width)
-            .filter(|&l| l >> log2_width == rows)
-            .expect("count-min cells exceed the address space");
+        let len = super::checked_len(rows, log2_width);
         DualCountMin {
             cells: vec![0; len],
             rows,
