@@ -62,8 +62,8 @@ impl DualCountMin {
     /// `hasher`.
     ///
     /// # Panics
-    /// If `rows` is not in `1..=`[`MAX_ROWS`] or `log2_width` exceeds
-    /// [`MAX_LOG2_WIDTH`].
+    /// If `rows` is not in `1..=`[`MAX_ROWS`](super::MAX_ROWS) or `log2_width` exceeds
+    /// [`MAX_LOG2_WIDTH`](super::MAX_LOG2_WIDTH).
     pub fn with_hasher(rows: usize, log2_width: u32, hasher: Hasher) -> Self {
         let len = super::checked_len(rows, log2_width);
         DualCountMin {
