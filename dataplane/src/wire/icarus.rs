@@ -903,7 +903,8 @@ pub fn check_and_update(
 /// A few comparisons find the option, one AND-compare per 64-bit word tests
 /// the mask, one OR per word sets it, and the IPv4 checksum is adjusted by
 /// the bits added (RFC 1624). Never panics, never touches bytes outside the
-/// IP header.
+/// IP header. Batches of one node use [`WireMask`], which converts the
+/// mask once.
 #[inline(always)]
 pub fn check_and_update_canonical(
     frame: &mut [u8],
@@ -911,102 +912,140 @@ pub fn check_and_update_canonical(
     mask: &Filter,
 ) -> Option<Hop> {
     match mask.width {
-        FilterWidth::M64 => canonical::<1>(frame, l3_offset, &mask.words),
-        FilterWidth::M128 => canonical::<2>(frame, l3_offset, &mask.words),
-        FilterWidth::M256 => canonical::<4>(frame, l3_offset, &mask.words),
+        FilterWidth::M64 => WireMask::<1>::of(mask).check_and_update_canonical(frame, l3_offset),
+        FilterWidth::M128 => WireMask::<2>::of(mask).check_and_update_canonical(frame, l3_offset),
+        FilterWidth::M256 => WireMask::<4>::of(mask).check_and_update_canonical(frame, l3_offset),
     }
 }
 
-/// [`check_and_update_canonical`] for a `W`-word filter.
-#[inline(always)]
-fn canonical<const W: usize>(frame: &mut [u8], l3: usize, mask: &[u64; 4]) -> Option<Hop> {
-    let n = 8 * W;
-    let ip = frame.get_mut(l3..)?;
-    let first = *ip.first()?;
-    let (filter_at, v4) = match first >> 4 {
-        4 => {
+/// A node mask of `W` 64-bit words (`W` = 1, 2, 4 for m = 64, 128, 256)
+/// prepared for the canonical fast path: its words as the filter's bytes
+/// read in native order, so the hop compares and ORs the frame's bytes as
+/// they lie, with no byte swap per packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireMask<const W: usize>([u64; W]);
+
+impl<const W: usize> WireMask<W> {
+    /// The first `W` words of `mask` (the caller picks `W = mask.width().words()`;
+    /// a wider `mask` is cut, which the canonical width check then refuses
+    /// to apply to any frame of the mask's own width).
+    #[inline]
+    pub fn of(mask: &Filter) -> Self {
+        let mut w = [0u64; W];
+        for (d, s) in w.iter_mut().zip(&mask.words) {
+            *d = s.to_be();
+        }
+        WireMask(w)
+    }
+
+    /// [`check_and_update_canonical`] with this mask: `Some` only for a
+    /// filter of `8 W` bytes at the canonical place.
+    ///
+    /// IPv4 is recognised from the first byte alone: version 4 and an IHL
+    /// that covers the fixed header and the block is one range of values
+    /// (`0x40 + (24 + 8 W) / 4 ..= 0x4f`). The checksum is adjusted with
+    /// 64-bit end-around-carry additions and folded to 16 bits by a
+    /// rotate-add, which gives the same value as [`checksum::fold`] (the
+    /// unique representative in `1..=0xffff` of a non-zero sum; see
+    /// `fold16`).
+    #[inline(always)]
+    pub fn check_and_update_canonical(&self, frame: &mut [u8], l3_offset: usize) -> Option<Hop> {
+        let n = 8 * W;
+        let ip = frame.get_mut(l3_offset..)?;
+        let first = *ip.first()?;
+        let min_ihl = ((IPV4_FIXED + 4 + n) / 4) as u8;
+        if first.wrapping_sub(0x40 + min_ihl) <= 0x0f - min_ihl {
             // IHL covers the fixed header and the block; the buffer holds
             // the whole header (as `find_v4` requires).
             let hl = usize::from(first & 0x0f) * 4;
-            let at = IPV4_FIXED + 4;
-            if hl < at + n || ip.len() < hl {
+            let hdr = ip.get_mut(..hl)?;
+            let (fixed, rest) = hdr.split_at_mut_checked(IPV4_FIXED + 4)?;
+            let lead = [IPV4_NOP, IPV4_NOP, IPV4_OPTION_TYPE, (2 + n) as u8];
+            if fixed[IPV4_FIXED..] != lead {
                 return None;
             }
-            let len = (2 + n) as u8;
-            if ip[IPV4_FIXED..at] != [IPV4_NOP, IPV4_NOP, IPV4_OPTION_TYPE, len] {
-                return None;
-            }
-            (at, true)
+            let Some(sum) = self.or_into(rest.get_mut(..n)?) else {
+                return Some(Hop::Loop);
+            };
+            // The filter starts at an even offset, so the added bits add
+            // to the header's sum as they lie (see `check_and_update`).
+            let hc = u16::from_ne_bytes([fixed[10], fixed[11]]);
+            let new = !fold16(sum, !hc);
+            fixed[10..12].copy_from_slice(&new.to_ne_bytes());
+            return Some(Hop::Marked);
         }
-        6 => {
-            // The hop-by-hop header is next, whole in the buffer (as
-            // `find_v6` requires), and starts with `PadN 2` and the option.
-            let at = IPV6_FIXED + 8;
-            if ip.len() < at + n || ip[6] != NH_HOP_BY_HOP {
-                return None;
-            }
-            let hl = (usize::from(ip[IPV6_FIXED + 1]) + 1) * 8;
-            if ip.len() < IPV6_FIXED + hl || hl < 8 + n {
-                return None;
-            }
-            let len = n as u8;
-            if ip[IPV6_FIXED + 2..at] != [IPV6_PADN, 2, 0, 0, IPV6_OPTION_TYPE, len] {
-                return None;
-            }
-            (at, false)
+        if first >> 4 != 6 {
+            return None;
         }
-        _ => return None,
-    };
-    // Byte-order free: the words are compared and ORed as they lie in
-    // memory (the mask converted to wire order once), and the one's-
-    // complement sum of 16-bit words does not depend on the byte order it
-    // is taken in (RFC 1071 section 2(B)), as long as the checksum field is
-    // read and written in the same order.
-    let bytes = ip.get_mut(filter_at..filter_at + n)?;
-    let mut old = [0u64; W];
-    let mut any = 0u64;
-    let mut sum = 0u64;
-    for w in 0..W {
-        old[w] = ne_word(&bytes[w * 8..w * 8 + 8]);
-        let a = mask[w].to_be() & !old[w];
-        any |= a;
-        sum += (a >> 32) + (a & 0xffff_ffff);
+        // The hop-by-hop header is next, whole in the buffer (as `find_v6`
+        // requires), and starts with `PadN 2` and the option.
+        let at = IPV6_FIXED + 8;
+        let hl = (usize::from(*ip.get(IPV6_FIXED + 1)?) + 1) * 8;
+        if hl < 8 + n || ip.len() < IPV6_FIXED + hl {
+            return None;
+        }
+        let (fixed, rest) = ip.split_at_mut_checked(at)?;
+        let lead = [IPV6_PADN, 2, 0, 0, IPV6_OPTION_TYPE, n as u8];
+        if fixed[6] != NH_HOP_BY_HOP || fixed[IPV6_FIXED + 2..] != lead {
+            return None;
+        }
+        Some(match self.or_into(rest.get_mut(..n)?) {
+            Some(_) => Hop::Marked,
+            None => Hop::Loop,
+        })
     }
-    if any == 0 {
-        return Some(Hop::Loop);
+
+    /// ORs the mask into the `8 W` filter bytes as they lie (`bytes` holds
+    /// exactly those). `None` (and nothing written) when every bit was
+    /// already set: a loop. Otherwise the 64-bit end-around-carry sum of the
+    /// bits added: congruent mod 0xffff to their one's-complement sum, and
+    /// non-zero (some bit was added, and end-around carries never turn a
+    /// non-zero total into zero).
+    #[inline(always)]
+    fn or_into(&self, bytes: &mut [u8]) -> Option<u64> {
+        let mut any = 0u64;
+        let mut sum = 0u64;
+        let mut carries = 0u64;
+        let mut new = [0u64; W];
+        for ((chunk, &m), nw) in bytes.chunks_exact(8).zip(&self.0).zip(new.iter_mut()) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            let old = u64::from_ne_bytes(b);
+            let a = m & !old;
+            any |= a;
+            let (s, c) = sum.overflowing_add(a);
+            sum = s;
+            carries += u64::from(c);
+            *nw = old | m;
+        }
+        if any == 0 {
+            return None;
+        }
+        for (chunk, nw) in bytes.chunks_exact_mut(8).zip(new) {
+            chunk.copy_from_slice(&nw.to_ne_bytes());
+        }
+        // `carries <= W`: adding it back cannot overflow unless `sum` is
+        // within W of 2^64, and then the end-around carry is added once more.
+        let (s, c) = sum.overflowing_add(carries);
+        Some(s + u64::from(c))
     }
-    for w in 0..W {
-        bytes[w * 8..w * 8 + 8].copy_from_slice(&(old[w] | mask[w].to_be()).to_ne_bytes());
-    }
-    if v4 {
-        // The filter starts at an even offset, so the added bits add to
-        // the header's sum as they are (see `check_and_update`).
-        let hc = u16::from_ne_bytes([ip[10], ip[11]]);
-        let new = !fold4(u64::from(!hc) + sum);
-        ip[10..12].copy_from_slice(&new.to_ne_bytes());
-    }
-    Some(Hop::Marked)
 }
 
-/// Reads a native-order word from an 8-byte chunk (the bytes as they lie).
+/// The 16-bit one's-complement sum of `sum` (64-bit, end-around carry) and
+/// `x`: the same value as `checksum::fold(u64::from(x) + sum')` for any
+/// `sum'` congruent to `sum` mod 0xffff with the same zero-ness, i.e. the
+/// unique representative in `1..=0xffff` of a non-zero total (0 for zero).
+/// End-around-carry additions keep a total congruent mod 0xffff (`2^16`,
+/// `2^32` and `2^64` are all 1 mod 0xffff) and never turn a non-zero total
+/// into zero; the last step adds the 32-bit value's halves with the carry
+/// out of the low half wrapped back in (`x + rotl(x, 16)`, high half).
 #[inline(always)]
-fn ne_word(chunk: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(chunk);
-    u64::from_ne_bytes(b)
-}
-
-/// [`checksum::fold`] without the loop, for `acc < 2^48`: four folds
-/// bring any such value to at most `0xffff` (`<= 2^32 + 0xffff`, then
-/// `<= 0x1_fffe`, then `<= 0x1_0000`, then `<= 0xffff`), and a fold leaves
-/// such a value alone, so the result equals the loop's.
-#[inline(always)]
-fn fold4(mut acc: u64) -> u16 {
-    debug_assert!(acc < 1 << 48);
-    for _ in 0..4 {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
+fn fold16(sum: u64, x: u16) -> u16 {
+    let (s, c) = sum.overflowing_add(u64::from(x));
+    let s = s + u64::from(c);
+    let (t, c) = (s as u32).overflowing_add((s >> 32) as u32);
+    let t = t + u32::from(c);
+    (t.wrapping_add(t.rotate_left(16)) >> 16) as u16
 }
 
 /// Opens a gap of `n` bytes at `at` (everything from `at` moves up by `n`;
@@ -1199,6 +1238,43 @@ pub fn strip(frame: &mut Vec<u8>, l3_offset: usize) -> Result<Stripped, IcarusEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `fold16` (end-around-carry sums, rotate-add fold) against the plain
+    /// fold of the exact integer total, on edge values and a sweep: the
+    /// canonical fast path's checksum must be the general path's.
+    #[test]
+    fn fold16_is_fold_of_the_exact_total() {
+        let mut x: u64 = 0x243f_6a88_85a3_08d3;
+        let mut words: Vec<u64> = vec![0, 1, 0xffff, 0x1_0000, 0xffff_ffff, 1 << 63, !0, !0 - 1];
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(0x5851_f42d_4c95_7f2d)
+                .wrapping_add(0x1405_7b7e_f767_814f);
+            words.push(x >> (x % 61));
+        }
+        for (i, pair) in words.windows(4).enumerate() {
+            let hc = (pair[0] as u16).wrapping_mul(i as u16);
+            // The 64-bit end-around-carry sum, as `or_into` forms it.
+            let (mut sum, mut carries) = (0u64, 0u64);
+            for &a in pair {
+                let (s, c) = sum.overflowing_add(a);
+                sum = s;
+                carries += u64::from(c);
+            }
+            let (s, c) = sum.overflowing_add(carries);
+            let sum = s + u64::from(c);
+            // The exact total, folded 16 bits at a time.
+            let exact: u128 = pair.iter().map(|&a| u128::from(a)).sum::<u128>() + u128::from(!hc);
+            let folded = checksum::fold(
+                ((exact >> 64) as u64 + (exact as u64 >> 32)) + (exact as u64 & 0xffff_ffff),
+            );
+            assert_eq!(fold16(sum, !hc), folded, "{pair:x?} {hc:x}");
+        }
+        assert_eq!(fold16(0, 0), 0);
+        assert_eq!(fold16(0, 0xffff), 0xffff);
+        assert_eq!(fold16(0xffff, 0), 0xffff);
+        assert_eq!(fold16(0x1_0000, 0xffff), 0x1);
+    }
 
     /// A filter whose bytes are `0x01, 0x02, ...`.
     fn counting(width: FilterWidth) -> Filter {
