@@ -1010,12 +1010,15 @@ pub struct MulticastStage {
     control: MulticastControl,
     filter: Arc<PortFilter>,
     forward_link_local: bool,
-    all_ports: u64,
+    /// `allow[i]`: the interfaces a packet that arrived on `i` may leave
+    /// through (every interface but `i`; every interface for `i >= 64`),
+    /// so an answer becomes an egress set with one AND and no branch.
+    allow: Box<[u64; 256]>,
     counters: MulticastCounters,
     // Per-batch scratch, reused.
     keys: Vec<GroupKey>,
     slots: Vec<usize>,
-    answers: Vec<kernels::bloom::PortSet>,
+    answers: Vec<u64>,
     // False-forward estimate (see the module docs).
     per_ingress: Vec<u64>,
     copies: Vec<u64>,
@@ -1068,11 +1071,11 @@ impl MulticastStage {
             control,
             filter,
             forward_link_local: config.forward_link_local,
-            all_ports: if ports == 64 { !0 } else { (1u64 << ports) - 1 },
+            allow: allow_table(ports),
             counters: MulticastCounters::default(),
             keys: Vec::with_capacity(QUERY_CHUNK),
             slots: Vec::with_capacity(QUERY_CHUNK),
-            answers: vec![kernels::bloom::PortSet::new(); QUERY_CHUNK],
+            answers: vec![0; QUERY_CHUNK],
             per_ingress: vec![0; ports],
             copies: vec![0; ports],
             epoch_candidates: vec![0; ports],
@@ -1201,17 +1204,11 @@ impl MulticastStage {
     pub fn egress_batch(&mut self, keys: &[GroupKey], ingress: &[u8], out: &mut [PortSet]) {
         self.sync();
         assert!(ingress.len() >= keys.len() && out.len() >= keys.len());
-        for ((k, i), o) in keys
-            .chunks(QUERY_CHUNK)
-            .zip(ingress.chunks(QUERY_CHUNK))
-            .zip(out.chunks_mut(QUERY_CHUNK))
-        {
-            let ans = &mut self.answers[..k.len()];
-            self.filter.query_batch(k, ans);
-            for ((o, a), &i) in o.iter_mut().zip(ans.iter()).zip(i) {
-                *o = PortSet::from_mask(a.words()[0] & self.all_ports & !ingress_bit(i));
-            }
-        }
+        let (ingress, out) = (&ingress[..keys.len()], &mut out[..keys.len()]);
+        let allow = &*self.allow;
+        self.filter.query_batch_low(keys, |i, ports| {
+            out[i] = PortSet::from_mask(ports & allow[usize::from(ingress[i])]);
+        });
     }
 
     /// Answers the gathered keys and sets the verdicts.
@@ -1221,16 +1218,17 @@ impl MulticastStage {
             return;
         }
         let ans = &mut self.answers[..n];
-        self.filter.query_batch(&self.keys, ans);
+        self.filter
+            .query_batch_low(&self.keys, |i, ports| ans[i] = ports);
         let packets = batch.packets_mut();
-        for (&slot, a) in self.slots.iter().zip(ans.iter()) {
+        for (&slot, &a) in self.slots.iter().zip(ans.iter()) {
             let p = &mut packets[slot];
             let ing = p.ingress;
             if usize::from(ing) < self.per_ingress.len() {
                 self.per_ingress[usize::from(ing)] += 1;
             }
             self.counters.data_packets += 1;
-            let mask = a.words()[0] & self.all_ports & !ingress_bit(ing);
+            let mask = a & self.allow[usize::from(ing)];
             if mask == 0 {
                 self.counters.suppressed += 1;
                 p.drop_for(DropReason::NoRoute);
@@ -1254,9 +1252,15 @@ impl MulticastStage {
     }
 }
 
-#[inline]
-fn ingress_bit(port: u8) -> u64 {
-    if port < 64 { 1 << port } else { 0 }
+/// The egress masks of every ingress port for a stage of `ports`
+/// interfaces (`1..=64`): all of them but the ingress.
+fn allow_table(ports: usize) -> Box<[u64; 256]> {
+    let all = if ports >= 64 { !0 } else { (1u64 << ports) - 1 };
+    let mut t = Box::new([all; 256]);
+    for (i, a) in t.iter_mut().enumerate().take(64) {
+        *a &= !(1u64 << i);
+    }
+    t
 }
 
 impl Stage for MulticastStage {

@@ -3,8 +3,11 @@
 use std::fmt;
 
 use super::counting::CountingBloom;
-use super::params::{BATCH, Incompatible, Layout, Params, SPLIT_BLOCK_BITS, Scratch, prefetch};
-use crate::lanes::{SPLIT_SALTS, split_block_of};
+use super::params::{
+    BATCH, BLOCK_BITS, Incompatible, LOG2_BLOCK_BITS, Layout, Params, SPLIT_BLOCK_BITS, Scratch,
+    prefetch,
+};
+use crate::lanes::{SALTS, SPLIT_SALTS, split_block_of};
 use crate::{HashPair, Hasher};
 
 /// The most ports a [`PortFilter`] holds.
@@ -15,16 +18,21 @@ const SET_WORDS: usize = MAX_PORTS / 64;
 /// chunk ahead; smaller ones are left to the out-of-order core.
 const PREFETCH_MIN_WORDS: usize = 1 << 19;
 /// Positions (word-sets) per split block.
-const SPAN: usize = SPLIT_BLOCK_BITS as usize;
-
-/// The bit of split-block word `j` for a key's `h2`, `salt` being
-/// `SALTS[j]`: `(h2 * salt) >> 27`, below 32 (the definition of
-/// [`crate::index::SplitBlock::mask`]), so `32 j + bit < 256` and the
-/// index into a key's span needs no check.
+const SPLIT_SPAN: usize = SPLIT_BLOCK_BITS as usize;
+/// Positions (word-sets) per block of the blocked layout.
+const BLOCKED_SPAN: usize = BLOCK_BITS as usize;
+/// The largest `k` of the blocked layout with its own unrolled query loop
+/// (for filters of at most 64 ports); larger ones loop over the salts.
+const UNROLLED_K: usize = 8;
+/// The first `K` blocked-layout salts, as an array (so a loop over them
+/// unrolls).
 #[inline(always)]
-fn bit_of(h2: u32, salt: u32) -> usize {
-    (h2.wrapping_mul(salt) >> 27) as usize
+fn first_salts<const K: usize>() -> [u32; K] {
+    let mut s = [0u32; K];
+    s.copy_from_slice(&SALTS[..K]);
+    s
 }
+
 /// A set of ports `0..256` (a 256-bit bitmap).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct PortSet([u64; SET_WORDS]);
@@ -148,8 +156,24 @@ impl From<Incompatible> for PortError {
 /// not depend on the port count up to 64. With the blocked layout a key's
 /// positions lie in one block of 512 positions (4 KiB per 64 ports): `k`
 /// cache lines of one page; with the split-block layout in one block of 256
-/// (2 KiB per 64 ports), one position in each run of 32. Built from per-port [`CountingBloom`]s (the
-/// control path), all with the same [`Params`] and key.
+/// (2 KiB per 64 ports), one position in each run of 32. Either way a
+/// position is a word-set of its own, so a key touches `k` cache lines (no
+/// arrangement of a block's words saves more than about 10%: with eight
+/// word-sets per 64-byte line, a split-block key's eight positions fall in
+/// 7.2 distinct lines on average at best, against 8 now). Both block
+/// layouts are queried in registers ([`PortFilter::query_batch`]); the
+/// classic layout through a position list. Built from per-port
+/// [`CountingBloom`]s (the control path), all with the same [`Params`] and
+/// key.
+///
+/// Measured on the dataplane's 64-port query (`multicast/query/64`,
+/// callgrind on `bench/examples/stages_cg.rs`, split-block filter of 32 Ki
+/// positions): 68.5 instructions per key when each answer went through a
+/// [`PortSet`] and a second loop applied the ingress mask; 55.4 with
+/// [`PortFilter::query_batch_low`], where the caller's mask and store run
+/// inside the query loop and the span needs no bounds check (6.31 -> 5.50
+/// ns/key, `report --only stages`, medians of three runs alternating with
+/// the previous code).
 #[derive(Debug, Clone)]
 pub struct PortFilter {
     params: Params,
@@ -243,15 +267,14 @@ impl PortFilter {
 
     /// `out[i] = self.query(&keys[i])`.
     ///
-    /// Split block (the default layout): per chunk of 64 keys, hash the
+    /// Split-block and blocked layouts: per chunk of 64 keys, hash the
     /// chunk once ([`Hasher::hash_batch`]), then per key take its block
-    /// from `h1` and its eight in-word bits `(h2 * SALT[j]) >> 27` in
-    /// registers (a multiply by a constant and a shift each) and AND the
-    /// eight word-sets (one `u64` per 64 ports) they name: about three
-    /// instructions per position, no position array, no per-position bounds
-    /// check (a key's block is sliced once, and a bit below 32 stays inside
-    /// it). Other layouts: hash a chunk, derive and prefetch every position,
-    /// AND the word-sets.
+    /// from `h1` and its `k` in-block positions from `h2` in registers (a
+    /// multiply by a constant and a shift each) and AND the `k` word-sets
+    /// (one `u64` per 64 ports) they name: three instructions per position,
+    /// no position array, no bounds check (see
+    /// [`PortFilter::query_batch_low`]). Classic layout: hash a chunk,
+    /// derive and prefetch every position, AND the word-sets.
     ///
     /// # Panics
     /// If `out` is shorter than `keys`.
@@ -262,61 +285,154 @@ impl PortFilter {
             out.len(),
             keys.len()
         );
-        if self.params.layout() == Layout::SplitBlock {
-            match self.words {
-                1 => self.query_split::<W, 1>(keys, out),
-                2 => self.query_split::<W, 2>(keys, out),
-                3 => self.query_split::<W, 3>(keys, out),
-                _ => self.query_split::<W, 4>(keys, out),
-            }
-        } else {
+        if self.params.layout() == Layout::Classic {
             self.query_positions(keys, out);
+            return;
+        }
+        match self.words {
+            1 => self.query_blocks::<W, 1>(keys, |i, a| out[i] = PortSet([a[0], 0, 0, 0])),
+            2 => self.query_blocks::<W, 2>(keys, |i, a| out[i] = PortSet([a[0], a[1], 0, 0])),
+            3 => self.query_blocks::<W, 3>(keys, |i, a| out[i] = PortSet([a[0], a[1], a[2], 0])),
+            _ => self.query_blocks::<W, 4>(keys, |i, a| out[i] = PortSet(a)),
         }
     }
 
-    /// The split-block query for `PW = self.words` words per word-set (see
-    /// [`PortFilter::query_batch`]). Position `32 j + b` of block `B` is
-    /// word-set `256 B + 32 j + b`, so a key touches one span of `256 * PW`
-    /// words (2 KiB per 64 ports), sliced once; its eight loads are
-    /// independent and the out-of-order core overlaps them across keys.
-    /// Filters of at least [`PREFETCH_MIN_WORDS`] words prefetch every
-    /// key's eight lines first.
+    /// Ports `0..64` of every answer, handed to `f(i, ports)` in key order
+    /// (`ports` = `self.query(&keys[i]).words()[0]`): the whole answer for a
+    /// filter of at most 64 ports, and the dataplane's path. With the
+    /// split-block and blocked layouts no [`PortSet`] is formed: the
+    /// caller's work on the answer (an ingress mask, a store) runs inside
+    /// the query loop, in registers.
     ///
-    /// The in-word bits are derived per key with scalar multiplies by
+    /// `f` is inlined into the query loop, which is plain scalar code (the
+    /// hash is a separate call into the backend), so a closure costs
+    /// nothing here.
+    pub fn query_batch_low<const W: usize, F: FnMut(usize, u64)>(
+        &self,
+        keys: &[[u32; W]],
+        mut f: F,
+    ) {
+        if self.params.layout() == Layout::Classic {
+            let mut out = [PortSet::new(); BATCH];
+            for (c, keys) in keys.chunks(BATCH).enumerate() {
+                let out = &mut out[..keys.len()];
+                self.query_positions(keys, out);
+                for (i, o) in out.iter().enumerate() {
+                    f(c * BATCH + i, o.0[0]);
+                }
+            }
+            return;
+        }
+        match self.words {
+            1 => self.query_blocks::<W, 1>(keys, |i, a| f(i, a[0])),
+            2 => self.query_blocks::<W, 2>(keys, |i, a| f(i, a[0])),
+            3 => self.query_blocks::<W, 3>(keys, |i, a| f(i, a[0])),
+            _ => self.query_blocks::<W, 4>(keys, |i, a| f(i, a[0])),
+        }
+    }
+
+    /// The query of the two block layouts for `PW = self.words` words per
+    /// word-set: the layout's geometry as constants (split block: spans of
+    /// 256 positions, position `j` in `32 j .. 32 j + 32`; blocked: spans of
+    /// 512, every position anywhere in the span), and for the blocked
+    /// layout on at most 64 ports, `k` as a constant too, so the position
+    /// loop unrolls.
+    #[inline(always)]
+    fn query_blocks<const W: usize, const PW: usize>(
+        &self,
+        keys: &[[u32; W]],
+        f: impl FnMut(usize, [u64; PW]),
+    ) {
+        const SPLIT_SHIFT: u32 = 32 - 5;
+        const BLOCKED_SHIFT: u32 = 32 - LOG2_BLOCK_BITS;
+        let salts = &SALTS[..self.params.k()];
+        if self.params.layout() == Layout::SplitBlock {
+            return self.query_span::<W, PW, SPLIT_SPAN, 32, SPLIT_SHIFT>(keys, &SPLIT_SALTS, f);
+        }
+        if PW > 1 || salts.len() > UNROLLED_K {
+            return self.query_span::<W, PW, BLOCKED_SPAN, 0, BLOCKED_SHIFT>(keys, salts, f);
+        }
+        const B: usize = BLOCKED_SPAN;
+        const S: u32 = BLOCKED_SHIFT;
+        match salts.len() {
+            1 => self.query_span::<W, PW, B, 0, S>(keys, &first_salts::<1>(), f),
+            2 => self.query_span::<W, PW, B, 0, S>(keys, &first_salts::<2>(), f),
+            3 => self.query_span::<W, PW, B, 0, S>(keys, &first_salts::<3>(), f),
+            4 => self.query_span::<W, PW, B, 0, S>(keys, &first_salts::<4>(), f),
+            5 => self.query_span::<W, PW, B, 0, S>(keys, &first_salts::<5>(), f),
+            6 => self.query_span::<W, PW, B, 0, S>(keys, &first_salts::<6>(), f),
+            7 => self.query_span::<W, PW, B, 0, S>(keys, &first_salts::<7>(), f),
+            _ => self.query_span::<W, PW, B, 0, S>(keys, &first_salts::<UNROLLED_K>(), f),
+        }
+    }
+
+    /// The block query: `f(i, ports)` for every key in order. A key's block
+    /// is `split_block_of(h1)` (the top bits of `h1`), a span of `SPAN * PW`
+    /// consecutive words; its position `j` is `OFF * j + ((h2 * salts[j]) >>
+    /// SHIFT)` inside the span, below `SPAN` by construction (for both
+    /// layouts `OFF * (k - 1) + 2^(32 - SHIFT) <= SPAN`), so the word-set
+    /// index needs no check and the span is sliced once per key. The loads
+    /// are independent and the out-of-order core overlaps them across keys.
+    /// Filters of at least [`PREFETCH_MIN_WORDS`] words prefetch every
+    /// key's lines first.
+    ///
+    /// The positions are derived per key with scalar multiplies by
     /// constants: measured against deriving them eight keys per AVX2
     /// multiply into a position array (fewer instructions, 6.0 against 5.3
-    /// ns/key on a 256 KiB filter), the array's stores and reloads cost more
-    /// than the multiplies they save.
-    #[inline]
-    fn query_split<const W: usize, const PW: usize>(&self, keys: &[[u32; W]], out: &mut [PortSet]) {
+    /// ns/key on a 256 KiB split-block filter; again in this session, 6.5
+    /// against 5.4 ns), the array's stores and reloads cost more than the
+    /// multiplies they save.
+    #[inline(always)]
+    fn query_span<
+        const W: usize,
+        const PW: usize,
+        const SPAN: usize,
+        const OFF: usize,
+        const SHIFT: u32,
+    >(
+        &self,
+        keys: &[[u32; W]],
+        salts: &[u32],
+        mut f: impl FnMut(usize, [u64; PW]),
+    ) {
+        debug_assert_eq!(PW, self.words);
+        debug_assert!(OFF * salts.len().saturating_sub(1) + (1 << (32 - SHIFT)) <= SPAN);
         let log2_blocks = self.params.blocks().trailing_zeros();
         let slices = &self.slices[..];
+        // The invariant the span pointer below rests on: one span of
+        // `SPAN * PW` words per block, `2^log2_blocks` blocks.
+        assert_eq!(slices.len(), (SPAN * PW) << log2_blocks);
         let far = slices.len() >= PREFETCH_MIN_WORDS;
+        let pos =
+            |h2: u32, j: usize, salt: u32| OFF * j + (h2.wrapping_mul(salt) >> SHIFT) as usize;
         let mut pairs = [HashPair::default(); BATCH];
-        for (keys, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+        for (c, keys) in keys.chunks(BATCH).enumerate() {
             let pairs = &mut pairs[..keys.len()];
             self.hasher.hash_batch(keys, pairs);
             if far {
                 for &pair in pairs.iter() {
                     let base = split_block_of(pair.h1, log2_blocks) * SPAN;
-                    for (j, &salt) in SPLIT_SALTS.iter().enumerate() {
-                        prefetch(slices, (base + 32 * j + bit_of(pair.h2, salt)) * PW);
+                    for (j, &salt) in salts.iter().enumerate() {
+                        prefetch(slices, (base + pos(pair.h2, j, salt)) * PW);
                     }
                 }
             }
-            for (o, &pair) in out.iter_mut().zip(pairs.iter()) {
+            for (i, &pair) in pairs.iter().enumerate() {
                 let at = split_block_of(pair.h1, log2_blocks) * SPAN * PW;
-                let span = &slices[at..][..SPAN * PW];
+                // SAFETY: `split_block_of` is below `2^log2_blocks`, so
+                // `at + SPAN * PW <= (SPAN * PW) << log2_blocks`, which is
+                // `slices.len()` (asserted above): the span lies inside
+                // `slices`, and `slices` is borrowed for the whole call.
+                let span =
+                    unsafe { std::slice::from_raw_parts(slices.as_ptr().add(at), SPAN * PW) };
                 let mut acc = [!0u64; PW];
-                for (j, &salt) in SPLIT_SALTS.iter().enumerate() {
-                    let p = (32 * j + bit_of(pair.h2, salt)) * PW;
+                for (j, &salt) in salts.iter().enumerate() {
+                    let p = pos(pair.h2, j, salt) * PW;
                     for (a, &w) in acc.iter_mut().zip(&span[p..p + PW]) {
                         *a &= w;
                     }
                 }
-                let mut words = [0u64; SET_WORDS];
-                words[..PW].copy_from_slice(&acc);
-                *o = PortSet(words);
+                f(c * BATCH + i, acc);
             }
         }
     }
@@ -367,11 +483,10 @@ mod tests {
     use super::*;
     use crate::Backend;
 
-    /// The split-block query on every available backend, for every word-set
-    /// width (1 to 4 words) and chunk tails, against the per-port filters.
-    #[test]
-    fn split_query_matches_per_port_filters_on_every_backend() {
-        let params = Params::new(Layout::SplitBlock, 1 << 12, 8).unwrap();
+    /// `query_batch` and `query_batch_low` of `params` on every available
+    /// backend, for word-set widths 1 to 4 and chunk tails, against the
+    /// per-port filters.
+    fn check_against_per_port_filters(params: Params) {
         let keys: Vec<[u32; 3]> = (0..150u32)
             .map(|i| [i.wrapping_mul(0x9e37_79b9), i, 7])
             .collect();
@@ -395,14 +510,46 @@ mod tests {
                 for n in [1, 7, 64, 65, 150] {
                     let mut out = vec![PortSet::new(); n];
                     pf.query_batch(&keys[..n], &mut out);
-                    for (key, set) in keys.iter().zip(&out) {
+                    let mut low = vec![None; n];
+                    pf.query_batch_low(&keys[..n], |i, ports| {
+                        assert!(low[i].replace(ports).is_none(), "key {i} answered twice");
+                    });
+                    for ((key, set), low) in keys.iter().zip(&out).zip(&low) {
                         for (p, f) in filters.iter().enumerate() {
-                            assert_eq!(set.contains(p), f.contains(key), "{backend:?} {ports} {n}");
+                            assert_eq!(
+                                set.contains(p),
+                                f.contains(key),
+                                "{params:?} {backend:?} {ports} {n}"
+                            );
                         }
                         assert!((ports..MAX_PORTS).all(|p| !set.contains(p)));
+                        assert_eq!(*low, Some(set.words()[0]));
                     }
                 }
             }
         }
+    }
+
+    /// The split-block query (the register path) against the per-port
+    /// filters.
+    #[test]
+    fn split_query_matches_per_port_filters_on_every_backend() {
+        check_against_per_port_filters(Params::new(Layout::SplitBlock, 1 << 12, 8).unwrap());
+    }
+
+    /// The blocked query for every `k` with an unrolled loop and a few
+    /// beyond (the salt loop), against the per-port filters.
+    #[test]
+    fn blocked_query_matches_per_port_filters_on_every_backend() {
+        for k in 1..=12 {
+            check_against_per_port_filters(Params::new(Layout::Blocked, 1 << 12, k).unwrap());
+        }
+    }
+
+    /// The classic layout keeps the position-list path; `query_batch_low`
+    /// goes through it too.
+    #[test]
+    fn classic_query_matches_per_port_filters() {
+        check_against_per_port_filters(Params::new(Layout::Classic, 1 << 12, 5).unwrap());
     }
 }
