@@ -3,13 +3,14 @@
 //!
 //! * `multicast/query/{64,8}`: [`MulticastStage::egress_batch`] on 64-packet
 //!   batches: one [`kernels::bloom::PortFilter`] query per packet (hash the
-//!   group key, derive the split-block positions, AND one word-set per
+//!   group key, derive the block and the `k` positions, AND one word-set per
 //!   position), then the interface mask and the ingress exclusion. The stage
-//!   is built from its own config (`expected_groups` 1024, rate 0.1%, the
-//!   default split-block layout) with 64 or 8 interfaces, each a static
-//!   member of about 1/16 of a universe of 4,096 groups (256 groups per
-//!   interface). Three keys in four are groups of that universe (members
-//!   somewhere), one in four is a group nobody joined.
+//!   is built from its own config (`expected_groups` 1024, rate 0.1%, sized
+//!   by `Params::for_port_filter`: blocked, 32 Ki positions, `k = 3`) with
+//!   64 or 8 interfaces, each a static member of about 1/16 of a universe
+//!   of 4,096 groups (256 groups per interface). Three keys in four are
+//!   groups of that universe (members somewhere), one in four is a group
+//!   nobody joined.
 //! * `icarus/check/{v4,v6}`: [`Icarus::check_and_update_batch`] on 64-packet
 //!   batches of Ethernet + IPv4 (or IPv6) + UDP frames carrying the 128-bit
 //!   option at its canonical place, each having gone through 0 to 12 other

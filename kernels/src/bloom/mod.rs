@@ -32,7 +32,11 @@
 //!   a [`Bloom`]. Every layout (split block: 8 counters per key, one in each
 //!   32-counter word of the key's 256-counter block).
 //! * [`PortFilter`]: one filter per port, bit-sliced, answering with a
-//!   [`PortSet`]; every layout.
+//!   [`PortSet`]; every layout. A position is a word-set of its own there,
+//!   so a query costs `k` cache lines whatever the layout:
+//!   [`Params::for_port_filter`] sizes one with the blocked layout and the
+//!   fewest positions per key within twice the smallest size (`k = 3`
+//!   instead of the split block's 8 at 1,024 items and 0.1%, same memory).
 //! * Transfer forms ([`Bloom::to_bytes`], [`Bloom::to_compressed_bytes`],
 //!   [`Bloom::from_bytes`]): a versioned header (layout code 0 classic,
 //!   1 blocked, 2 split block) and a raw or range-coded payload; decoding

@@ -299,6 +299,41 @@ impl Params {
         }
     }
 
+    /// The geometry of a per-port filter ([`crate::bloom::PortFilter`]) for
+    /// `n` items per port at false-positive rate `p`: the blocked layout,
+    /// with the fewest positions per key among the smallest size that
+    /// reaches `p` ([`Params::for_items`]) and twice that size.
+    ///
+    /// A port filter is bit-sliced: each position is a word-set of its own
+    /// (a `u64` per 64 ports), so a query costs one cache line and three
+    /// instructions per position, whatever the layout; what counts is `k`.
+    /// Block counts are powers of two, and the next power of two usually
+    /// reaches `p` with far fewer positions: for `n = 1024`, `p = 0.1%`,
+    /// 16 Ki bits need `k = 7` (rate 0.099%) and 32 Ki bits `k = 3`
+    /// (0.084%). 32 Ki bits is also what the split-block layout needs there
+    /// (its fixed `k = 8` cannot use the slack: 16 Ki bits give 0.13%), so
+    /// against it the blocked choice touches 3 cache lines per query
+    /// instead of 8 for the same memory.
+    ///
+    /// # Errors
+    /// As [`Params::for_items`].
+    pub fn for_port_filter(n: u64, p: f64) -> Result<Self, ParamError> {
+        let small = Params::for_items(Layout::Blocked, n, p)?;
+        let bits = small.bits * 2;
+        if bits > MAX_BITS {
+            return Ok(small);
+        }
+        let blocks = bits / BLOCK_BITS;
+        let k = (1..small.k)
+            .find(|&k| blocked_fpr(n as f64, blocks, k) <= p)
+            .unwrap_or(small.k);
+        if k < small.k {
+            Params::new(Layout::Blocked, bits, k)
+        } else {
+            Ok(small)
+        }
+    }
+
     /// The layout.
     pub fn layout(&self) -> Layout {
         self.layout

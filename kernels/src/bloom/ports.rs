@@ -162,7 +162,8 @@ impl From<Incompatible> for PortError {
 /// word-sets per 64-byte line, a split-block key's eight positions fall in
 /// 7.2 distinct lines on average at best, against 8 now). Both block
 /// layouts are queried in registers ([`PortFilter::query_batch`]); the
-/// classic layout through a position list. Built from per-port
+/// classic layout through a position list; [`Params::for_port_filter`]
+/// sizes a port filter for the fewest positions per key. Built from per-port
 /// [`CountingBloom`]s (the control path), all with the same [`Params`] and
 /// key.
 ///
