@@ -34,6 +34,15 @@
 //! Every [`Departure`] records its enqueue and departure times;
 //! [`Departure::sojourn_ns`] is their difference, and [`EgressStats`] keeps
 //! the count, sum and maximum.
+//!
+//! # Speed
+//!
+//! In `sfb/enqueue-dequeue` (see `stage::sfb`'s module docs) the queue's
+//! part is about 90 of 575 instructions per packet, the head's departure
+//! time (one reciprocal multiply) included. Keeping SFB's per-packet tag in
+//! the slot, so that one FIFO serves both, made slots 40 bytes and the
+//! benchmark 55 ns per packet instead of 35; the statistics updated on each
+//! departure cost 1.2 ns in all.
 
 use std::collections::VecDeque;
 

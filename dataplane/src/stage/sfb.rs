@@ -122,6 +122,40 @@
 //! its [`EgressQueue`]; [`SfbStage`] is the thin pipeline [`Stage`] over one
 //! egress port. The rehash clock is advanced once per batch, at the batch's
 //! `now`.
+//!
+//! # Speed (issue #5): what was measured, and what did not help
+//!
+//! `sfb/enqueue-dequeue/avx2` (`cargo run --release -p bench --bin report
+//! -- --only sfb`) is 35.5 ns per packet against a target of 20; `sfb_cg ab`
+//! gives 34.8-35.3 ns (medians of 15 passes, a 2-core AMD EPYC shared with
+//! other builds), and callgrind counts 575 instructions per packet in
+//! [`BenchWorkload::run`]. The variants below were each measured back to
+//! back against that build (same checksum every time, so the same packets
+//! were marked and dropped); none was kept.
+//!
+//! | variant | instr/packet | ns/packet |
+//! |---|---:|---:|
+//! | this code | 575 | 35.0 |
+//! | count raise fused into the update's write-back, scalar | 608 | 48 |
+//! | the same, explicit SSE2 (a bin = one 32-bit lane, all bin accesses 32-bit) | 521 | 41 |
+//! | SSE2 update only, 32-bit loads, 16-bit probability stores | - | 37 |
+//! | SSE2 update only, 16-bit loads (`pinsrw`) and stores | 549 | 37 |
+//! | scalar update kept out of the vector unit (empty `asm!` barrier) | 589 | 38 |
+//! | tags as precomputed index bytes (byte `r` = `16 r` + nibble `r`), byte-indexed release | 676 | 43 |
+//! | the same with the update out of line (its code fixed) vs. out of line alone | - | 36.1 vs 35.4 |
+//! | one FIFO: the tag in the egress slot (40-byte slots) instead of `TagRing` | - | 55 |
+//!
+//! Two probes explain part of it. 100 independent integer `add`s per packet
+//! (an empty-effect `asm!`) cost 10 ns: the loop is bound by the integer
+//! units, and the compiler's vectorised update, which puts the probability
+//! arithmetic on the vector units and the counts' minimum on the integer
+//! ones, is a good balance that every rewrite above upset. And dropping the
+//! egress queue's departure statistics (not an option) saves only 1.2 ns:
+//! no single piece holds the missing 15 ns. Instruction counts do not
+//! predict time here (521 instructions ran slower than 575), so measure any
+//! change with `sfb_cg ab`. Small changes anywhere in the loop also change
+//! how LLVM vectorises the 8-bin update (the tag change above raised the
+//! update's instructions by 100), so time the update in place.
 
 use core::fmt;
 use std::any::Any;
