@@ -41,10 +41,10 @@ use std::any::Any;
 
 use super::{PenalisedSummary, SfbSummary};
 use crate::clock::Timestamp;
-use crate::flow::FlowKey;
+
 use crate::pipeline::{Batch, DropReason, PortSet, Stage, Verdict};
 use crate::stage::egress::EgressConfig;
-use crate::stage::sfb::{Enqueued, KeyBatch, SfbConfig, SfbConfigError, SfbQueue};
+use crate::stage::sfb::{Enqueued, PortKeys, SfbConfig, SfbConfigError, SfbQueue};
 use crate::wire::{icarus, set_ce};
 
 /// Counters of the [`Wires`] stage.
@@ -261,13 +261,6 @@ struct PortQueue {
     counters: QueueCounters,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Pending {
-    packet: usize,
-    wide: bool,
-    j: usize,
-}
-
 /// The live egress queues of one worker, as the pipeline's last stage (see
 /// the module docs).
 #[derive(Debug)]
@@ -275,11 +268,7 @@ pub struct EgressQueues {
     queues: Vec<PortQueue>,
     ports: PortSet,
     pool: FramePool,
-    k4: Vec<[u32; 4]>,
-    k10: Vec<[u32; 10]>,
-    b4: KeyBatch,
-    b10: KeyBatch,
-    pending: Vec<Pending>,
+    keys: PortKeys,
     /// Discarded at shutdown: sole copies, and of those the marked ones.
     discarded_sole: u64,
     discarded_sole_marked: u64,
@@ -309,11 +298,7 @@ impl EgressQueues {
             queues,
             ports,
             pool: FramePool::with_capacity(limit.saturating_add(1).min(POOL_PREALLOC)),
-            k4: Vec::new(),
-            k10: Vec::new(),
-            b4: KeyBatch::new(),
-            b10: KeyBatch::new(),
-            pending: Vec::new(),
+            keys: PortKeys::new(),
             discarded_sole: 0,
             discarded_sole_marked: 0,
         })
@@ -451,52 +436,15 @@ impl EgressQueues {
         };
         let port = q.port;
         q.queue.sfb_mut().tick(now);
-        self.k4.clear();
-        self.k10.clear();
-        self.pending.clear();
-        for (i, p) in batch.packets().iter().enumerate() {
-            let ports = match p.verdict {
-                Verdict::Forward(ps) | Verdict::Mark(ps) => ps,
-                Verdict::Drop(_) => continue,
-            };
-            if !ports.contains(port) || p.ingress == port {
-                continue;
-            }
-            match p.parsed.and_then(|x| x.flow) {
-                Some(FlowKey::V6(f)) => {
-                    self.pending.push(Pending {
-                        packet: i,
-                        wide: true,
-                        j: self.k10.len(),
-                    });
-                    self.k10.push(f.words10());
-                }
-                other => {
-                    self.pending.push(Pending {
-                        packet: i,
-                        wide: false,
-                        j: self.k4.len(),
-                    });
-                    self.k4.push(match other {
-                        Some(FlowKey::V4(f)) => f.words4(),
-                        _ => [0; 4],
-                    });
-                }
-            }
-        }
-        if self.pending.is_empty() {
+        if self.keys.gather(batch, port, true) == 0 {
             return;
         }
-        self.b4.hash(q.queue.sfb(), &self.k4);
-        self.b10.hash(q.queue.sfb(), &self.k10);
+        self.keys.hash(q.queue.sfb());
         let this = PortSet::single(port).mask();
-        for pd in &self.pending {
-            let key = if pd.wide {
-                self.b10.key(pd.j)
-            } else {
-                self.b4.key(pd.j)
-            };
-            let Some(p) = batch.packets_mut().get_mut(pd.packet) else {
+        for k in 0..self.keys.len() {
+            let key = self.keys.key(k);
+            let packet = self.keys.packet(k);
+            let Some(p) = batch.packets_mut().get_mut(packet) else {
                 continue;
             };
             let ports = match p.verdict {

@@ -1439,11 +1439,113 @@ impl Default for SfbStageConfig {
     }
 }
 
+/// A packet of the batch that leaves by the port: its place in the batch
+/// and its key's place in one family's [`KeyBatch`].
 #[derive(Debug, Clone, Copy)]
 struct Pending {
     packet: usize,
     wide: bool,
     j: usize,
+}
+
+/// The SFB keys of the packets of a batch that leave by one egress port,
+/// hashed in one [`KeyBatch`] per address family present (IPv4 at four
+/// words, IPv6 at ten; frames without a flow key share the all-zero key).
+/// Reused across batches: [`gather`](Self::gather), then
+/// [`hash`](Self::hash), then [`packet`](Self::packet) and
+/// [`key`](Self::key) for each of the [`len`](Self::len) packets, in batch
+/// order. Used by [`SfbStage`] and by the live router's egress queues.
+#[derive(Debug, Clone, Default)]
+pub struct PortKeys {
+    k4: Vec<[u32; 4]>,
+    k10: Vec<[u32; 10]>,
+    b4: KeyBatch,
+    b10: KeyBatch,
+    pending: Vec<Pending>,
+}
+
+impl PortKeys {
+    /// Empty buffers.
+    pub fn new() -> Self {
+        PortKeys::default()
+    }
+
+    /// Collects the packets of `batch` forwarded (or marked) to `port`,
+    /// leaving out those that arrived on `port` when `skip_ingress`;
+    /// returns how many.
+    pub fn gather(&mut self, batch: &Batch, port: u8, skip_ingress: bool) -> usize {
+        self.k4.clear();
+        self.k10.clear();
+        self.pending.clear();
+        for (i, p) in batch.packets().iter().enumerate() {
+            let ports = match p.verdict {
+                Verdict::Forward(ps) | Verdict::Mark(ps) => ps,
+                Verdict::Drop(_) => continue,
+            };
+            if !ports.contains(port) || (skip_ingress && p.ingress == port) {
+                continue;
+            }
+            match p.parsed.and_then(|x| x.flow) {
+                Some(FlowKey::V6(f)) => {
+                    self.pending.push(Pending {
+                        packet: i,
+                        wide: true,
+                        j: self.k10.len(),
+                    });
+                    self.k10.push(f.words10());
+                }
+                other => {
+                    self.pending.push(Pending {
+                        packet: i,
+                        wide: false,
+                        j: self.k4.len(),
+                    });
+                    self.k4.push(match other {
+                        Some(FlowKey::V4(f)) => f.words4(),
+                        _ => [0; 4],
+                    });
+                }
+            }
+        }
+        self.pending.len()
+    }
+
+    /// Hashes the gathered keys with `sfb`'s bin sets (tick `sfb` first).
+    pub fn hash(&mut self, sfb: &Sfb) {
+        self.b4.hash(sfb, &self.k4);
+        self.b10.hash(sfb, &self.k10);
+    }
+
+    /// Packets gathered.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Whether none was gathered.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// The batch index of gathered packet `k`.
+    ///
+    /// # Panics
+    /// If `k >= len()`.
+    pub fn packet(&self, k: usize) -> usize {
+        self.pending[k].packet
+    }
+
+    /// The bins of gathered packet `k` (after [`hash`](Self::hash)).
+    ///
+    /// # Panics
+    /// If `k >= len()`.
+    pub fn key(&self, k: usize) -> SfbKey {
+        let pd = self.pending[k];
+        if pd.wide {
+            self.b10.key(pd.j)
+        } else {
+            self.b4.key(pd.j)
+        }
+    }
 }
 
 /// The pipeline stage: SFB and the shaped queue of one egress port.
@@ -1465,11 +1567,7 @@ struct Pending {
 pub struct SfbStage {
     cfg: SfbStageConfig,
     queue: SfbQueue<Option<FlowKey>>,
-    k4: Vec<[u32; 4]>,
-    k10: Vec<[u32; 10]>,
-    b4: KeyBatch,
-    b10: KeyBatch,
-    pending: Vec<Pending>,
+    keys: PortKeys,
     last: Timestamp,
     departures: Vec<Departure<Option<FlowKey>>>,
 }
@@ -1480,11 +1578,7 @@ impl SfbStage {
         Ok(SfbStage {
             cfg,
             queue: SfbQueue::new(cfg.sfb, cfg.egress)?,
-            k4: Vec::new(),
-            k10: Vec::new(),
-            b4: KeyBatch::new(),
-            b10: KeyBatch::new(),
-            pending: Vec::new(),
+            keys: PortKeys::new(),
             last: Timestamp::ZERO,
             departures: Vec::new(),
         })
@@ -1524,55 +1618,16 @@ impl Stage for SfbStage {
     fn process(&mut self, batch: &mut Batch, now: Timestamp) {
         let port = self.cfg.port;
         self.queue.sfb_mut().tick(now);
-        self.k4.clear();
-        self.k10.clear();
-        self.pending.clear();
-        for (i, p) in batch.packets().iter().enumerate() {
-            let ports = match p.verdict {
-                Verdict::Forward(ps) | Verdict::Mark(ps) => ps,
-                Verdict::Drop(_) => continue,
-            };
-            if !ports.contains(port) {
-                continue;
-            }
-            match p.parsed.and_then(|x| x.flow) {
-                Some(FlowKey::V6(f)) => {
-                    self.pending.push(Pending {
-                        packet: i,
-                        wide: true,
-                        j: self.k10.len(),
-                    });
-                    self.k10.push(f.words10());
-                }
-                other => {
-                    self.pending.push(Pending {
-                        packet: i,
-                        wide: false,
-                        j: self.k4.len(),
-                    });
-                    self.k4.push(match other {
-                        Some(FlowKey::V4(f)) => f.words4(),
-                        _ => [0; 4],
-                    });
-                }
-            }
-        }
-        if self.pending.is_empty() {
+        if self.keys.gather(batch, port, false) == 0 {
             self.drain(now);
             return;
         }
-        let sfb = self.queue.sfb();
-        self.b4.hash(sfb, &self.k4);
-        self.b10.hash(sfb, &self.k10);
-        for k in 0..self.pending.len() {
-            let pd = self.pending[k];
-            let key = if pd.wide {
-                self.b10.key(pd.j)
-            } else {
-                self.b4.key(pd.j)
-            };
+        self.keys.hash(self.queue.sfb());
+        for k in 0..self.keys.len() {
+            let key = self.keys.key(k);
+            let packet = self.keys.packet(k);
             let (ts, len, parsed) = {
-                let p = &batch.packets()[pd.packet];
+                let p = &batch.packets()[packet];
                 (p.ts, p.orig_len, p.parsed)
             };
             let t = ts.min(now).max(self.last);
@@ -1581,7 +1636,7 @@ impl Stage for SfbStage {
             let flow = parsed.and_then(|x| x.flow);
             let ecn = parsed.is_some_and(|x| x.ecn.is_ect());
             let res = self.queue.enqueue(&key, flow.as_ref(), ecn, flow, len, t);
-            let p = &mut batch.packets_mut()[pd.packet];
+            let p = &mut batch.packets_mut()[packet];
             match res {
                 Ok(Enqueued::Forward) => {}
                 Ok(Enqueued::Mark) => {
