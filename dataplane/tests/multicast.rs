@@ -422,6 +422,86 @@ proptest! {
 /// four fill levels (interface `j` holds `lambda_j * blocks` groups,
 /// `lambda_j` cycling through 32, 40, 48, 56 keys per 256-bit block), with
 /// a million non-member groups each.
+/// One interface's false forwarding: its groups, the formula's rate, the
+/// filter's own estimate, the measured rate and the relative error.
+#[derive(Debug, Clone, Copy)]
+struct FalseForward {
+    port: usize,
+    groups: f64,
+    formula: f64,
+    estimate: f64,
+    measured: f64,
+    err: f64,
+}
+
+/// A stage with `params` for `ports` interfaces, interface `j` holding
+/// `lambdas[j % 4]` random groups per block, queried with `queries` groups
+/// nobody joined: the false forwarding of every interface.
+fn false_forwarding(
+    params: Params,
+    ports: usize,
+    lambdas: [u64; 4],
+    queries: usize,
+    seeds: (u64, u64),
+) -> Vec<FalseForward> {
+    let mut s = MulticastStage::with_params(
+        &MulticastConfig::with_ports(ports),
+        params,
+        Hasher::with_seed(seeds.0),
+    )
+    .unwrap();
+    let mut st = seeds.1;
+    let mut all: HashSet<GroupKey> = HashSet::new();
+    for j in 0..ports {
+        let n = lambdas[j % 4] * params.blocks();
+        let mut added = 0;
+        while added < n {
+            let g = random_group(&mut st);
+            if all.insert(g) {
+                s.control_mut().add_static(j, g);
+                added += 1;
+            }
+        }
+    }
+    let mut hits = vec![0u64; ports];
+    let mut keys = Vec::with_capacity(4096);
+    let ing = vec![255u8; 4096];
+    let mut out = vec![PortSet::EMPTY; 4096];
+    let mut done = 0;
+    while done < queries {
+        keys.clear();
+        while keys.len() < 4096 {
+            let g = random_group(&mut st);
+            if !all.contains(&g) {
+                keys.push(g);
+            }
+        }
+        s.egress_batch(&keys, &ing, &mut out);
+        for o in &out {
+            for p in o.iter() {
+                hits[usize::from(p)] += 1;
+            }
+        }
+        done += keys.len();
+    }
+    hits.iter()
+        .enumerate()
+        .map(|(j, &h)| {
+            let groups = s.control().member_count(j) as f64;
+            let formula = params.false_positive_rate(groups);
+            let measured = h as f64 / queries as f64;
+            FalseForward {
+                port: j,
+                groups,
+                formula,
+                estimate: s.control().fpr(j),
+                measured,
+                err: (measured - formula).abs() / formula,
+            }
+        })
+        .collect()
+}
+
 #[test]
 fn false_forward_rate_matches_formula() {
     const LAMBDAS: [u64; 4] = [32, 40, 48, 56];
@@ -429,53 +509,11 @@ fn false_forward_rate_matches_formula() {
     let params = Params::new(Layout::SplitBlock, 1 << 18, 8).unwrap();
     let mut table = Vec::new();
     for ports in [8usize, 16, 64] {
-        let mut s = MulticastStage::with_params(
-            &MulticastConfig::with_ports(ports),
-            params,
-            Hasher::with_seed(ports as u64),
-        )
-        .unwrap();
-        let mut st = 0x5eed ^ ports as u64;
-        let mut all: HashSet<GroupKey> = HashSet::new();
-        for j in 0..ports {
-            let n = LAMBDAS[j % 4] * params.blocks();
-            let mut added = 0;
-            while added < n {
-                let g = random_group(&mut st);
-                if all.insert(g) {
-                    s.control_mut().add_static(j, g);
-                    added += 1;
-                }
-            }
-        }
-        let mut hits = vec![0u64; ports];
-        let mut keys = Vec::with_capacity(4096);
-        let ing = vec![255u8; 4096];
-        let mut out = vec![PortSet::EMPTY; 4096];
-        let mut done = 0;
-        while done < QUERIES {
-            keys.clear();
-            while keys.len() < 4096 {
-                let g = random_group(&mut st);
-                if !all.contains(&g) {
-                    keys.push(g);
-                }
-            }
-            s.egress_batch(&keys, &ing, &mut out);
-            for o in &out {
-                for p in o.iter() {
-                    hits[usize::from(p)] += 1;
-                }
-            }
-            done += keys.len();
-        }
-        for (j, &h) in hits.iter().enumerate() {
-            let n = s.control().member_count(j) as f64;
-            let formula = params.false_positive_rate(n);
-            let measured = h as f64 / QUERIES as f64;
-            let estimate = s.control().fpr(j);
-            let err = (measured - formula).abs() / formula;
-            table.push((ports, j, n, formula, estimate, measured, err));
+        let seeds = (ports as u64, 0x5eed ^ ports as u64);
+        for r in false_forwarding(params, ports, LAMBDAS, QUERIES, seeds) {
+            table.push((
+                ports, r.port, r.groups, r.formula, r.estimate, r.measured, r.err,
+            ));
         }
     }
     eprintln!("ports port groups formula estimate measured rel_err");
@@ -522,53 +560,14 @@ fn false_forward_rate_matches_formula_blocked() {
     for k in [2, 3, 4] {
         let params = Params::new(Layout::Blocked, 1 << 18, k).unwrap();
         for ports in [8usize, 16, 64] {
-            let mut s = MulticastStage::with_params(
-                &MulticastConfig::with_ports(ports),
-                params,
-                Hasher::with_seed(ports as u64 ^ (k as u64) << 8),
-            )
-            .unwrap();
-            let mut st = 0xb10c ^ ports as u64 ^ (k as u64) << 16;
-            let mut all: HashSet<GroupKey> = HashSet::new();
-            for j in 0..ports {
-                let n = LAMBDAS[j % 4] * params.blocks();
-                let mut added = 0;
-                while added < n {
-                    let g = random_group(&mut st);
-                    if all.insert(g) {
-                        s.control_mut().add_static(j, g);
-                        added += 1;
-                    }
-                }
-            }
-            let mut hits = vec![0u64; ports];
-            let mut keys = Vec::with_capacity(4096);
-            let ing = vec![255u8; 4096];
-            let mut out = vec![PortSet::EMPTY; 4096];
-            let mut done = 0;
-            while done < QUERIES {
-                keys.clear();
-                while keys.len() < 4096 {
-                    let g = random_group(&mut st);
-                    if !all.contains(&g) {
-                        keys.push(g);
-                    }
-                }
-                s.egress_batch(&keys, &ing, &mut out);
-                for o in &out {
-                    for p in o.iter() {
-                        hits[usize::from(p)] += 1;
-                    }
-                }
-                done += keys.len();
-            }
-            for (j, &h) in hits.iter().enumerate() {
-                let n = s.control().member_count(j) as f64;
-                let formula = params.false_positive_rate(n);
-                let measured = h as f64 / QUERIES as f64;
-                let estimate = s.control().fpr(j);
-                let err = (measured - formula).abs() / formula;
-                table.push((k, ports, j, n, formula, estimate, measured, err));
+            let seeds = (
+                ports as u64 ^ (k as u64) << 8,
+                0xb10c ^ ports as u64 ^ (k as u64) << 16,
+            );
+            for r in false_forwarding(params, ports, LAMBDAS, QUERIES, seeds) {
+                table.push((
+                    k, ports, r.port, r.groups, r.formula, r.estimate, r.measured, r.err,
+                ));
             }
         }
     }
