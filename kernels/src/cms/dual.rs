@@ -128,8 +128,7 @@ impl DualCountMin {
     /// Conservative update of one `key` (hashed with the sketch's hasher):
     /// its metrics rise by `a` and `b`. Returns its estimates after.
     pub fn add_conservative<const W: usize>(&mut self, key: &[u32; W], a: u32, b: u32) -> [u32; 2] {
-        let p = self.hasher.hash_one(key);
-        self.add_conservative_pairs(&[p], &[a], &[b])[0]
+        self.add_conservative_pair(self.hasher.hash_one(key), a, b)
     }
 
     /// Conservative update of the key whose [`HashPair`] is `p` (from the
@@ -143,9 +142,11 @@ impl DualCountMin {
     pub fn add_conservative_pair(&mut self, p: HashPair, a: u32, b: u32) -> [u32; 2] {
         let lb = self.log2_width;
         match self.rows {
+            1 => update_one::<1>(&mut self.cells, lb, p, a, b),
             2 => update_one::<2>(&mut self.cells, lb, p, a, b),
             3 => update_one::<3>(&mut self.cells, lb, p, a, b),
-            _ => self.add_conservative_pairs(&[p], &[a], &[b])[0],
+            4 => update_one::<4>(&mut self.cells, lb, p, a, b),
+            d => update_any(&mut self.cells, d, lb, p, a, b),
         }
     }
 
@@ -173,29 +174,8 @@ impl DualCountMin {
         if self.est.len() < n {
             self.est.resize(n, [0; 2]);
         }
-        let est = &mut self.est[..n];
-        let (c, lb) = (&mut self.cells[..], self.log2_width);
-        match self.rows {
-            1 => update_fixed::<1>(c, lb, pairs, a, b, est),
-            2 => update_fixed::<2>(c, lb, pairs, a, b, est),
-            3 => update_fixed::<3>(c, lb, pairs, a, b, est),
-            4 => update_fixed::<4>(c, lb, pairs, a, b, est),
-            d => {
-                for (i, &p) in pairs.iter().enumerate() {
-                    let (mut m0, mut m1) = (u32::MAX, u32::MAX);
-                    for r in 0..d {
-                        let x = c[(r << lb) + row_index(p, r, lb)];
-                        m0 = m0.min(lo(x));
-                        m1 = m1.min(hi(x));
-                    }
-                    let (n0, n1) = (m0.saturating_add(a[i]), m1.saturating_add(b[i]));
-                    for r in 0..d {
-                        let x = &mut c[(r << lb) + row_index(p, r, lb)];
-                        *x = cell(lo(*x).max(n0), hi(*x).max(n1));
-                    }
-                    est[i] = [n0, n1];
-                }
-            }
+        for (i, &p) in pairs.iter().enumerate() {
+            self.est[i] = self.add_conservative_pair(p, a[i], b[i]);
         }
         &self.est[..n]
     }
@@ -206,43 +186,6 @@ impl DualCountMin {
 fn row_index(p: HashPair, r: usize, b: u32) -> usize {
     let g = p.h1.wrapping_add((r as u32).wrapping_mul(p.h2 | 1));
     ((u64::from(g) << b) >> 32) as usize
-}
-
-/// The conservative update over a constant `D` rows: the row loops unroll
-/// and every index, masked to the row width, is provably in bounds.
-#[inline(always)]
-fn update_fixed<const D: usize>(
-    cells: &mut [Cell],
-    lb: u32,
-    pairs: &[HashPair],
-    a: &[u32],
-    b: &[u32],
-    est: &mut [[u32; 2]],
-) {
-    let mask = (1usize << lb) - 1;
-    let mut rows = cells.chunks_exact_mut(mask + 1);
-    let row: [&mut [Cell]; D] = std::array::from_fn(|_| rows.next().expect("dual count-min row"));
-    for (((e, &p), &va), &vb) in est.iter_mut().zip(pairs).zip(a).zip(b) {
-        let step = p.h2 | 1;
-        let mut g = p.h1;
-        let mut at = [0usize; D];
-        for x in at.iter_mut() {
-            *x = ((u64::from(g) << lb) >> 32) as usize & mask;
-            g = g.wrapping_add(step);
-        }
-        let (mut m0, mut m1) = (u32::MAX, u32::MAX);
-        for r in 0..D {
-            let x = row[r][at[r]];
-            m0 = m0.min(lo(x));
-            m1 = m1.min(hi(x));
-        }
-        let (n0, n1) = (m0.saturating_add(va), m1.saturating_add(vb));
-        for r in 0..D {
-            let x = &mut row[r][at[r]];
-            *x = cell(lo(*x).max(n0), hi(*x).max(n1));
-        }
-        *e = [n0, n1];
-    }
 }
 
 /// One key's conservative update over a constant `D` rows.
@@ -273,6 +216,22 @@ fn update_one<const D: usize>(
         if let Some(x) = cells.get_mut(i) {
             *x = cell(lo(*x).max(n0), hi(*x).max(n1));
         }
+    }
+    [n0, n1]
+}
+
+/// One key's conservative update over any number of rows.
+fn update_any(cells: &mut [Cell], d: usize, lb: u32, p: HashPair, a: u32, b: u32) -> [u32; 2] {
+    let (mut m0, mut m1) = (u32::MAX, u32::MAX);
+    for r in 0..d {
+        let x = cells[(r << lb) + row_index(p, r, lb)];
+        m0 = m0.min(lo(x));
+        m1 = m1.min(hi(x));
+    }
+    let (n0, n1) = (m0.saturating_add(a), m1.saturating_add(b));
+    for r in 0..d {
+        let x = &mut cells[(r << lb) + row_index(p, r, lb)];
+        *x = cell(lo(*x).max(n0), hi(*x).max(n1));
     }
     [n0, n1]
 }
