@@ -16,6 +16,7 @@
 //! dual sketch `d` lines, with the two minima and maxima taken on the two
 //! halves of one 64-bit cell.
 
+use super::row_index;
 use crate::hash::{HashPair, Hasher};
 
 /// Two counters per cell: metric 0 in the low half, metric 1 in the high.
@@ -179,13 +180,6 @@ impl DualCountMin {
         }
         &self.est[..n]
     }
-}
-
-/// The top `b` bits of `h1 + r * (h2 | 1)`, as [`super::CountMin`] indexes.
-#[inline(always)]
-fn row_index(p: HashPair, r: usize, b: u32) -> usize {
-    let g = p.h1.wrapping_add((r as u32).wrapping_mul(p.h2 | 1));
-    ((u64::from(g) << b) >> 32) as usize
 }
 
 /// One key's conservative update over a constant `D` rows.
