@@ -31,6 +31,7 @@ mod hash;
 pub mod index;
 mod lanes;
 mod seed;
+pub mod sfb;
 
 pub use backend::{Backend, BackendError};
 pub use bloom::params::prefetch;

@@ -161,6 +161,7 @@ use core::fmt;
 use std::any::Any;
 
 use kernels::index::Partitioned;
+use kernels::sfb as sfb_kernel;
 use kernels::{Backend, BackendError, HashPair, Hasher, splitmix64};
 use serde::Deserialize;
 
@@ -442,6 +443,8 @@ pub enum Admit {
 struct Decision {
     mark: bool,
     sets: u8,
+    /// The standby set's index word when `sets` includes it.
+    standby: u64,
 }
 
 /// SFB's event counters (`tc -s qdisc` shows these).
@@ -524,34 +527,23 @@ impl fmt::Display for SfbStats {
 
 /// SplitMix64 (Steele, Lea, Flood 2014): one add and two multiply-xorshift
 /// rounds per 64 bits, full period 2^64, passes BigCrush; ample for 16-bit
-/// coin flips, and seedable so a replay draws the same coins. Each 64-bit
-/// output serves four 16-bit draws.
+/// coin flips, and seedable so a replay draws the same coins. One output
+/// per draw (its top 16 bits): sharing an output among four draws needed a
+/// refill branch that the predictor missed on about a quarter of packets,
+/// which cost more than the arithmetic it saved.
 #[derive(Debug, Clone)]
 struct Coins {
     state: u64,
-    bits: u64,
-    left: u32,
 }
 
 impl Coins {
     fn new(seed: u64) -> Self {
-        Coins {
-            state: seed,
-            bits: 0,
-            left: 0,
-        }
+        Coins { state: seed }
     }
 
     #[inline]
     fn u16(&mut self) -> u16 {
-        if self.left == 0 {
-            self.bits = splitmix64(&mut self.state);
-            self.left = 4;
-        }
-        let r = self.bits as u16;
-        self.bits >>= 16;
-        self.left -= 1;
-        r
+        (splitmix64(&mut self.state) >> 48) as u16
     }
 }
 
@@ -632,10 +624,20 @@ pub struct Sfb {
     levels: usize,
     n: usize,
     log2: u32,
-    /// `levels == 8 && log2 == 4`: the bins are `[Bin; 128]`.
-    kernel_shape: bool,
     layout: Partitioned,
-    bins: [Vec<Bin>; 2],
+    /// Per set, each bin as one word: `qlen` in bits 0..16, `p_mark` in
+    /// bits 16..32. Every access reads or writes the whole word, so a load
+    /// after a recent store to the same bin is forwarded from the store
+    /// buffer (a 32-bit load of a bin whose count was just written as 16
+    /// bits stalls until the store commits).
+    bins: [Vec<u32>; 2],
+    /// An [`SfbQueue`] takes the fused path ([`sfb_kernel`]): the kernel's
+    /// shape (8 x 16; the bins are then [`sfb_kernel::SLOTS`] words per
+    /// set) and `limit < 2^16 - 1`, so that a count, which never exceeds
+    /// the packets queued plus the arrival, stays below `u16::MAX`.
+    fused: bool,
+    /// The fused path's arrival kernel, on the hashers' backend.
+    kernel: sfb_kernel::Kernel,
     hashers: [Hasher; 2],
     /// The hash backend forced by [`Sfb::on_backend`], kept across swaps.
     backend: Option<Backend>,
@@ -656,19 +658,30 @@ impl Sfb {
         cfg.validate()?;
         let base_seed = cfg.seed.unwrap_or_else(os_seed);
         let n = cfg.bins();
-        let size = cfg.levels * n;
+        let kernel_shape =
+            cfg.levels == sfb_kernel::LEVELS && cfg.log2_bins == sfb_kernel::LOG2_BINS;
+        let size = if kernel_shape {
+            sfb_kernel::SLOTS
+        } else {
+            cfg.levels * n
+        };
+        let hashers = [
+            Hasher::with_seed(derive_seed(base_seed, 0)),
+            Hasher::with_seed(derive_seed(base_seed, 1)),
+        ];
+        // A hasher's backend is one this CPU has (its invariant).
+        let kernel = sfb_kernel::Kernel::new(hashers[0].backend())
+            .unwrap_or_else(|_| sfb_kernel::Kernel::scalar());
         Ok(Sfb {
             cfg,
             levels: cfg.levels,
             n,
             log2: cfg.log2_bins,
-            kernel_shape: cfg.levels == KERNEL_LEVELS && cfg.log2_bins == KERNEL_LOG2,
             layout: Partitioned::new(cfg.levels, cfg.log2_bins),
-            bins: [vec![Bin::default(); size], vec![Bin::default(); size]],
-            hashers: [
-                Hasher::with_seed(derive_seed(base_seed, 0)),
-                Hasher::with_seed(derive_seed(base_seed, 1)),
-            ],
+            bins: [vec![0; size], vec![0; size]],
+            fused: kernel_shape && cfg.limit < usize::from(u16::MAX),
+            kernel,
+            hashers,
             backend: None,
             active: 0,
             double_buffering: false,
@@ -690,6 +703,7 @@ impl Sfb {
             *h = h.clone().on_backend(backend)?;
         }
         self.backend = Some(backend);
+        self.kernel = sfb_kernel::Kernel::new(backend)?;
         Ok(self)
     }
 
@@ -741,8 +755,13 @@ impl Sfb {
     }
 
     /// The bins of set `set`, level-major (`level * N + bin`).
-    pub fn bins(&self, set: usize) -> &[Bin] {
-        &self.bins[set & 1]
+    pub fn bins(&self, set: usize) -> Vec<Bin> {
+        self.words(set).iter().map(|&w| unword(w)).collect()
+    }
+
+    /// The bin words of set `set` (see [`Sfb::bins`]'s field docs).
+    fn words(&self, set: usize) -> &[u32] {
+        &self.bins[set & 1][..self.levels * self.n]
     }
 
     /// The event counters.
@@ -787,8 +806,8 @@ impl Sfb {
             Some(b) => h.clone().on_backend(b).unwrap_or(h),
             None => h,
         };
-        for b in &mut self.bins[old] {
-            b.p_mark = 0;
+        for w in &mut self.bins[old] {
+            *w &= 0xFFFF;
         }
         self.active ^= 1;
         self.double_buffering = false;
@@ -815,22 +834,48 @@ impl Sfb {
         key
     }
 
+    /// The active set's bins of `key` for the fused path: their offset
+    /// word ([`sfb_kernel::offsets`]).
+    #[inline(always)]
+    fn offsets(&self, key: &SfbKey) -> u64 {
+        sfb_kernel::offsets(key.packed[self.active & 1])
+    }
+
     /// Updates the probabilities of the bins `packed` names in `set`
     /// (branch-free); returns the minimum count and the minimum probability.
+    /// Counts are left alone.
     #[inline(always)]
     fn update(&mut self, set: usize, packed: u64) -> (u16, u16) {
-        // The kernel's shape (8 x 16) indexes a fixed array: fully unrolled,
-        // no bounds checks.
-        if self.kernel_shape {
-            let (target, inc, dec) = self.steps();
-            if let Some(bins) = kernel_bins(&mut self.bins[set]) {
-                return update_kernel_shape(bins, packed, target, inc, dec);
-            }
-        }
         if self.levels == 8 {
             self.update_levels::<8>(set, packed)
         } else {
             self.update_levels::<0>(set, packed)
+        }
+    }
+
+    /// The fused arrival step on set `set`'s bins of offset word `offs`
+    /// ([`sfb_kernel::Kernel::update_raise`]): probabilities updated and
+    /// counts raised by one.
+    #[inline(always)]
+    fn update_raise(&mut self, set: usize, offs: u64) -> (u16, u16) {
+        let steps = self.kernel_steps();
+        match kernel_bins(&mut self.bins[set & 1]) {
+            Some(bins) => self.kernel.update_raise(bins, offs, steps),
+            // `fused` implies the kernel's shape.
+            None => (0, 0),
+        }
+    }
+
+    /// Takes back [`update_raise`](Self::update_raise)'s raise (or a
+    /// queued packet's count) in the sets of `sets`.
+    #[inline(always)]
+    fn lower_fused(&mut self, sets: u8, offs: [u64; 2]) {
+        for (set, &o) in offs.iter().enumerate() {
+            if sets & (1 << set) != 0
+                && let Some(bins) = kernel_bins(&mut self.bins[set])
+            {
+                sfb_kernel::lower(bins, o);
+            }
         }
     }
 
@@ -845,6 +890,17 @@ impl Sfb {
         )
     }
 
+    /// [`steps`](Self::steps) for the kernel.
+    #[inline(always)]
+    fn kernel_steps(&self) -> sfb_kernel::Steps {
+        let (target, increment, decrement) = self.steps();
+        sfb_kernel::Steps {
+            target,
+            increment,
+            decrement,
+        }
+    }
+
     /// [`update`](Self::update) over `L` levels (`L == 0`: `self.levels`).
     #[inline(always)]
     fn update_levels<const L: usize>(&mut self, set: usize, packed: u64) -> (u16, u16) {
@@ -855,12 +911,7 @@ impl Sfb {
         let (mut minq, mut minp) = (u16::MAX, u16::MAX);
         for r in 0..levels {
             let i = r * n + ((packed >> (r as u32 * b)) & mask) as usize;
-            let bin = &mut bins[i];
-            let q = bin.qlen;
-            let down = if q == 0 { dec } else { 0 };
-            let up = if q >= target { inc } else { 0 };
-            let p = bin.p_mark.saturating_sub(down).saturating_add(up);
-            bin.p_mark = p;
+            let (q, p) = update_word(&mut bins[i], target, inc, dec);
             minq = minq.min(q);
             minp = minp.min(p);
         }
@@ -872,7 +923,7 @@ impl Sfb {
     pub fn probe(&self, key: &SfbKey) -> (u16, u16) {
         let bins = &self.bins[self.active];
         (0..self.levels)
-            .map(|r| bins[r * self.n + key.bin(self.active, r, self.log2) as usize])
+            .map(|r| unword(bins[r * self.n + key.bin(self.active, r, self.log2) as usize]))
             .fold((u16::MAX, u16::MAX), |(q, p), b| {
                 (q.min(b.qlen), p.min(b.p_mark))
             })
@@ -891,7 +942,7 @@ impl Sfb {
         queue_len: usize,
         now: Timestamp,
     ) -> Admit {
-        match self.decide(key, flow, ecn_capable, queue_len, now) {
+        match self.decide(key, None, flow, ecn_capable, queue_len, now) {
             Ok(d) => Admit::Enqueue {
                 mark: d.mark,
                 tag: SfbTag(SfbKey {
@@ -905,10 +956,16 @@ impl Sfb {
 
     /// [`enqueue`](Self::enqueue)'s decision without building the tag: the
     /// tag is `key`'s packed indices with the returned set mask.
+    ///
+    /// `fused`: the offset word of `key`'s active set, for the fused path
+    /// of an [`SfbQueue`] (`self.fused`): the counts of every set updated
+    /// are then raised with the probabilities, and lowered again here when
+    /// the packet is dropped. `None`: counts are left to the caller.
     #[inline(always)]
     fn decide(
         &mut self,
         key: &SfbKey,
+        fused: Option<u64>,
         flow: Option<&FlowKey>,
         ecn_capable: bool,
         queue_len: usize,
@@ -920,30 +977,45 @@ impl Sfb {
         }
         let a = self.active;
         debug_assert!(key.has_set(a), "SFB key made before a swap");
-        let (minq, minp) = self.update(a, key.packed[a & 1]);
+        let (minq, minp) = match fused {
+            Some(offs) => self.update_raise(a, offs),
+            None => self.update(a, key.packed[a & 1]),
+        };
         let sets = 1u8 << a;
+        let mut offs = [0; 2];
+        offs[a & 1] = fused.unwrap_or(0);
         if minq >= self.cfg.max {
             self.counters.bucketdrop += 1;
+            if fused.is_some() {
+                self.lower_fused(sets, offs);
+            }
             return Err(SfbDrop::Bucket);
         }
         if minp == SFB_MAX_PROB {
-            return self.penalise(key, flow, sets, now);
+            return self.penalise(key, fused, flow, sets, now);
         }
+        // Step 5 without branches but the one on its outcome: the draw is
+        // random, so a branch per test would be mispredicted about as often
+        // as it is taken.
+        const HALF: u16 = SFB_MAX_PROB / 2;
         let r = self.coins.u16();
-        if r < minp {
-            const HALF: u16 = SFB_MAX_PROB / 2;
-            if minp > HALF && u32::from(r) < u32::from(minp - HALF) * 2 {
-                self.counters.earlydrop += 1;
-                return Err(SfbDrop::Early);
+        let hit = r < minp;
+        let over_half = u32::from(r) < u32::from(minp.saturating_sub(HALF)) * 2;
+        let early = hit & (over_half | !ecn_capable);
+        let mark = hit & !early;
+        self.counters.marked += u64::from(mark);
+        if early {
+            self.counters.earlydrop += 1;
+            if fused.is_some() {
+                self.lower_fused(sets, offs);
             }
-            if !ecn_capable {
-                self.counters.earlydrop += 1;
-                return Err(SfbDrop::Early);
-            }
-            self.counters.marked += 1;
-            return Ok(Decision { mark: true, sets });
+            return Err(SfbDrop::Early);
         }
-        Ok(Decision { mark: false, sets })
+        Ok(Decision {
+            mark,
+            sets,
+            standby: 0,
+        })
     }
 
     /// Step 4: the flow is unresponsive.
@@ -951,13 +1023,22 @@ impl Sfb {
     fn penalise(
         &mut self,
         key: &SfbKey,
+        fused: Option<u64>,
         flow: Option<&FlowKey>,
         mut sets: u8,
         now: Timestamp,
     ) -> Result<Decision, SfbDrop> {
-        let s = self.active ^ 1;
+        let a = self.active;
+        let s = a ^ 1;
+        let mut standby = 0;
         if self.double_buffering && key.has_set(s) {
-            self.update(s, key.packed[s]);
+            standby = key.packed[s];
+            if fused.is_some() {
+                standby = sfb_kernel::offsets(standby);
+                self.update_raise(s, standby);
+            } else {
+                self.update(s, standby);
+            }
             sets |= 1 << s;
         }
         let admitted = self.penalty.admit(now);
@@ -966,9 +1047,18 @@ impl Sfb {
         }
         if !admitted {
             self.counters.penaltydrop += 1;
+            if let Some(o) = fused {
+                let mut offs = [standby; 2];
+                offs[a & 1] = o;
+                self.lower_fused(sets, offs);
+            }
             return Err(SfbDrop::Penalty);
         }
-        Ok(Decision { mark: false, sets })
+        Ok(Decision {
+            mark: false,
+            sets,
+            standby,
+        })
     }
 
     /// The queue took the packet: count it in its bins.
@@ -989,41 +1079,32 @@ impl Sfb {
         self.adjust(tag.sets(), tag.0.packed, false);
     }
 
-    /// Raises (`up`) or lowers by one the counts of the bins `packed` names
-    /// in the sets of `sets`.
+    /// Raises (`up`) or lowers by one, saturating, the counts of the bins
+    /// `packed` names in the sets of `sets`.
     #[inline(always)]
     fn adjust(&mut self, sets: u8, packed: [u64; 2], up: bool) {
         for (set, &packed) in packed.iter().enumerate() {
-            if sets & (1 << set) == 0 {
-                continue;
+            if sets & (1 << set) != 0 {
+                self.adjust_any(set, packed, up);
             }
-            if self.kernel_shape
-                && let Some(bins) = kernel_bins(&mut self.bins[set])
-            {
-                adjust_kernel_shape(bins, packed, up);
-                continue;
-            }
-            self.adjust_any(set, packed, up);
         }
     }
 
-    /// [`adjust`](Self::adjust) of one set for any shape.
+    /// [`adjust`](Self::adjust) of one set.
     #[inline(never)]
     fn adjust_any(&mut self, set: usize, packed: u64, up: bool) {
         let (n, b, mask) = (self.n, self.log2, self.n as u64 - 1);
         let levels = self.levels;
         let bins = &mut self.bins[set];
         let bin_of = |r: usize| r * n + ((packed >> (r as u32 * b)) & mask) as usize;
-        if up {
-            for r in 0..levels {
-                let q = &mut bins[bin_of(r)].qlen;
-                *q = q.saturating_add(1);
-            }
-        } else {
-            for r in 0..levels {
-                let q = &mut bins[bin_of(r)].qlen;
-                *q = q.saturating_sub(1);
-            }
+        for r in 0..levels {
+            let w = &mut bins[bin_of(r)];
+            let q = if up {
+                (*w as u16).saturating_add(1)
+            } else {
+                (*w as u16).saturating_sub(1)
+            };
+            *w = (*w & !0xFFFF) | u32::from(q);
         }
     }
 
@@ -1056,21 +1137,21 @@ impl Sfb {
     /// Sets every bin's probability in both sets to `p_mark` (experiments
     /// and tests: with `increment = decrement = 0` it then stays).
     pub fn force_probability(&mut self, p_mark: u16) {
-        for b in self.bins.iter_mut().flatten() {
-            b.p_mark = p_mark;
+        for w in self.bins.iter_mut().flatten() {
+            *w = (*w & 0xFFFF) | u32::from(p_mark) << 16;
         }
     }
 
     /// Whether every bin count of both sets is 0.
     pub fn counts_are_zero(&self) -> bool {
-        self.bins.iter().flatten().all(|b| b.qlen == 0)
+        self.bins.iter().flatten().all(|&w| w & 0xFFFF == 0)
     }
 
     /// The snapshot `tc -s qdisc` would show at `now`: counters, maximum
     /// count, maximum and mean probability of the active set, and the flows
     /// penalised within `penalty_idle_ms` of `now`.
     pub fn stats(&self, now: Timestamp) -> SfbStats {
-        let bins = &self.bins[self.active];
+        let bins: Vec<Bin> = self.words(self.active).iter().map(|&w| unword(w)).collect();
         let maxqlen = bins.iter().map(|b| b.qlen).max().unwrap_or(0);
         let maxprob = bins.iter().map(|b| b.p_mark).max().unwrap_or(0);
         let total: u64 = bins.iter().map(|b| u64::from(b.p_mark)).sum();
@@ -1093,59 +1174,31 @@ impl Sfb {
     }
 }
 
-/// Levels of the kernel's shape.
-const KERNEL_LEVELS: usize = 8;
-/// log2 of the bins per level of the kernel's shape.
-const KERNEL_LOG2: u32 = 4;
-/// Bins per set in the kernel's shape.
-const KERNEL_BINS: usize = KERNEL_LEVELS << KERNEL_LOG2;
-
 /// A set's bins as the kernel's fixed shape (`None` for another shape).
 #[inline(always)]
-fn kernel_bins(bins: &mut [Bin]) -> Option<&mut [Bin; KERNEL_BINS]> {
+fn kernel_bins(bins: &mut [u32]) -> Option<&mut [u32; sfb_kernel::SLOTS]> {
     bins.try_into().ok()
 }
 
-/// Level `r`'s bin in the kernel's shape: always below [`KERNEL_BINS`].
+/// A bin word's two halves.
 #[inline(always)]
-fn kernel_bin(packed: u64, r: usize) -> usize {
-    (r << KERNEL_LOG2) | ((packed >> (r as u32 * KERNEL_LOG2)) & 15) as usize
+fn unword(w: u32) -> Bin {
+    Bin {
+        qlen: w as u16,
+        p_mark: (w >> 16) as u16,
+    }
 }
 
-/// [`Sfb::update`] for the kernel's shape.
+/// One bin's probability update (step 2): returns its count and new
+/// probability.
 #[inline(always)]
-fn update_kernel_shape(
-    bins: &mut [Bin; KERNEL_BINS],
-    packed: u64,
-    target: u16,
-    inc: u16,
-    dec: u16,
-) -> (u16, u16) {
-    let (mut minq, mut minp) = (u16::MAX, u16::MAX);
-    for r in 0..KERNEL_LEVELS {
-        let bin = &mut bins[kernel_bin(packed, r)];
-        let q = bin.qlen;
-        let down = if q == 0 { dec } else { 0 };
-        let up = if q >= target { inc } else { 0 };
-        let p = bin.p_mark.saturating_sub(down).saturating_add(up);
-        bin.p_mark = p;
-        minq = minq.min(q);
-        minp = minp.min(p);
-    }
-    (minq, minp)
-}
-
-/// [`Sfb::adjust`] for the kernel's shape.
-#[inline(always)]
-fn adjust_kernel_shape(bins: &mut [Bin; KERNEL_BINS], packed: u64, up: bool) {
-    for r in 0..KERNEL_LEVELS {
-        let q = &mut bins[kernel_bin(packed, r)].qlen;
-        *q = if up {
-            q.saturating_add(1)
-        } else {
-            q.saturating_sub(1)
-        };
-    }
+fn update_word(w: &mut u32, target: u16, inc: u16, dec: u16) -> (u16, u16) {
+    let q = *w as u16;
+    let down = if q == 0 { dec } else { 0 };
+    let up = if q >= target { inc } else { 0 };
+    let p = ((*w >> 16) as u16).saturating_sub(down).saturating_add(up);
+    *w = u32::from(q) | u32::from(p) << 16;
+    (q, p)
 }
 
 /// 64 bits from the OS-seeded std hasher (SFB's unseeded default).
@@ -1254,16 +1307,20 @@ pub struct SfbQueue<T> {
     tags: TagRing,
 }
 
-/// A FIFO of tags kept beside the queue, one array per field: each push
-/// and pop is a few word-sized stores and loads (no wide copy of a
-/// freshly stored struct, which stalls store-to-load forwarding).
+/// A FIFO of tags kept beside the queue: per queued packet, the sets it was
+/// counted in and, per set, its bins: offset words on the fused path,
+/// packed indices otherwise.
 #[derive(Debug, Clone)]
 struct TagRing {
-    lo: Vec<u64>,
-    hi: Vec<u64>,
-    sets: Vec<u8>,
+    slots: Vec<TagSlot>,
     head: usize,
     len: usize,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct TagSlot {
+    words: [u64; 2],
+    sets: u8,
 }
 
 impl TagRing {
@@ -1271,59 +1328,47 @@ impl TagRing {
     fn with_capacity(cap: usize) -> Self {
         let cap = cap.max(16).next_power_of_two();
         TagRing {
-            lo: vec![0; cap],
-            hi: vec![0; cap],
-            sets: vec![0; cap],
+            slots: vec![TagSlot::default(); cap],
             head: 0,
             len: 0,
         }
     }
 
     #[inline(always)]
-    fn mask(&self) -> usize {
-        self.lo.len() - 1
-    }
-
-    #[inline(always)]
-    fn push(&mut self, lo: u64, hi: u64, sets: u8) {
-        if self.len == self.lo.len() {
+    fn push(&mut self, words: [u64; 2], sets: u8) {
+        if self.len == self.slots.len() {
             self.grow();
         }
-        let i = (self.head + self.len) & self.mask();
-        self.lo[i] = lo;
-        if let Some(h) = self.hi.get_mut(i) {
-            *h = hi;
-        }
-        if let Some(s) = self.sets.get_mut(i) {
-            *s = sets;
+        let mask = self.slots.len() - 1;
+        if let Some(slot) = self.slots.get_mut((self.head + self.len) & mask) {
+            *slot = TagSlot { words, sets };
         }
         self.len += 1;
     }
 
-    /// The oldest tag (all zero, counted in no set, when empty).
+    /// The oldest tag (counted in no set when empty).
     #[inline(always)]
-    fn pop(&mut self) -> (u64, u64, u8) {
+    fn pop(&mut self) -> TagSlot {
         if self.len == 0 {
-            return (0, 0, 0);
+            return TagSlot::default();
         }
-        let i = self.head & self.mask();
-        self.head = (self.head + 1) & self.mask();
+        let mask = self.slots.len() - 1;
+        let slot = self
+            .slots
+            .get(self.head & mask)
+            .copied()
+            .unwrap_or_default();
+        self.head = (self.head + 1) & mask;
         self.len -= 1;
-        let lo = self.lo[i];
-        let hi = self.hi.get(i).copied().unwrap_or(0);
-        let sets = self.sets.get(i).copied().unwrap_or(0);
-        (lo, hi, sets)
+        slot
     }
 
     #[cold]
     fn grow(&mut self) {
-        let cap = self.lo.len();
+        let cap = self.slots.len();
         let mut next = TagRing::with_capacity(cap * 2);
         for k in 0..self.len {
-            let i = (self.head + k) & (cap - 1);
-            next.lo[k] = self.lo[i];
-            next.hi[k] = self.hi[i];
-            next.sets[k] = self.sets[i];
+            next.slots[k] = self.slots[(self.head + k) & (cap - 1)];
         }
         next.len = self.len;
         *self = next;
@@ -1368,15 +1413,38 @@ impl<T> SfbQueue<T> {
         len: u32,
         now: Timestamp,
     ) -> Result<Enqueued, DropReason> {
+        let a = self.sfb.active & 1;
+        let fused = self.sfb.fused;
+        // The active set's bins: offsets on the fused path (whose kernel
+        // raises the counts with the update), packed indices otherwise.
+        let word = if fused {
+            self.sfb.offsets(key)
+        } else {
+            key.packed[a]
+        };
+        let offs = fused.then_some(word);
         match self
             .sfb
-            .decide(key, flow, ecn_capable, self.queue.len(), now)
+            .decide(key, offs, flow, ecn_capable, self.queue.len(), now)
         {
             Err(d) => Err(d.reason()),
-            Ok(Decision { mark, sets }) => match self.queue.enqueue(item, len, now) {
+            Ok(Decision {
+                mark,
+                sets,
+                standby,
+            }) => match self.queue.enqueue(item, len, now) {
                 Ok(()) => {
-                    self.tags.push(key.packed[0], key.packed[1], sets);
-                    self.sfb.adjust(sets, key.packed, true);
+                    // Built in registers: an array written by index and read
+                    // back whole would miss store-to-load forwarding.
+                    let words = if a == 0 {
+                        [word, standby]
+                    } else {
+                        [standby, word]
+                    };
+                    self.tags.push(words, sets);
+                    if !fused {
+                        self.sfb.adjust(sets, words, true);
+                    }
                     Ok(if mark {
                         Enqueued::Mark
                     } else {
@@ -1385,6 +1453,14 @@ impl<T> SfbQueue<T> {
                 }
                 Err(r) => {
                     self.sfb.child_drop();
+                    if fused {
+                        let words = if a == 0 {
+                            [word, standby]
+                        } else {
+                            [standby, word]
+                        };
+                        self.sfb.lower_fused(sets, words);
+                    }
                     Err(r)
                 }
             },
@@ -1395,8 +1471,12 @@ impl<T> SfbQueue<T> {
     #[inline]
     pub fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
         let d = self.queue.dequeue(now)?;
-        let (p0, p1, sets) = self.tags.pop();
-        self.sfb.adjust(sets, [p0, p1], false);
+        let t = self.tags.pop();
+        if self.sfb.fused {
+            self.sfb.lower_fused(t.sets, t.words);
+        } else {
+            self.sfb.adjust(t.sets, t.words, false);
+        }
         Some(d)
     }
 
@@ -1914,5 +1994,89 @@ mod tests {
             admitted += u32::from(b.admit(Timestamp::from_nanos(ms * NS_PER_MS)));
         }
         assert_eq!(admitted, 1 + 9);
+    }
+
+    /// The fused path (offset words, counts raised by the kernel and taken
+    /// back on a drop) decides every packet as the general path does and
+    /// leaves the same bins, through swaps, double buffering, the penalty
+    /// box, early drops and marks, bucket drops and child drops, on every
+    /// backend's kernel.
+    #[test]
+    fn fused_path_equals_the_general_path() {
+        let sfb = SfbConfig {
+            seed: Some(7),
+            rehash_ms: 40,
+            db_ms: 15,
+            limit: 200,
+            increment: 1500,
+            decrement: 40,
+            target: 6,
+            max: 12,
+            ..SfbConfig::default()
+        };
+        // A queue shorter than SFB's limit: admitted packets are refused.
+        let egress = EgressConfig {
+            rate_bps: 40_000_000,
+            burst_bytes: 3000,
+            limit: 150,
+        };
+        for backend in Backend::available_list() {
+            let mut fused = SfbQueue::<u32>::new(sfb, egress).unwrap();
+            fused.sfb = fused.sfb.on_backend(backend).unwrap();
+            let mut general = fused.clone();
+            general.sfb.fused = false;
+            assert!(fused.sfb.fused);
+            let mut s = 99u64;
+            let flows: Vec<[u32; 4]> = (0..300u32).map(|f| [f, 7, f * 31, 17]).collect();
+            let mut kb = KeyBatch::new();
+            let mut t = 0u64;
+            let mut keys = Vec::new();
+            for batch in 0..400 {
+                t += 1_000_000;
+                fused.sfb_mut().tick(Timestamp::from_nanos(t));
+                general.sfb_mut().tick(Timestamp::from_nanos(t));
+                keys.clear();
+                for _ in 0..32 {
+                    let r = splitmix64(&mut s);
+                    // Three flows send half the packets: they reach p = 1.
+                    let f = if r & 1 == 0 {
+                        (r >> 8) % 3
+                    } else {
+                        (r >> 8) % 300
+                    };
+                    keys.push(flows[f as usize]);
+                }
+                kb.hash(fused.sfb(), &keys);
+                for i in 0..keys.len() {
+                    let now = Timestamp::from_nanos(t + i as u64 * 1000);
+                    let mut a = Vec::new();
+                    let mut b = Vec::new();
+                    fused.drain_until(now, |d| a.push(d.item));
+                    general.drain_until(now, |d| b.push(d.item));
+                    assert_eq!(a, b);
+                    let key = kb.key(i);
+                    let ecn = splitmix64(&mut s) & 1 == 0;
+                    let x = fused.enqueue(&key, None, ecn, i as u32, 1000, now);
+                    let y = general.enqueue(&key, None, ecn, i as u32, 1000, now);
+                    assert_eq!(x, y, "{backend:?} batch {batch} packet {i}");
+                }
+                assert_eq!(
+                    fused.sfb.bins, general.sfb.bins,
+                    "{backend:?} batch {batch}"
+                );
+                assert_eq!(fused.sfb.counters, general.sfb.counters);
+            }
+            let c = fused.sfb.counters;
+            assert!(
+                c.earlydrop > 0 && c.marked > 0 && c.penaltydrop > 0,
+                "{c:?}"
+            );
+            assert!(c.bucketdrop > 0 && c.childdrop > 0, "{c:?}");
+            assert!(fused.sfb.generation > 3, "swapped {}", fused.sfb.generation);
+            let end = Timestamp::from_nanos(u64::MAX);
+            fused.drain_until(end, |_| {});
+            general.drain_until(end, |_| {});
+            assert!(fused.sfb.counts_are_zero() && general.sfb.counts_are_zero());
+        }
     }
 }

@@ -234,3 +234,43 @@ pub fn split_block_insert(pairs: &[HashPair], layout: SplitBlock, blocks: &mut [
     // SAFETY: NEON is baseline on aarch64; length checked above.
     unsafe { lanes::split_block_insert::<uint32x4_t>(pairs, layout.log2_blocks(), blocks) }
 }
+
+/// SFB's arrival step with NEON (two vectors of four bin words); see
+/// [`crate::sfb::update_raise_scalar`].
+#[allow(unused_unsafe)]
+pub fn sfb_update_raise(
+    bins: &mut [u32; crate::sfb::SLOTS],
+    offs: u64,
+    s: crate::sfb::Steps,
+) -> (u16, u16) {
+    let i: [usize; 8] = core::array::from_fn(|r| crate::sfb::slot(offs, r));
+    let words: [u32; 8] = core::array::from_fn(|r| bins[i[r]]);
+    let mut out = [0u32; 8];
+    // SAFETY: NEON is baseline on aarch64; the loads and stores use the
+    // two local arrays of eight words.
+    let m = unsafe {
+        let step = |w: uint32x4_t| -> uint32x4_t {
+            let q = vandq_u32(w, vdupq_n_u32(0xFFFF));
+            let empty = vceqq_u32(q, vdupq_n_u32(0));
+            let full = vcgeq_u32(q, vdupq_n_u32(u32::from(s.target)));
+            let down = vandq_u32(empty, vdupq_n_u32(u32::from(s.decrement) << 16));
+            let up = vandq_u32(full, vdupq_n_u32(u32::from(s.increment) << 16));
+            let w = vqsubq_u16(vreinterpretq_u16_u32(w), vreinterpretq_u16_u32(down));
+            vreinterpretq_u32_u16(vqaddq_u16(w, vreinterpretq_u16_u32(up)))
+        };
+        let a = step(vld1q_u32(words.as_ptr()));
+        let b = step(vld1q_u32(words.as_ptr().add(4)));
+        // Low halves are counts, high halves probabilities.
+        let (a16, b16) = (vreinterpretq_u16_u32(a), vreinterpretq_u16_u32(b));
+        let minq = vminvq_u16(vuzp1q_u16(a16, b16));
+        let minp = vminvq_u16(vuzp2q_u16(a16, b16));
+        let one = vdupq_n_u32(1);
+        vst1q_u32(out.as_mut_ptr(), vaddq_u32(a, one));
+        vst1q_u32(out.as_mut_ptr().add(4), vaddq_u32(b, one));
+        (minq, minp)
+    };
+    for r in 0..8 {
+        bins[i[r]] = out[r];
+    }
+    m
+}

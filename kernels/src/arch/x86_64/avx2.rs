@@ -363,3 +363,82 @@ pub unsafe fn split_block_insert(
     // SAFETY: AVX2 support is the caller's promise; length checked above.
     unsafe { split_block_insert_avx2(pairs, layout.log2_blocks(), blocks) }
 }
+
+/// The body of [`sfb_update_raise`]: the eight bin words in one vector.
+///
+/// # Safety
+/// AVX2 must be enabled in the caller.
+#[inline(always)]
+unsafe fn sfb_update_raise_body(
+    bins: &mut [u32; crate::sfb::SLOTS],
+    offs: u64,
+    s: crate::sfb::Steps,
+) -> (u16, u16) {
+    let i: [usize; 8] = core::array::from_fn(|r| crate::sfb::slot(offs, r));
+    // SAFETY: AVX2 is enabled (the caller's promise); the intrinsics below
+    // only touch registers, and every slot is a byte, below `SLOTS`.
+    unsafe {
+        let w = _mm256_setr_epi32(
+            bins[i[0]] as i32,
+            bins[i[1]] as i32,
+            bins[i[2]] as i32,
+            bins[i[3]] as i32,
+            bins[i[4]] as i32,
+            bins[i[5]] as i32,
+            bins[i[6]] as i32,
+            bins[i[7]] as i32,
+        );
+        // The counts as 32-bit lanes (below 2^16: signed compares are exact).
+        let q = _mm256_blend_epi16::<0b1010_1010>(w, _mm256_setzero_si256());
+        let empty = _mm256_cmpeq_epi32(q, _mm256_setzero_si256());
+        let full = _mm256_cmpgt_epi32(q, _mm256_set1_epi32(i32::from(s.target) - 1));
+        // Probability steps in the high halves only, saturating as u16.
+        let down = _mm256_and_si256(empty, _mm256_set1_epi32(i32::from(s.decrement) << 16));
+        let up = _mm256_and_si256(full, _mm256_set1_epi32(i32::from(s.increment) << 16));
+        let w = _mm256_adds_epu16(_mm256_subs_epu16(w, down), up);
+        // Minimum count (low halves) and probability (high halves) at once.
+        let lo = _mm256_castsi256_si128(w);
+        let hi = _mm256_extracti128_si256::<1>(w);
+        let m = _mm_min_epu16(lo, hi);
+        let m = _mm_min_epu16(m, _mm_shuffle_epi32::<0b1110>(m));
+        let m = _mm_min_epu16(m, _mm_shuffle_epi32::<0b0001>(m));
+        let m = _mm_cvtsi128_si32(m) as u32;
+        // Raise the counts and write the words back.
+        let w = _mm256_add_epi32(w, _mm256_set1_epi32(1));
+        let lo = _mm256_castsi256_si128(w);
+        let hi = _mm256_extracti128_si256::<1>(w);
+        bins[i[0]] = _mm_cvtsi128_si32(lo) as u32;
+        bins[i[1]] = _mm_extract_epi32::<1>(lo) as u32;
+        bins[i[2]] = _mm_extract_epi32::<2>(lo) as u32;
+        bins[i[3]] = _mm_extract_epi32::<3>(lo) as u32;
+        bins[i[4]] = _mm_cvtsi128_si32(hi) as u32;
+        bins[i[5]] = _mm_extract_epi32::<1>(hi) as u32;
+        bins[i[6]] = _mm_extract_epi32::<2>(hi) as u32;
+        bins[i[7]] = _mm_extract_epi32::<3>(hi) as u32;
+        (m as u16, (m >> 16) as u16)
+    }
+}
+
+#[target_feature(enable = "avx2")]
+unsafe fn sfb_update_raise_avx2(
+    bins: &mut [u32; crate::sfb::SLOTS],
+    offs: u64,
+    s: crate::sfb::Steps,
+) -> (u16, u16) {
+    // SAFETY: AVX2 is enabled here.
+    unsafe { sfb_update_raise_body(bins, offs, s) }
+}
+
+/// SFB's arrival step with AVX2; see [`crate::sfb::update_raise_scalar`].
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline]
+pub unsafe fn sfb_update_raise(
+    bins: &mut [u32; crate::sfb::SLOTS],
+    offs: u64,
+    s: crate::sfb::Steps,
+) -> (u16, u16) {
+    // SAFETY: AVX2 support is the caller's promise.
+    unsafe { sfb_update_raise_avx2(bins, offs, s) }
+}
