@@ -638,6 +638,8 @@ pub struct Sfb {
     fused: bool,
     /// The fused path's arrival kernel, on the hashers' backend.
     kernel: sfb_kernel::Kernel,
+    /// [`Sfb::steps`] as the kernel takes them.
+    kernel_steps: sfb_kernel::Steps,
     hashers: [Hasher; 2],
     /// The hash backend forced by [`Sfb::on_backend`], kept across swaps.
     backend: Option<Backend>,
@@ -681,6 +683,11 @@ impl Sfb {
             bins: [vec![0; size], vec![0; size]],
             fused: kernel_shape && cfg.limit < usize::from(u16::MAX),
             kernel,
+            kernel_steps: sfb_kernel::Steps {
+                target: cfg.target.max(1),
+                increment: cfg.increment,
+                decrement: cfg.decrement,
+            },
             hashers,
             backend: None,
             active: 0,
@@ -893,12 +900,7 @@ impl Sfb {
     /// [`steps`](Self::steps) for the kernel.
     #[inline(always)]
     fn kernel_steps(&self) -> sfb_kernel::Steps {
-        let (target, increment, decrement) = self.steps();
-        sfb_kernel::Steps {
-            target,
-            increment,
-            decrement,
-        }
+        self.kernel_steps
     }
 
     /// [`update`](Self::update) over `L` levels (`L == 0`: `self.levels`).
@@ -982,8 +984,8 @@ impl Sfb {
             None => self.update(a, key.packed[a & 1]),
         };
         let sets = 1u8 << a;
-        let mut offs = [0; 2];
-        offs[a & 1] = fused.unwrap_or(0);
+        // Only the active set is in `sets`: its word in both places.
+        let offs = [fused.unwrap_or(0); 2];
         if minq >= self.cfg.max {
             self.counters.bucketdrop += 1;
             if fused.is_some() {
@@ -1276,16 +1278,18 @@ impl KeyBatch {
     #[inline]
     pub fn key(&self, i: usize) -> SfbKey {
         assert!(i < self.n, "KeyBatch::key({i}) of {}", self.n);
-        let mut key = SfbKey {
-            sets: u64::from(self.sets),
-            ..SfbKey::default()
-        };
-        for set in 0..2 {
+        // A set not in use has no words (its vector may be stale): 0.
+        let word = |set: usize| {
             if self.sets & (1 << set) != 0 {
-                key.packed[set] = self.packed[set][i];
+                self.packed[set].get(i).copied().unwrap_or(0)
+            } else {
+                0
             }
+        };
+        SfbKey {
+            packed: [word(0), word(1)],
+            sets: u64::from(self.sets),
         }
-        key
     }
 }
 
@@ -1846,15 +1850,15 @@ impl BenchWorkload {
         let mut kb = KeyBatch::new();
         let mut t = start;
         let mut sum = 0u64;
-        for (c, keys) in self.keys.chunks(batch.max(1)).enumerate() {
-            let base = c * batch.max(1);
+        let batch = batch.max(1);
+        for (keys, ecn) in self.keys.chunks(batch).zip(self.ecn.chunks(batch)) {
             q.sfb_mut().tick(Timestamp::from_nanos(t));
             kb.hash(q.sfb(), keys);
-            for i in 0..keys.len() {
+            for (i, &ecn) in ecn.iter().enumerate() {
                 let now = Timestamp::from_nanos(t);
                 sum += q.drain_until(now, |d| sum_item(d.item)) as u64;
                 let key = kb.key(i);
-                match q.enqueue(&key, None, self.ecn[base + i], i as u32, 1000, now) {
+                match q.enqueue(&key, None, ecn, i as u32, 1000, now) {
                     Ok(Enqueued::Forward) => sum += 1 << 20,
                     Ok(Enqueued::Mark) => sum += 1 << 40,
                     Err(_) => {}
