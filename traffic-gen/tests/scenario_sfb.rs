@@ -79,32 +79,43 @@ fn sfb_meets_the_issue_targets_at_small_scale() {
 
 #[test]
 fn eight_flows_sfb_halves_the_unresponsive_share_and_keeps_aimd_fair() {
-    let cfg = SfbScenarioConfig {
-        aimd: 8,
-        duration_ns: 10_000_000_000,
-        warmup_ns: 3_333_333_333,
-        seed: 1,
-        ..SfbScenarioConfig::default()
-    };
-    let rep = run_sfb_scenario(&cfg).unwrap();
-    let [sfb, dt] = &rep.results[..] else {
-        panic!("two results expected");
-    };
-    let text = text(&rep);
-    // Drop-tail: the unresponsive flow takes most of the link.
-    assert!(dt.unresponsive_share > 8.0, "{text}");
-    assert!(aimd_share(dt, cfg.rate_bps) < 0.02, "{text}");
-    // SFB: about half of drop-tail's share (not the 2x target), the AIMD
-    // flows get about half the link and share it fairly.
-    assert!(
-        sfb.unresponsive_share < 0.55 * dt.unresponsive_share,
-        "{text}"
-    );
-    assert!(aimd_share(sfb, cfg.rate_bps) > 0.4, "{text}");
-    assert!(sfb.jain_aimd >= 0.9, "{text}");
-    // No flow is driven to p = 1: the penalty box stays empty.
-    assert_eq!(sfb.drops.penaltydrop, 0, "{text}");
-    assert!(sfb.sojourn.p99 < dt.sojourn.p99 / 10, "{text}");
+    // Eight AIMD flows make Jain's index over a measured window a noisy
+    // figure (one flow's unlucky run of early drops shows for seconds), so
+    // it is judged over five seeds of 30 s: in each, SFB halves drop-tail's
+    // share and the AIMD flows get about half the link; the median index is
+    // at least 0.9 and none falls below 0.85 (measured: 0.895-0.990).
+    let mut jain = Vec::new();
+    for seed in 1..=5 {
+        let cfg = SfbScenarioConfig {
+            aimd: 8,
+            duration_ns: 30_000_000_000,
+            warmup_ns: 10_000_000_000,
+            seed,
+            ..SfbScenarioConfig::default()
+        };
+        let rep = run_sfb_scenario(&cfg).unwrap();
+        let [sfb, dt] = &rep.results[..] else {
+            panic!("two results expected");
+        };
+        let text = text(&rep);
+        // Drop-tail: the unresponsive flow takes most of the link.
+        assert!(dt.unresponsive_share > 8.0, "{text}");
+        assert!(aimd_share(dt, cfg.rate_bps) < 0.02, "{text}");
+        // SFB: about half of drop-tail's share (not the 2x target), the
+        // AIMD flows get about half the link.
+        assert!(
+            sfb.unresponsive_share < 0.55 * dt.unresponsive_share,
+            "{text}"
+        );
+        assert!(aimd_share(sfb, cfg.rate_bps) > 0.4, "{text}");
+        assert!(sfb.jain_aimd >= 0.85, "seed {seed}\n{text}");
+        // No flow is driven to p = 1: the penalty box stays empty.
+        assert_eq!(sfb.drops.penaltydrop, 0, "{text}");
+        assert!(sfb.sojourn.p99 < dt.sojourn.p99 / 10, "{text}");
+        jain.push(sfb.jain_aimd);
+    }
+    jain.sort_by(f64::total_cmp);
+    assert!(jain[2] >= 0.9, "median Jain over seeds 1-5: {jain:?}");
 }
 
 #[test]
