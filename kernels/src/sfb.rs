@@ -40,15 +40,54 @@ pub const BINS: usize = LEVELS << LOG2_BINS;
 pub const SLOTS: usize = 256;
 
 /// Step 2's constants: counts from `target` raise a bin's probability by
-/// `increment`, an empty bin lowers it by `decrement`.
+/// `increment`, an empty bin lowers it by `decrement`. Also kept as the
+/// words the vector kernels broadcast, so that a call loads each with one
+/// instruction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Steps {
+    target: u16,
+    increment: u16,
+    decrement: u16,
+    /// `target - 1`, `decrement << 16`, `increment << 16`.
+    words: [u32; 3],
+}
+
+impl Steps {
+    /// The steps; a `target` of 0 acts as 1 (an empty bin only decrements,
+    /// as the Linux kernel's `else if`).
+    pub const fn new(target: u16, increment: u16, decrement: u16) -> Self {
+        let target = if target == 0 { 1 } else { target };
+        Steps {
+            target,
+            increment,
+            decrement,
+            words: [
+                target as u32 - 1,
+                (decrement as u32) << 16,
+                (increment as u32) << 16,
+            ],
+        }
+    }
+
     /// Count from which an arrival raises the probability (at least 1).
-    pub target: u16,
+    pub fn target(&self) -> u16 {
+        self.target
+    }
+
     /// Probability increase, Q0.16.
-    pub increment: u16,
+    pub fn increment(&self) -> u16 {
+        self.increment
+    }
+
     /// Probability decrease, Q0.16.
-    pub decrement: u16,
+    pub fn decrement(&self) -> u16 {
+        self.decrement
+    }
+
+    /// `target - 1`, `decrement << 16`, `increment << 16`.
+    pub fn words(&self) -> [u32; 3] {
+        self.words
+    }
 }
 
 /// The offset word of bins packed as eight 4-bit slices (level `r` in bits
@@ -90,7 +129,7 @@ pub fn lower(bins: &mut [u32; SLOTS], offs: u64) {
 /// One bin's step: its new word (probability updated, count raised) and
 /// its count and new probability.
 #[inline(always)]
-fn step_word(w: u32, s: Steps) -> (u32, u16, u16) {
+fn step_word(w: u32, s: &Steps) -> (u32, u16, u16) {
     let q = w as u16;
     let down = if q == 0 { s.decrement } else { 0 };
     let up = if q >= s.target { s.increment } else { 0 };
@@ -100,7 +139,7 @@ fn step_word(w: u32, s: Steps) -> (u32, u16, u16) {
 
 /// The reference arrival step (see the module docs): returns the minimum
 /// count (before the raise) and the minimum new probability.
-pub fn update_raise_scalar(bins: &mut [u32; SLOTS], offs: u64, s: Steps) -> (u16, u16) {
+pub fn update_raise_scalar(bins: &mut [u32; SLOTS], offs: u64, s: &Steps) -> (u16, u16) {
     let (mut minq, mut minp) = (u16::MAX, u16::MAX);
     for r in 0..LEVELS {
         let i = slot(offs, r);
@@ -144,7 +183,7 @@ impl Kernel {
     /// count before the raise and the minimum new probability. Equal to
     /// [`update_raise_scalar`] on every backend.
     #[inline]
-    pub fn update_raise(&self, bins: &mut [u32; SLOTS], offs: u64, s: Steps) -> (u16, u16) {
+    pub fn update_raise(&self, bins: &mut [u32; SLOTS], offs: u64, s: &Steps) -> (u16, u16) {
         match self.backend {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx2 => {
@@ -174,11 +213,7 @@ mod tests {
 
     #[test]
     fn scalar_step_follows_the_rules() {
-        let s = Steps {
-            target: 2,
-            increment: 100,
-            decrement: 10,
-        };
+        let s = &Steps::new(2, 100, 10);
         let mut bins = [0u32; SLOTS];
         let offs = offsets(0);
         // Empty bins at p = 5: down by 10, saturating at 0.

@@ -28,11 +28,8 @@ fn word() -> impl Strategy<Value = u32> {
 }
 
 fn steps() -> impl Strategy<Value = Steps> {
-    (1u16..40, any::<u16>(), any::<u16>()).prop_map(|(target, increment, decrement)| Steps {
-        target,
-        increment,
-        decrement,
-    })
+    (0u16..40, any::<u16>(), any::<u16>())
+        .prop_map(|(target, increment, decrement)| Steps::new(target, increment, decrement))
 }
 
 proptest! {
@@ -47,12 +44,12 @@ proptest! {
         let mut want = start;
         let mut expect = Vec::new();
         for &p in &packed {
-            expect.push(sfb::update_raise_scalar(&mut want, sfb::offsets(p), s));
+            expect.push(sfb::update_raise_scalar(&mut want, sfb::offsets(p), &s));
         }
         for k in kernels() {
             let mut got = start;
             for (&p, &e) in packed.iter().zip(&expect) {
-                let r = k.update_raise(&mut got, sfb::offsets(p), s);
+                let r = k.update_raise(&mut got, sfb::offsets(p), &s);
                 prop_assert_eq!(r, e, "{:?}", k.backend());
             }
             prop_assert_eq!(&got[..], &want[..], "{:?}", k.backend());

@@ -683,11 +683,7 @@ impl Sfb {
             bins: [vec![0; size], vec![0; size]],
             fused: kernel_shape && cfg.limit < usize::from(u16::MAX),
             kernel,
-            kernel_steps: sfb_kernel::Steps {
-                target: cfg.target.max(1),
-                increment: cfg.increment,
-                decrement: cfg.decrement,
-            },
+            kernel_steps: sfb_kernel::Steps::new(cfg.target, cfg.increment, cfg.decrement),
             hashers,
             backend: None,
             active: 0,
@@ -865,9 +861,8 @@ impl Sfb {
     /// counts raised by one.
     #[inline(always)]
     fn update_raise(&mut self, set: usize, offs: u64) -> (u16, u16) {
-        let steps = self.kernel_steps();
         match kernel_bins(&mut self.bins[set & 1]) {
-            Some(bins) => self.kernel.update_raise(bins, offs, steps),
+            Some(bins) => self.kernel.update_raise(bins, offs, &self.kernel_steps),
             // `fused` implies the kernel's shape.
             None => (0, 0),
         }
@@ -895,12 +890,6 @@ impl Sfb {
             self.cfg.increment,
             self.cfg.decrement,
         )
-    }
-
-    /// [`steps`](Self::steps) for the kernel.
-    #[inline(always)]
-    fn kernel_steps(&self) -> sfb_kernel::Steps {
-        self.kernel_steps
     }
 
     /// [`update`](Self::update) over `L` levels (`L == 0`: `self.levels`).

@@ -241,7 +241,7 @@ pub fn split_block_insert(pairs: &[HashPair], layout: SplitBlock, blocks: &mut [
 pub fn sfb_update_raise(
     bins: &mut [u32; crate::sfb::SLOTS],
     offs: u64,
-    s: crate::sfb::Steps,
+    s: &crate::sfb::Steps,
 ) -> (u16, u16) {
     let i: [usize; 8] = core::array::from_fn(|r| crate::sfb::slot(offs, r));
     let words: [u32; 8] = core::array::from_fn(|r| bins[i[r]]);
@@ -252,9 +252,10 @@ pub fn sfb_update_raise(
         let step = |w: uint32x4_t| -> uint32x4_t {
             let q = vandq_u32(w, vdupq_n_u32(0xFFFF));
             let empty = vceqq_u32(q, vdupq_n_u32(0));
-            let full = vcgeq_u32(q, vdupq_n_u32(u32::from(s.target)));
-            let down = vandq_u32(empty, vdupq_n_u32(u32::from(s.decrement) << 16));
-            let up = vandq_u32(full, vdupq_n_u32(u32::from(s.increment) << 16));
+            let [target_m1, down, up] = s.words();
+            let full = vcgtq_u32(q, vdupq_n_u32(target_m1));
+            let down = vandq_u32(empty, vdupq_n_u32(down));
+            let up = vandq_u32(full, vdupq_n_u32(up));
             let w = vqsubq_u16(vreinterpretq_u16_u32(w), vreinterpretq_u16_u32(down));
             vreinterpretq_u32_u16(vqaddq_u16(w, vreinterpretq_u16_u32(up)))
         };

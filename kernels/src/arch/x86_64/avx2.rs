@@ -372,7 +372,7 @@ pub unsafe fn split_block_insert(
 unsafe fn sfb_update_raise_body(
     bins: &mut [u32; crate::sfb::SLOTS],
     offs: u64,
-    s: crate::sfb::Steps,
+    s: &crate::sfb::Steps,
 ) -> (u16, u16) {
     let i: [usize; 8] = core::array::from_fn(|r| crate::sfb::slot(offs, r));
     // SAFETY: AVX2 is enabled (the caller's promise); the intrinsics below
@@ -389,12 +389,13 @@ unsafe fn sfb_update_raise_body(
             bins[i[7]] as i32,
         );
         // The counts as 32-bit lanes (below 2^16: signed compares are exact).
+        let [target_m1, down, up] = s.words().map(|x| _mm256_set1_epi32(x as i32));
         let q = _mm256_blend_epi16::<0b1010_1010>(w, _mm256_setzero_si256());
         let empty = _mm256_cmpeq_epi32(q, _mm256_setzero_si256());
-        let full = _mm256_cmpgt_epi32(q, _mm256_set1_epi32(i32::from(s.target) - 1));
+        let full = _mm256_cmpgt_epi32(q, target_m1);
         // Probability steps in the high halves only, saturating as u16.
-        let down = _mm256_and_si256(empty, _mm256_set1_epi32(i32::from(s.decrement) << 16));
-        let up = _mm256_and_si256(full, _mm256_set1_epi32(i32::from(s.increment) << 16));
+        let down = _mm256_and_si256(empty, down);
+        let up = _mm256_and_si256(full, up);
         let w = _mm256_adds_epu16(_mm256_subs_epu16(w, down), up);
         // Minimum count (low halves) and probability (high halves) at once.
         let lo = _mm256_castsi256_si128(w);
@@ -423,7 +424,7 @@ unsafe fn sfb_update_raise_body(
 unsafe fn sfb_update_raise_avx2(
     bins: &mut [u32; crate::sfb::SLOTS],
     offs: u64,
-    s: crate::sfb::Steps,
+    s: &crate::sfb::Steps,
 ) -> (u16, u16) {
     // SAFETY: AVX2 is enabled here.
     unsafe { sfb_update_raise_body(bins, offs, s) }
@@ -437,7 +438,7 @@ unsafe fn sfb_update_raise_avx2(
 pub unsafe fn sfb_update_raise(
     bins: &mut [u32; crate::sfb::SLOTS],
     offs: u64,
-    s: crate::sfb::Steps,
+    s: &crate::sfb::Steps,
 ) -> (u16, u16) {
     // SAFETY: AVX2 support is the caller's promise.
     unsafe { sfb_update_raise_avx2(bins, offs, s) }
