@@ -1,6 +1,7 @@
 //! Bloomplane kernels: keyed SIMD batch hashing of fixed-width flow keys, the
-//! index derivations every Bloom-family structure uses, and (in later changes)
-//! the structures themselves. Nothing here knows about packets.
+//! index derivations every Bloom-family structure uses, the structures
+//! themselves (Bloom filters, count-min sketches) and SFB's per-arrival bin
+//! kernel ([`sfb`]). Nothing here knows about packets.
 //!
 //! The contract: a batch of keys (`[u32; W]`, W = 4 for an IPv4 5-tuple, 10 for
 //! IPv6) goes in, one [`HashPair`] per key comes out, and from the pairs the

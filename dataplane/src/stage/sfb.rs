@@ -52,7 +52,9 @@
 //!    bin counts raised ([`Sfb::commit`]); if the queue refuses it,
 //!    `childdrop` counts it. The bins the packet was counted in travel with
 //!    it as an [`SfbTag`] and are lowered on dequeue ([`Sfb::release`]), so
-//!    a swap of hash keys in between never unbalances a count.
+//!    a swap of hash keys in between never unbalances a count. (The fused
+//!    path below raises them during step 2 and lowers them again on a
+//!    drop: the same counts at every step.)
 //!
 //! Probability updates happen for every arrival that passes step 1, even
 //! those dropped later, as in the kernel.
@@ -123,39 +125,69 @@
 //! egress port. The rehash clock is advanced once per batch, at the batch's
 //! `now`.
 //!
-//! # Speed (issue #5): what was measured, and what did not help
+//! # The fused path
+//!
+//! In the kernel's shape (8 x 16) with `limit < 2^16 - 1`, an
+//! [`SfbQueue`] runs each arrival through one kernel
+//! ([`kernels::sfb::Kernel::update_raise`], scalar, AVX2 or NEON): the
+//! eight bins' probabilities are updated and their counts raised in one
+//! pass, and the counts are lowered again if the packet is then dropped
+//! (most are enqueued). A bin is one 32-bit word (`qlen` low, `p_mark`
+//! high), always read and written whole; a key's bins travel as an offset
+//! word (byte `r` = slot of level `r`), which the tag keeps, so a departure
+//! lowers eight counts without unpacking. The decisions, counters and bins
+//! equal the general path's (unit test `fused_path_equals_the_general_path`,
+//! through swaps, double buffering and every drop reason).
+//!
+//! # Speed (issue #5)
 //!
 //! `sfb/enqueue-dequeue/avx2` (`cargo run --release -p bench --bin report
-//! -- --only sfb`) is 35.5 ns per packet against a target of 20; `sfb_cg ab`
-//! gives 34.8-35.3 ns (medians of 15 passes, a 2-core AMD EPYC shared with
-//! other builds), and callgrind counts 575 instructions per packet in
-//! [`BenchWorkload::run`]. The variants below were each measured back to
-//! back against that build (same checksum every time, so the same packets
-//! were marked and dropped); none was kept.
+//! -- --only sfb`): 24 ns per packet against a target of 20, from 35. Each
+//! step was timed with `bench/examples/sfb_cg.rs ab` against the previous
+//! build, interleaved (medians of 15 passes, 2-core AMD EPYC VM), and
+//! counted with callgrind (instructions per packet, batch hashing
+//! included):
 //!
-//! | variant | instr/packet | ns/packet |
+//! | step | instr/packet | ns/packet |
 //! |---|---:|---:|
-//! | this code | 575 | 35.0 |
-//! | count raise fused into the update's write-back, scalar | 608 | 48 |
-//! | the same, explicit SSE2 (a bin = one 32-bit lane, all bin accesses 32-bit) | 521 | 41 |
-//! | SSE2 update only, 32-bit loads, 16-bit probability stores | - | 37 |
-//! | SSE2 update only, 16-bit loads (`pinsrw`) and stores | 549 | 37 |
-//! | scalar update kept out of the vector unit (empty `asm!` barrier) | 589 | 38 |
-//! | tags as precomputed index bytes (byte `r` = `16 r` + nibble `r`), byte-indexed release | 676 | 43 |
-//! | the same with the update out of line (its code fixed) vs. out of line alone | - | 36.1 vs 35.4 |
-//! | one FIFO: the tag in the egress slot (40-byte slots) instead of `TagRing` | - | 55 |
+//! | start (SSE2 update vectorised by LLVM, 16-bit bin fields) | 577 | 34.8 |
+//! | bins as whole 32-bit words; AVX2 update kernel | - | 32.3 |
+//! | egress counters without saturation; one over-credit formula | 477 | 31.5 |
+//! | tags hold offset words; one offset spread per packet | 447 | 30.8 |
+//! | one SplitMix64 output per draw, branch-free step 5, departure time kept ready | - | 29.3 |
+//! | backlog as `bytes_in - bytes_out`; tag words built in registers | - | 28.6 |
+//! | fused kernel: counts raised with the update, lowered on a drop | 434 | 27.4 |
+//! | backlogged departures from the length's cached split (no division) | 418 | 25.4 |
+//! | kernel steps precomputed; cheaper key access in the loop | 388 | 24.3 |
 //!
-//! Two probes explain part of it. 100 independent integer `add`s per packet
-//! (an empty-effect `asm!`) cost 10 ns: the loop is bound by the integer
-//! units, and the compiler's vectorised update, which puts the probability
-//! arithmetic on the vector units and the counts' minimum on the integer
-//! ones, is a good balance that every rewrite above upset. And dropping the
-//! egress queue's departure statistics (not an option) saves only 1.2 ns:
-//! no single piece holds the missing 15 ns. Instruction counts do not
-//! predict time here (521 instructions ran slower than 575), so measure any
-//! change with `sfb_cg ab`. Small changes anywhere in the loop also change
-//! how LLVM vectorises the 8-bin update (the tag change above raised the
-//! update's instructions by 100), so time the update in place.
+//! Three of these were stalls rather than instructions: a 16-bit count
+//! store followed by a 32-bit load of the same bin, an enqueue's 16-byte
+//! load of two counters of which a dequeue had just written one 8 bytes
+//! wide, and a tag array written by index and read back whole all miss
+//! store-to-load forwarding; and the coin refill branch (every fourth
+//! draw) and the three branches of step 5 were mispredicted about 0.7
+//! times per packet (cachegrind's branch simulator: 153k to 65k
+//! mispredictions per 131k packets).
+//!
+//! Tried and not kept: the whole loop compiled with AVX2 so that the kernel
+//! inlines (397 instructions, 24.7 ns against 24.8: the call was not the
+//! cost; LLVM also declines to inline the queue's methods into such a
+//! function without `inline(always)`); a power-of-two ring with `Option`
+//! slots for the egress FIFO and the tags (20 more instructions, 1.3 ns
+//! slower than `VecDeque` and the plain tag ring); offset words computed
+//! with the batch's hashes and kept in the keys (15 more instructions net).
+//! Before this, the earlier session's variants (an AVX2 update alone, the
+//! raise fused into a scalar or SSE2 update, byte-index tags, the tag in
+//! the egress slot) were all slower than 35 ns.
+//!
+//! What remains, per packet: the kernel 64 instructions, the egress
+//! dequeue with its departure time and counters about 60, the decision
+//! about 50, the departure's release (tag pop, eight decrements) about 40,
+//! the loop with key access about 45, the enqueue and tag push about 40.
+//! The per-packet API keeps the queue length, ring heads, bucket and due
+//! time in the structs, and since every bin store may alias them they are
+//! reloaded and stored around each packet; a batch entry point holding
+//! them in locals for a whole batch is the next step.
 
 use core::fmt;
 use std::any::Any;
