@@ -48,7 +48,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+mod lab_common;
+
 use dataplane::stage::icarus::{FilterParams, node_mask};
+use lab_common::{Lab, skip_reason};
 
 const A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
@@ -80,59 +83,6 @@ const ECN_PORT: u16 = 9100;
 const ECN_NODE_ID: u64 = 11;
 /// The frame on the wire: Ethernet + IPv4 + UDP + payload.
 const ECN_FRAME: usize = 14 + 20 + 8 + ECN_PAYLOAD;
-
-fn lab_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/lab.sh")
-}
-
-/// Why the test cannot run here, if it cannot.
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    match Command::new("ip").args(["netns", "list"]).output() {
-        Ok(o) if o.status.success() => None,
-        Ok(o) => Some(format!(
-            "`ip netns list` failed: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        )),
-        Err(e) => Some(format!("`ip` unavailable: {e}")),
-    }
-}
-
-/// Kills the router and takes the lab down on drop.
-struct Lab {
-    prefix: String,
-    dir: PathBuf,
-    router: Option<Child>,
-}
-
-impl Lab {
-    fn ns(&self, host: &str) -> String {
-        format!("{}-{host}", self.prefix)
-    }
-
-    fn lab(&self, cmd: &str) -> std::process::Output {
-        Command::new("bash")
-            .arg(lab_script())
-            .arg(cmd)
-            .env("LAB_PREFIX", &self.prefix)
-            .output()
-            .expect("run lab.sh")
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.router.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = self.lab("down");
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Runs `f` on a thread that has entered namespace `ns`; sockets it creates
 /// stay in that namespace.

@@ -18,13 +18,16 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "../../dataplane/tests/lab_common/mod.rs"]
+mod lab_common;
 
 use dataplane::io::capture::CaptureWriter;
 use dataplane::wire::LinkType;
 use dataplane::wire::checksum;
+use lab_common::{Lab, run_bounded, skip_reason, workspace};
 
 /// Frames in the pcap (including the repeats).
 const FRAMES: usize = 4000;
@@ -35,66 +38,6 @@ const MAC_A: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 0x0a];
 const MAC_B: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 0x0b];
 const IP_A: [u8; 4] = [10, 77, 0, 1];
 const IP_B: [u8; 4] = [10, 77, 0, 2];
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Why the test cannot run here, if it cannot.
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    match Command::new("ip").args(["netns", "list"]).output() {
-        Ok(o) if o.status.success() => None,
-        Ok(o) => Some(format!(
-            "`ip netns list` failed: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        )),
-        Err(e) => Some(format!("`ip` unavailable: {e}")),
-    }
-}
-
-/// Runs `cmd` to completion within `limit`, killing it past that; its
-/// output goes through files so that nothing blocks on a full pipe.
-fn run_bounded(cmd: &mut Command, limit: Duration, what: &str) -> Output {
-    static RUNS: AtomicUsize = AtomicUsize::new(0);
-    let stem = std::env::temp_dir().join(format!(
-        "bplr-{}-{}",
-        std::process::id(),
-        RUNS.fetch_add(1, Ordering::Relaxed)
-    ));
-    let (out_path, err_path) = (stem.with_extension("out"), stem.with_extension("err"));
-    let mut child = cmd
-        .stdout(File::create(&out_path).expect("stdout file"))
-        .stderr(File::create(&err_path).expect("stderr file"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{what}: no result within {limit:?}; killed:\n{}",
-                std::fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = Output {
-        status,
-        stdout: std::fs::read(&out_path).unwrap_or_default(),
-        stderr: std::fs::read(&err_path).unwrap_or_default(),
-    };
-    let _ = std::fs::remove_file(&out_path);
-    let _ = std::fs::remove_file(&err_path);
-    out
-}
 
 /// The directory holding the `dataplane` and `traffic-gen` binaries, built
 /// (or found fresh) by cargo with the profile this test was built with.
@@ -135,41 +78,6 @@ fn binaries() -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     profile_dir
-}
-
-/// Kills the router and takes the lab down on drop.
-struct Lab {
-    prefix: String,
-    dir: PathBuf,
-    router: Option<Child>,
-}
-
-impl Lab {
-    fn ns(&self, host: &str) -> String {
-        format!("{}-{host}", self.prefix)
-    }
-
-    fn lab(&self, cmd: &str) -> Output {
-        run_bounded(
-            Command::new("bash")
-                .arg(workspace().join("scripts/lab.sh"))
-                .arg(cmd)
-                .env("LAB_PREFIX", &self.prefix),
-            Duration::from_secs(120),
-            "lab.sh",
-        )
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.router.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = self.lab("down");
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// A UDP datagram A -> B in an Ethernet frame, numbered `seq`, with a

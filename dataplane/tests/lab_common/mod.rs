@@ -1,0 +1,112 @@
+//! The namespace lab (`scripts/lab.sh`) for the live tests of two crates
+//! (`dataplane/tests/live_lab.rs`, `tests/tests/live_replay.rs`, which
+//! includes this file by path): whether the lab can run here, a command
+//! run with a time limit, and a guard that takes the lab down.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// The workspace root (both crates sit one level below it).
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Why the test cannot run here, if it cannot.
+pub fn skip_reason() -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    match Command::new("ip").args(["netns", "list"]).output() {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!(
+            "`ip netns list` failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Some(format!("`ip` unavailable: {e}")),
+    }
+}
+
+/// Runs `cmd` to completion within `limit`, killing it past that; its
+/// output goes through files so that nothing blocks on a full pipe.
+pub fn run_bounded(cmd: &mut Command, limit: Duration, what: &str) -> Output {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let stem = std::env::temp_dir().join(format!(
+        "bplab-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    ));
+    let (out_path, err_path) = (stem.with_extension("out"), stem.with_extension("err"));
+    let mut child = cmd
+        .stdout(File::create(&out_path).expect("stdout file"))
+        .stderr(File::create(&err_path).expect("stderr file"))
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{what}: no result within {limit:?}; killed:\n{}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = Output {
+        status,
+        stdout: std::fs::read(&out_path).unwrap_or_default(),
+        stderr: std::fs::read(&err_path).unwrap_or_default(),
+    };
+    let _ = std::fs::remove_file(&out_path);
+    let _ = std::fs::remove_file(&err_path);
+    out
+}
+
+/// Kills the router and takes the lab down on drop.
+pub struct Lab {
+    /// The namespaces' prefix (`LAB_PREFIX`).
+    pub prefix: String,
+    /// A scratch directory, removed on drop.
+    pub dir: PathBuf,
+    /// The router process, killed on drop.
+    pub router: Option<Child>,
+}
+
+impl Lab {
+    /// The namespace of `host` (`a`, `b`, `r`, ...).
+    pub fn ns(&self, host: &str) -> String {
+        format!("{}-{host}", self.prefix)
+    }
+
+    /// Runs `lab.sh cmd` for this prefix, within two minutes.
+    pub fn lab(&self, cmd: &str) -> Output {
+        run_bounded(
+            Command::new("bash")
+                .arg(workspace().join("scripts/lab.sh"))
+                .arg(cmd)
+                .env("LAB_PREFIX", &self.prefix),
+            Duration::from_secs(120),
+            "lab.sh",
+        )
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.router.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = self.lab("down");
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
