@@ -276,21 +276,8 @@ fn live_router_in_netns_lab() {
         return;
     }
     let t0 = Instant::now();
-    let prefix = format!("bpl{}", std::process::id() % 100_000);
-    let dir = std::env::temp_dir().join(format!("{prefix}-live"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut lab = Lab {
-        prefix,
-        dir: dir.clone(),
-        router: None,
-    };
-    let up = lab.lab("up");
-    assert!(
-        up.status.success(),
-        "lab.sh up failed:\n{}{}",
-        String::from_utf8_lossy(&up.stdout),
-        String::from_utf8_lossy(&up.stderr)
-    );
+    let mut lab = Lab::up(format!("bpl{}", std::process::id() % 100_000), "live");
+    let dir = lab.dir.clone();
 
     let heavy_path = dir.join("heavy.jsonl");
     let (stderr_path, final_path) = start_router(

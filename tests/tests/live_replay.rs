@@ -159,21 +159,11 @@ fn live_replay_through_the_router() {
     assert!(router_bin.is_file(), "{} missing", router_bin.display());
     assert!(tg_bin.is_file(), "{} missing", tg_bin.display());
 
-    let prefix = format!("bplr{}", std::process::id() % 100_000);
-    let dir = std::env::temp_dir().join(format!("{prefix}-live-replay"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut lab = Lab {
-        prefix,
-        dir: dir.clone(),
-        router: None,
-    };
-    let up = lab.lab("up");
-    assert!(
-        up.status.success(),
-        "lab.sh up failed:\n{}{}",
-        String::from_utf8_lossy(&up.stdout),
-        String::from_utf8_lossy(&up.stderr)
+    let mut lab = Lab::up(
+        format!("bplr{}", std::process::id() % 100_000),
+        "live-replay",
     );
+    let dir = lab.dir.clone();
 
     let config = dir.join("router.toml");
     std::fs::write(

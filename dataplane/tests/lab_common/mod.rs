@@ -82,6 +82,26 @@ pub struct Lab {
 }
 
 impl Lab {
+    /// Brings the lab up under `prefix` with a fresh scratch directory
+    /// (`<tmp>/<prefix>-<what>`); panics with lab.sh's output if it fails.
+    pub fn up(prefix: String, what: &str) -> Lab {
+        let dir = std::env::temp_dir().join(format!("{prefix}-{what}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lab = Lab {
+            prefix,
+            dir,
+            router: None,
+        };
+        let up = lab.lab("up");
+        assert!(
+            up.status.success(),
+            "lab.sh up failed:\n{}{}",
+            String::from_utf8_lossy(&up.stdout),
+            String::from_utf8_lossy(&up.stderr)
+        );
+        lab
+    }
+
     /// The namespace of `host` (`a`, `b`, `r`, ...).
     pub fn ns(&self, host: &str) -> String {
         format!("{}-{host}", self.prefix)
