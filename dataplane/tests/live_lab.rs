@@ -37,12 +37,12 @@
 //! Everything is bounded by timeouts (the whole test takes a few seconds),
 //! and a guard kills the router and takes the lab down whatever happens.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -173,24 +173,6 @@ fn send_range(s: &UdpSocket, to: SocketAddr, range: std::ops::Range<u32>) {
     }
 }
 
-fn wait_for(path: &Path, needle: &str, timeout: Duration, router: &mut Child) -> String {
-    let start = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(needle) {
-            return text;
-        }
-        if let Ok(Some(st)) = router.try_wait() {
-            panic!("router exited early ({st}):\n{text}");
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "no \"{needle}\" after {timeout:?}:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Starts `dataplane run` in the router namespace with config text
 /// `config` (written to `<dir>/<tag>.toml`); its standard error goes to
 /// `<dir>/<tag>.err` and its final report to `<dir>/<tag>.json`, whose
@@ -200,26 +182,13 @@ fn start_router(lab: &mut Lab, tag: &str, config: &str, extra: &[&Path]) -> (Pat
     std::fs::write(&cfg, config).unwrap();
     let err = lab.dir.join(format!("{tag}.err"));
     let report = lab.dir.join(format!("{tag}.json"));
-    let router = Command::new("ip")
-        .args(["netns", "exec", &lab.ns("r")])
-        .arg(env!("CARGO_BIN_EXE_dataplane"))
-        .arg("run")
-        .arg("--config")
-        .arg(&cfg)
-        .args(["--stats-interval", "0"])
-        .arg("--final-report")
-        .arg(&report)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(File::create(&err).unwrap())
-        .spawn()
-        .expect("start the router");
-    lab.router = Some(router);
-    wait_for(
+    let mut args: Vec<&OsStr> = vec![OsStr::new("--final-report"), report.as_os_str()];
+    args.extend(extra.iter().map(|p| p.as_os_str()));
+    lab.start_router(
+        Path::new(env!("CARGO_BIN_EXE_dataplane")),
+        &cfg,
+        &args,
         &err,
-        "running",
-        Duration::from_secs(10),
-        lab.router.as_mut().unwrap(),
     );
     (err, report)
 }

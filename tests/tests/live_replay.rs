@@ -16,9 +16,8 @@
 //! Every step is bounded by a timeout, and a guard kills the router and
 //! takes the lab down whatever happens.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[path = "../../dataplane/tests/lab_common/mod.rs"]
@@ -129,24 +128,6 @@ fn write_pcap(path: &Path) -> usize {
     n
 }
 
-fn wait_for(path: &Path, needle: &str, timeout: Duration, router: &mut Child) {
-    let start = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(needle) {
-            return;
-        }
-        if let Ok(Some(st)) = router.try_wait() {
-            panic!("router exited early ({st}):\n{text}");
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "no \"{needle}\" after {timeout:?}:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn live_replay_through_the_router() {
     if let Some(why) = skip_reason() {
@@ -187,24 +168,7 @@ bidirectional = true
     )
     .unwrap();
     let router_err = dir.join("router.err");
-    let router = Command::new("ip")
-        .args(["netns", "exec", &lab.ns("r")])
-        .arg(&router_bin)
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .args(["--stats-interval", "0"])
-        .stdout(Stdio::null())
-        .stderr(File::create(&router_err).unwrap())
-        .spawn()
-        .expect("start the router");
-    lab.router = Some(router);
-    wait_for(
-        &router_err,
-        "running",
-        Duration::from_secs(10),
-        lab.router.as_mut().unwrap(),
-    );
+    lab.start_router(&router_bin, &config, &[], &router_err);
 
     let pcap = dir.join("a-to-b.pcap");
     let frames = write_pcap(&pcap) as u64;

@@ -4,9 +4,10 @@
 //! run with a time limit, and a guard that takes the lab down.
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -102,6 +103,26 @@ impl Lab {
         lab
     }
 
+    /// Starts `bin run --config config --stats-interval 0 extra...` (the
+    /// `dataplane` binary) in the router namespace, its standard error into
+    /// `err`, and waits (10 s at most) until it says it is running.
+    pub fn start_router(&mut self, bin: &Path, config: &Path, extra: &[&OsStr], err: &Path) {
+        let router = Command::new("ip")
+            .args(["netns", "exec", &self.ns("r")])
+            .arg(bin)
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .args(["--stats-interval", "0"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(File::create(err).unwrap())
+            .spawn()
+            .expect("start the router");
+        let router = self.router.insert(router);
+        wait_for(err, "running", Duration::from_secs(10), router);
+    }
+
     /// The namespace of `host` (`a`, `b`, `r`, ...).
     pub fn ns(&self, host: &str) -> String {
         format!("{}-{host}", self.prefix)
@@ -128,5 +149,25 @@ impl Drop for Lab {
         }
         let _ = self.lab("down");
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Polls `path` until it contains `needle` (returning the text), failing
+/// if `router` exits first or `timeout` passes.
+pub fn wait_for(path: &Path, needle: &str, timeout: Duration, router: &mut Child) -> String {
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        if let Ok(Some(st)) = router.try_wait() {
+            panic!("router exited early ({st}):\n{text}");
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "no \"{needle}\" after {timeout:?}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
