@@ -715,6 +715,33 @@ fn estimate_fixed<const D: usize>(counters: &[u32], b: u32, idx: &[u32], out: &m
     }
 }
 
+/// One key's update at offsets `o` of `D` rows: conservative (`CU`: raise
+/// each counter to the minimum plus `v`) or plain (add `v` to each);
+/// returns the new estimate.
+#[inline(always)]
+fn bump<const D: usize, const CU: bool>(rows: &mut [&mut [u32]; D], o: [usize; D], v: u32) -> u32 {
+    if CU {
+        let mut m = u32::MAX;
+        for r in 0..D {
+            m = m.min(rows[r][o[r]]);
+        }
+        let new = m.saturating_add(v);
+        for r in 0..D {
+            let c = &mut rows[r][o[r]];
+            *c = (*c).max(new);
+        }
+        new
+    } else {
+        let mut m = u32::MAX;
+        for r in 0..D {
+            let c = &mut rows[r][o[r]];
+            *c = c.saturating_add(v);
+            m = m.min(*c);
+        }
+        m
+    }
+}
+
 /// Batched update over a constant `D` rows.
 #[inline(always)]
 fn update_fixed<const D: usize, const CU: bool>(
@@ -730,7 +757,7 @@ fn update_fixed<const D: usize, const CU: bool>(
     }
     let mask = (1usize << b) - 1;
     let mut it = counters.chunks_exact_mut(mask + 1);
-    let rows: [&mut [u32]; D] = std::array::from_fn(|_| it.next().expect("count-min row"));
+    let mut rows: [&mut [u32]; D] = std::array::from_fn(|_| it.next().expect("count-min row"));
     let mut it = idx.chunks_exact(n);
     let ix: [&[u32]; D] = std::array::from_fn(|_| it.next().expect("row indices"));
     for i in 0..n.min(PREFETCH_AHEAD) {
@@ -741,26 +768,7 @@ fn update_fixed<const D: usize, const CU: bool>(
             prefetch_fixed(&rows, &ix, i + PREFETCH_AHEAD);
         }
         let o: [usize; D] = std::array::from_fn(|r| ix[r][i] as usize & mask);
-        if CU {
-            let mut m = u32::MAX;
-            for r in 0..D {
-                m = m.min(rows[r][o[r]]);
-            }
-            let new = m.saturating_add(v);
-            for r in 0..D {
-                let c = &mut rows[r][o[r]];
-                *c = (*c).max(new);
-            }
-            *e = new;
-        } else {
-            let mut m = u32::MAX;
-            for r in 0..D {
-                let c = &mut rows[r][o[r]];
-                *c = c.saturating_add(v);
-                m = m.min(*c);
-            }
-            *e = m;
-        }
+        *e = bump::<D, CU>(&mut rows, o, v);
     }
 }
 
@@ -846,7 +854,7 @@ fn update_pairs_fixed<const D: usize, const CU: bool, const PF: bool>(
     }
     let mask = (1usize << b) - 1;
     let mut it = counters.chunks_exact_mut(mask + 1);
-    let rows: [&mut [u32]; D] = std::array::from_fn(|_| it.next().expect("count-min row"));
+    let mut rows: [&mut [u32]; D] = std::array::from_fn(|_| it.next().expect("count-min row"));
     let mut ring = [[0usize; D]; PREFETCH_AHEAD];
     if PF {
         for (i, &p) in pairs.iter().enumerate().take(PREFETCH_AHEAD) {
@@ -870,26 +878,7 @@ fn update_pairs_fixed<const D: usize, const CU: bool, const PF: bool>(
         } else {
             row_indices::<D>(p, b, mask)
         };
-        if CU {
-            let mut m = u32::MAX;
-            for r in 0..D {
-                m = m.min(rows[r][o[r]]);
-            }
-            let new = m.saturating_add(v);
-            for r in 0..D {
-                let c = &mut rows[r][o[r]];
-                *c = (*c).max(new);
-            }
-            *e = new;
-        } else {
-            let mut m = u32::MAX;
-            for r in 0..D {
-                let c = &mut rows[r][o[r]];
-                *c = c.saturating_add(v);
-                m = m.min(*c);
-            }
-            *e = m;
-        }
+        *e = bump::<D, CU>(&mut rows, o, v);
     }
 }
 
