@@ -266,6 +266,24 @@ impl Packet {
         }
     }
 
+    /// Takes `port` out of the packet's egress ports (an egress queue
+    /// refused it there); drops the packet for `reason` when no port is
+    /// left. A mark stays a mark.
+    #[inline]
+    pub fn drop_port(&mut self, port: u8, reason: DropReason) {
+        let rest = match self.verdict {
+            Verdict::Forward(ps) | Verdict::Mark(ps) => {
+                PortSet::from_mask(ps.mask() & !PortSet::single(port).mask())
+            }
+            Verdict::Drop(_) => return,
+        };
+        self.verdict = match self.verdict {
+            _ if rest.is_empty() => Verdict::Drop(reason),
+            Verdict::Mark(_) => Verdict::Mark(rest),
+            _ => Verdict::Forward(rest),
+        };
+    }
+
     /// Turns a forward into a mark to the same ports (no effect on a drop).
     #[inline]
     pub fn mark(&mut self) {

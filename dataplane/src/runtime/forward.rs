@@ -487,15 +487,7 @@ impl EgressQueues {
                 }
                 Err(reason) => {
                     self.pool.put(slot);
-                    let rest = PortSet::from_mask(ports.mask() & !this);
-                    if rest.is_empty() {
-                        p.drop_for(reason);
-                    } else {
-                        p.verdict = match p.verdict {
-                            Verdict::Mark(_) => Verdict::Mark(rest),
-                            _ => Verdict::Forward(rest),
-                        };
-                    }
+                    p.drop_port(port, reason);
                 }
             }
         }

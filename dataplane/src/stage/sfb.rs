@@ -199,7 +199,7 @@ use serde::Deserialize;
 
 use crate::clock::Timestamp;
 use crate::flow::FlowKey;
-use crate::pipeline::{Batch, DropReason, PortSet, Stage, Verdict};
+use crate::pipeline::{Batch, DropReason, Stage, Verdict};
 use crate::wire::set_ce;
 
 use super::egress::{Departure, EgressConfig, EgressQueue};
@@ -1750,22 +1750,7 @@ impl Stage for SfbStage {
                     }
                     p.mark();
                 }
-                Err(reason) => {
-                    let rest = match p.verdict {
-                        Verdict::Forward(ps) | Verdict::Mark(ps) => {
-                            PortSet::from_mask(ps.mask() & !PortSet::single(port).mask())
-                        }
-                        Verdict::Drop(_) => PortSet::EMPTY,
-                    };
-                    if rest.is_empty() {
-                        p.drop_for(reason);
-                    } else {
-                        p.verdict = match p.verdict {
-                            Verdict::Mark(_) => Verdict::Mark(rest),
-                            _ => Verdict::Forward(rest),
-                        };
-                    }
-                }
+                Err(reason) => p.drop_port(port, reason),
             }
         }
         self.drain(now);
