@@ -126,15 +126,17 @@ pub fn lower(bins: &mut [u32; SLOTS], offs: u64) {
     }
 }
 
-/// One bin's step: its new word (probability updated, count raised) and
-/// its count and new probability.
+/// One bin's probability update (step 2 of SFB) on its word, count left
+/// alone: returns its count and new probability. The rule every kernel
+/// here applies, and the general shapes' path in the dataplane too.
 #[inline(always)]
-fn step_word(w: u32, s: &Steps) -> (u32, u16, u16) {
-    let q = w as u16;
+pub fn update_word(w: &mut u32, s: &Steps) -> (u16, u16) {
+    let q = *w as u16;
     let down = if q == 0 { s.decrement } else { 0 };
     let up = if q >= s.target { s.increment } else { 0 };
-    let p = ((w >> 16) as u16).saturating_sub(down).saturating_add(up);
-    ((u32::from(p) << 16 | u32::from(q)).wrapping_add(1), q, p)
+    let p = ((*w >> 16) as u16).saturating_sub(down).saturating_add(up);
+    *w = u32::from(p) << 16 | u32::from(q);
+    (q, p)
 }
 
 /// The reference arrival step (see the module docs): returns the minimum
@@ -143,8 +145,8 @@ pub fn update_raise_scalar(bins: &mut [u32; SLOTS], offs: u64, s: &Steps) -> (u1
     let (mut minq, mut minp) = (u16::MAX, u16::MAX);
     for r in 0..LEVELS {
         let i = slot(offs, r);
-        let (w, q, p) = step_word(bins[i], s);
-        bins[i] = w;
+        let (q, p) = update_word(&mut bins[i], s);
+        bins[i] = bins[i].wrapping_add(1);
         minq = minq.min(q);
         minp = minp.min(p);
     }

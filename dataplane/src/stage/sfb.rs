@@ -670,8 +670,9 @@ pub struct Sfb {
     fused: bool,
     /// The fused path's arrival kernel, on the hashers' backend.
     kernel: sfb_kernel::Kernel,
-    /// [`Sfb::steps`] as the kernel takes them.
-    kernel_steps: sfb_kernel::Steps,
+    /// `target` (at least 1: `qlen == 0` only decrements, as the Linux
+    /// kernel's `else if`), `increment`, `decrement`, for every path.
+    steps: sfb_kernel::Steps,
     hashers: [Hasher; 2],
     /// The hash backend forced by [`Sfb::on_backend`], kept across swaps.
     backend: Option<Backend>,
@@ -715,7 +716,7 @@ impl Sfb {
             bins: [vec![0; size], vec![0; size]],
             fused: kernel_shape && cfg.limit < usize::from(u16::MAX),
             kernel,
-            kernel_steps: sfb_kernel::Steps::new(cfg.target, cfg.increment, cfg.decrement),
+            steps: sfb_kernel::Steps::new(cfg.target, cfg.increment, cfg.decrement),
             hashers,
             backend: None,
             active: 0,
@@ -894,7 +895,7 @@ impl Sfb {
     #[inline(always)]
     fn update_raise(&mut self, set: usize, offs: u64) -> (u16, u16) {
         match kernel_bins(&mut self.bins[set & 1]) {
-            Some(bins) => self.kernel.update_raise(bins, offs, &self.kernel_steps),
+            Some(bins) => self.kernel.update_raise(bins, offs, &self.steps),
             // `fused` implies the kernel's shape.
             None => (0, 0),
         }
@@ -913,28 +914,17 @@ impl Sfb {
         }
     }
 
-    /// `target` (at least 1: `qlen == 0` decrements only, as the kernel's
-    /// else-if), `increment`, `decrement`.
-    #[inline(always)]
-    fn steps(&self) -> (u16, u16, u16) {
-        (
-            self.cfg.target.max(1),
-            self.cfg.increment,
-            self.cfg.decrement,
-        )
-    }
-
     /// [`update`](Self::update) over `L` levels (`L == 0`: `self.levels`).
     #[inline(always)]
     fn update_levels<const L: usize>(&mut self, set: usize, packed: u64) -> (u16, u16) {
         let levels = if L == 0 { self.levels } else { L };
         let (n, b, mask) = (self.n, self.log2, self.n as u64 - 1);
-        let (target, inc, dec) = self.steps();
+        let steps = &self.steps;
         let bins = &mut self.bins[set];
         let (mut minq, mut minp) = (u16::MAX, u16::MAX);
         for r in 0..levels {
             let i = r * n + ((packed >> (r as u32 * b)) & mask) as usize;
-            let (q, p) = update_word(&mut bins[i], target, inc, dec);
+            let (q, p) = sfb_kernel::update_word(&mut bins[i], steps);
             minq = minq.min(q);
             minp = minp.min(p);
         }
@@ -1210,18 +1200,6 @@ fn unword(w: u32) -> Bin {
         qlen: w as u16,
         p_mark: (w >> 16) as u16,
     }
-}
-
-/// One bin's probability update (step 2): returns its count and new
-/// probability.
-#[inline(always)]
-fn update_word(w: &mut u32, target: u16, inc: u16, dec: u16) -> (u16, u16) {
-    let q = *w as u16;
-    let down = if q == 0 { dec } else { 0 };
-    let up = if q >= target { inc } else { 0 };
-    let p = ((*w >> 16) as u16).saturating_sub(down).saturating_add(up);
-    *w = u32::from(q) | u32::from(p) << 16;
-    (q, p)
 }
 
 /// 64 bits from the OS-seeded std hasher (SFB's unseeded default).
