@@ -461,7 +461,7 @@ pub fn run_sfb_scenario(cfg: &SfbScenarioConfig) -> Result<SfbScenarioReport> {
 }
 
 /// A queued packet: the flow and its sequence number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Pkt {
     flow: u32,
     seq: u64,

@@ -136,7 +136,7 @@
 //! high), always read and written whole; a key's bins travel as an offset
 //! word (byte `r` = slot of level `r`), which the tag keeps, so a departure
 //! lowers eight counts without unpacking. The decisions, counters and bins
-//! equal the general path's (unit test `fused_path_equals_the_general_path`,
+//! equal the general path's (unit test `fused_batched_and_general_paths_agree`,
 //! through swaps, double buffering and every drop reason).
 //!
 //! # Speed (issue #5)
@@ -202,7 +202,7 @@ use crate::flow::FlowKey;
 use crate::pipeline::{Batch, DropReason, Stage, Verdict};
 use crate::wire::set_ce;
 
-use super::egress::{Departure, EgressConfig, EgressQueue};
+use super::egress::{Departure, EgressConfig, EgressQueue, Fifo};
 
 /// Probability 1 in Q0.16 (65535/65536, as in the kernel).
 pub const SFB_MAX_PROB: u16 = 0xFFFF;
@@ -406,7 +406,12 @@ impl SfbKey {
     /// [`has_set`](Self::has_set)).
     #[inline]
     pub fn packed(&self, set: usize) -> u64 {
-        self.packed[set & 1]
+        // A select, not an index: indexing would keep the key in memory.
+        if set & 1 == 0 {
+            self.packed[0]
+        } else {
+            self.packed[1]
+        }
     }
 
     /// Level `r`'s bin in set `set` for bins of `2^log2` entries.
@@ -874,7 +879,7 @@ impl Sfb {
     /// word ([`sfb_kernel::offsets`]).
     #[inline(always)]
     fn offsets(&self, key: &SfbKey) -> u64 {
-        sfb_kernel::offsets(key.packed[self.active & 1])
+        sfb_kernel::offsets(key.packed(self.active))
     }
 
     /// Updates the probabilities of the bins `packed` names in `set`
@@ -992,7 +997,7 @@ impl Sfb {
         debug_assert!(key.has_set(a), "SFB key made before a swap");
         let (minq, minp) = match fused {
             Some(offs) => self.update_raise(a, offs),
-            None => self.update(a, key.packed[a & 1]),
+            None => self.update(a, key.packed(a)),
         };
         let sets = 1u8 << a;
         // Only the active set is in `sets`: its word in both places.
@@ -1045,7 +1050,7 @@ impl Sfb {
         let s = a ^ 1;
         let mut standby = 0;
         if self.double_buffering && key.has_set(s) {
-            standby = key.packed[s];
+            standby = key.packed(s);
             if fused.is_some() {
                 standby = sfb_kernel::offsets(standby);
                 self.update_raise(s, standby);
@@ -1305,86 +1310,25 @@ pub enum Enqueued {
 #[derive(Debug, Clone)]
 pub struct SfbQueue<T> {
     sfb: Sfb,
-    queue: EgressQueue<T>,
-    /// The queued packets' tags, in queue order.
-    tags: TagRing,
+    queue: EgressQueue<Queued<T>>,
 }
 
-/// A FIFO of tags kept beside the queue: per queued packet, the sets it was
-/// counted in and, per set, its bins: offset words on the fused path,
-/// packed indices otherwise.
-#[derive(Debug, Clone)]
-struct TagRing {
-    slots: Vec<TagSlot>,
-    head: usize,
-    len: usize,
-}
-
+/// An item in an [`SfbQueue`]'s FIFO with its tag: the sets it was counted
+/// in and, per set, its bins (offset words on the fused path, packed
+/// indices otherwise). One FIFO for both keeps one head and one length.
 #[derive(Debug, Clone, Copy, Default)]
-struct TagSlot {
+pub struct Queued<T> {
+    item: T,
     words: [u64; 2],
     sets: u8,
 }
 
-impl TagRing {
-    /// Room for `cap` tags (rounded up to a power of two); grows on demand.
-    fn with_capacity(cap: usize) -> Self {
-        let cap = cap.max(16).next_power_of_two();
-        TagRing {
-            slots: vec![TagSlot::default(); cap],
-            head: 0,
-            len: 0,
-        }
-    }
-
-    #[inline(always)]
-    fn push(&mut self, words: [u64; 2], sets: u8) {
-        if self.len == self.slots.len() {
-            self.grow();
-        }
-        let mask = self.slots.len() - 1;
-        if let Some(slot) = self.slots.get_mut((self.head + self.len) & mask) {
-            *slot = TagSlot { words, sets };
-        }
-        self.len += 1;
-    }
-
-    /// The oldest tag (counted in no set when empty).
-    #[inline(always)]
-    fn pop(&mut self) -> TagSlot {
-        if self.len == 0 {
-            return TagSlot::default();
-        }
-        let mask = self.slots.len() - 1;
-        let slot = self
-            .slots
-            .get(self.head & mask)
-            .copied()
-            .unwrap_or_default();
-        self.head = (self.head + 1) & mask;
-        self.len -= 1;
-        slot
-    }
-
-    #[cold]
-    fn grow(&mut self) {
-        let cap = self.slots.len();
-        let mut next = TagRing::with_capacity(cap * 2);
-        for k in 0..self.len {
-            next.slots[k] = self.slots[(self.head + k) & (cap - 1)];
-        }
-        next.len = self.len;
-        *self = next;
-    }
-}
-
-impl<T> SfbQueue<T> {
+impl<T: Copy + Default> SfbQueue<T> {
     /// SFB with `sfb`, draining at `egress`'s rate.
     pub fn new(sfb: SfbConfig, egress: EgressConfig) -> Result<Self, SfbConfigError> {
         Ok(SfbQueue {
             sfb: Sfb::new(sfb)?,
             queue: EgressQueue::new(egress),
-            tags: TagRing::with_capacity(sfb.limit.min(egress.limit).min(1 << 16)),
         })
     }
 
@@ -1399,13 +1343,14 @@ impl<T> SfbQueue<T> {
     }
 
     /// The queue.
-    pub fn queue(&self) -> &EgressQueue<T> {
+    pub fn queue(&self) -> &EgressQueue<Queued<T>> {
         &self.queue
     }
 
     /// Offers a packet of `len` bytes at `now`. Dequeue everything that
     /// left by `now` first ([`drain_until`](Self::drain_until)) so that the
-    /// limit and the bin counts see the queue as it is at `now`.
+    /// limit and the bin counts see the queue as it is at `now`; or use
+    /// [`offer_batch`](Self::offer_batch), which does both for a batch.
     #[inline]
     pub fn enqueue(
         &mut self,
@@ -1416,71 +1361,20 @@ impl<T> SfbQueue<T> {
         len: u32,
         now: Timestamp,
     ) -> Result<Enqueued, DropReason> {
-        let a = self.sfb.active & 1;
-        let fused = self.sfb.fused;
-        // The active set's bins: offsets on the fused path (whose kernel
-        // raises the counts with the update), packed indices otherwise.
-        let word = if fused {
-            self.sfb.offsets(key)
-        } else {
-            key.packed[a]
+        let arrival = Arrival {
+            key: *key,
+            ecn_capable,
+            item,
+            len,
+            now,
         };
-        let offs = fused.then_some(word);
-        match self
-            .sfb
-            .decide(key, offs, flow, ecn_capable, self.queue.len(), now)
-        {
-            Err(d) => Err(d.reason()),
-            Ok(Decision {
-                mark,
-                sets,
-                standby,
-            }) => match self.queue.enqueue(item, len, now) {
-                Ok(()) => {
-                    // Built in registers: an array written by index and read
-                    // back whole would miss store-to-load forwarding.
-                    let words = if a == 0 {
-                        [word, standby]
-                    } else {
-                        [standby, word]
-                    };
-                    self.tags.push(words, sets);
-                    if !fused {
-                        self.sfb.adjust(sets, words, true);
-                    }
-                    Ok(if mark {
-                        Enqueued::Mark
-                    } else {
-                        Enqueued::Forward
-                    })
-                }
-                Err(r) => {
-                    self.sfb.child_drop();
-                    if fused {
-                        let words = if a == 0 {
-                            [word, standby]
-                        } else {
-                            [standby, word]
-                        };
-                        self.sfb.lower_fused(sets, words);
-                    }
-                    Err(r)
-                }
-            },
-        }
+        offer(&mut self.sfb, &mut self.queue.fifo(), &arrival, flow)
     }
 
     /// The head packet if the shaper released it by `now`.
     #[inline]
     pub fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
-        let d = self.queue.dequeue(now)?;
-        let t = self.tags.pop();
-        if self.sfb.fused {
-            self.sfb.lower_fused(t.sets, t.words);
-        } else {
-            self.sfb.adjust(t.sets, t.words, false);
-        }
-        Some(d)
+        take(&mut self.sfb, &mut self.queue.fifo(), now)
     }
 
     /// Dequeues every packet released by `now`, handing each to `f`;
@@ -1494,6 +1388,126 @@ impl<T> SfbQueue<T> {
         }
         k
     }
+
+    /// A batch of arrivals in time order, each as
+    /// [`drain_until`](Self::drain_until) its time (every departure to
+    /// `departed`) and then [`enqueue`](Self::enqueue): `arrival(k)`
+    /// describes arrival `k` of `0..n` and its flow (for the penalty-box
+    /// listing), `verdict(k, ..)` receives its outcome. Equal, packet for
+    /// packet, to those calls; faster, because the queue's per-packet state
+    /// stays in registers for the whole batch.
+    #[inline]
+    pub fn offer_batch(
+        &mut self,
+        n: usize,
+        mut arrival: impl FnMut(usize) -> (Arrival<T>, Option<FlowKey>),
+        mut verdict: impl FnMut(usize, Result<Enqueued, DropReason>),
+        mut departed: impl FnMut(Departure<T>),
+    ) {
+        let sfb = &mut self.sfb;
+        self.queue.batch(|fifo| {
+            for k in 0..n {
+                let (a, flow) = arrival(k);
+                while let Some(d) = take(sfb, fifo, a.now) {
+                    departed(d);
+                }
+                verdict(k, offer(sfb, fifo, &a, flow.as_ref()));
+            }
+        });
+    }
+}
+
+/// One arrival offered to an [`SfbQueue`] ([`SfbQueue::offer_batch`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival<T> {
+    /// Its bins (from a [`KeyBatch`] made after the last [`Sfb::tick`]).
+    pub key: SfbKey,
+    /// ECT(0) or ECT(1): marked rather than dropped when `p <= 1/2`.
+    pub ecn_capable: bool,
+    /// What to queue.
+    pub item: T,
+    /// Its length in bytes.
+    pub len: u32,
+    /// Its time (at least the previous arrival's).
+    pub now: Timestamp,
+}
+
+/// [`SfbQueue::enqueue`] on SFB and the queue's FIFO.
+#[inline(always)]
+fn offer<T: Copy + Default>(
+    sfb: &mut Sfb,
+    fifo: &mut Fifo<'_, Queued<T>>,
+    a: &Arrival<T>,
+    flow: Option<&FlowKey>,
+) -> Result<Enqueued, DropReason> {
+    let set = sfb.active & 1;
+    let fused = sfb.fused;
+    // The active set's bins: offsets on the fused path (whose kernel
+    // raises the counts with the update), packed indices otherwise.
+    let word = if fused {
+        sfb.offsets(&a.key)
+    } else {
+        a.key.packed(set)
+    };
+    let offs = fused.then_some(word);
+    let (mark, sets, standby) =
+        match sfb.decide(&a.key, offs, flow, a.ecn_capable, fifo.len(), a.now) {
+            Ok(d) => (d.mark, d.sets, d.standby),
+            Err(d) => return Err(d.reason()),
+        };
+    // Built in registers: an array written by index and read back whole
+    // would miss store-to-load forwarding.
+    let words = if set == 0 {
+        [word, standby]
+    } else {
+        [standby, word]
+    };
+    let queued = Queued {
+        item: a.item,
+        words,
+        sets,
+    };
+    match fifo.enqueue(queued, a.len, a.now) {
+        Ok(()) => {
+            if !fused {
+                sfb.adjust(sets, words, true);
+            }
+            Ok(if mark {
+                Enqueued::Mark
+            } else {
+                Enqueued::Forward
+            })
+        }
+        Err(r) => {
+            sfb.child_drop();
+            if fused {
+                sfb.lower_fused(sets, words);
+            }
+            Err(r)
+        }
+    }
+}
+
+/// [`SfbQueue::dequeue`] on SFB and the queue's FIFO.
+#[inline(always)]
+fn take<T: Copy + Default>(
+    sfb: &mut Sfb,
+    fifo: &mut Fifo<'_, Queued<T>>,
+    now: Timestamp,
+) -> Option<Departure<T>> {
+    let d = fifo.dequeue(now)?;
+    let Queued { item, words, sets } = d.item;
+    if sfb.fused {
+        sfb.lower_fused(sets, words);
+    } else {
+        sfb.adjust(sets, words, false);
+    }
+    Some(Departure {
+        item,
+        len: d.len,
+        enqueued: d.enqueued,
+        departed: d.departed,
+    })
 }
 
 /// Settings of an [`SfbStage`].
@@ -1653,6 +1667,8 @@ pub struct SfbStage {
     keys: PortKeys,
     last: Timestamp,
     departures: Vec<Departure<Option<FlowKey>>>,
+    /// The batch's outcomes, in [`PortKeys`] order.
+    verdicts: Vec<Result<Enqueued, DropReason>>,
 }
 
 impl SfbStage {
@@ -1664,6 +1680,7 @@ impl SfbStage {
             keys: PortKeys::new(),
             last: Timestamp::ZERO,
             departures: Vec::new(),
+            verdicts: Vec::new(),
         })
     }
 
@@ -1706,24 +1723,42 @@ impl Stage for SfbStage {
             return;
         }
         self.keys.hash(self.queue.sfb());
-        for k in 0..self.keys.len() {
-            let key = self.keys.key(k);
-            let packet = self.keys.packet(k);
-            let (ts, len, parsed) = {
-                let p = &batch.packets()[packet];
-                (p.ts, p.orig_len, p.parsed)
-            };
-            let t = ts.min(now).max(self.last);
-            self.last = t;
-            self.drain(t);
-            let flow = parsed.and_then(|x| x.flow);
-            let ecn = parsed.is_some_and(|x| x.ecn.is_ect());
-            let res = self.queue.enqueue(&key, flow.as_ref(), ecn, flow, len, t);
-            let p = &mut batch.packets_mut()[packet];
+        let keys = &self.keys;
+        let last = &mut self.last;
+        let record = self.cfg.record_departures;
+        let departures = &mut self.departures;
+        let verdicts = &mut self.verdicts;
+        verdicts.clear();
+        let packets = batch.packets();
+        self.queue.offer_batch(
+            keys.len(),
+            |k| {
+                let p = &packets[keys.packet(k)];
+                let t = p.ts.min(now).max(*last);
+                *last = t;
+                let flow = p.parsed.and_then(|x| x.flow);
+                let a = Arrival {
+                    key: keys.key(k),
+                    ecn_capable: p.parsed.is_some_and(|x| x.ecn.is_ect()),
+                    item: flow,
+                    len: p.orig_len,
+                    now: t,
+                };
+                (a, flow)
+            },
+            |_, v| verdicts.push(v),
+            |d| {
+                if record {
+                    departures.push(d);
+                }
+            },
+        );
+        for (k, &res) in self.verdicts.iter().enumerate() {
+            let p = &mut batch.packets_mut()[self.keys.packet(k)];
             match res {
                 Ok(Enqueued::Forward) => {}
                 Ok(Enqueued::Mark) => {
-                    if let Some(parsed) = parsed {
+                    if let Some(parsed) = p.parsed {
                         set_ce(p.data_mut(), &parsed);
                     }
                     p.mark();
@@ -1806,7 +1841,6 @@ impl BenchWorkload {
         Ok(SfbQueue {
             sfb: q.sfb.on_backend(backend)?,
             queue: q.queue,
-            tags: q.tags,
         })
     }
 
@@ -1834,29 +1868,42 @@ impl BenchWorkload {
         let mut kb = KeyBatch::new();
         let mut t = start;
         let mut sum = 0u64;
+        let mut departed = 0u64;
         let batch = batch.max(1);
         for (keys, ecn) in self.keys.chunks(batch).zip(self.ecn.chunks(batch)) {
             q.sfb_mut().tick(Timestamp::from_nanos(t));
             kb.hash(q.sfb(), keys);
-            for (i, &ecn) in ecn.iter().enumerate() {
-                let now = Timestamp::from_nanos(t);
-                sum += q.drain_until(now, |d| sum_item(d.item)) as u64;
-                let key = kb.key(i);
-                match q.enqueue(&key, None, ecn, i as u32, 1000, now) {
+            let t0 = t;
+            q.offer_batch(
+                ecn.len(),
+                |i| {
+                    let a = Arrival {
+                        key: kb.key(i),
+                        ecn_capable: ecn[i],
+                        item: i as u32,
+                        len: 1000,
+                        now: Timestamp::from_nanos(t0 + i as u64 * self.gap),
+                    };
+                    (a, None)
+                },
+                |_, v| match v {
                     Ok(Enqueued::Forward) => sum += 1 << 20,
                     Ok(Enqueued::Mark) => sum += 1 << 40,
                     Err(_) => {}
-                }
-                t += self.gap;
-            }
+                },
+                |d| departed += sum_item(d.item),
+            );
+            t += ecn.len() as u64 * self.gap;
         }
+        sum += departed;
         (sum, t)
     }
 }
 
 #[inline]
-fn sum_item(x: u32) {
+fn sum_item(x: u32) -> u64 {
     std::hint::black_box(x);
+    1
 }
 
 #[cfg(test)]
@@ -1990,7 +2037,7 @@ mod tests {
     /// box, early drops and marks, bucket drops and child drops, on every
     /// backend's kernel.
     #[test]
-    fn fused_path_equals_the_general_path() {
+    fn fused_batched_and_general_paths_agree() {
         let sfb = SfbConfig {
             seed: Some(7),
             rehash_ms: 40,
@@ -2013,6 +2060,8 @@ mod tests {
             fused.sfb = fused.sfb.on_backend(backend).unwrap();
             let mut general = fused.clone();
             general.sfb.fused = false;
+            // The fused path again, through `offer_batch`.
+            let mut batched = fused.clone();
             assert!(fused.sfb.fused);
             let mut s = 99u64;
             let flows: Vec<[u32; 4]> = (0..300u32).map(|f| [f, 7, f * 31, 17]).collect();
@@ -2035,24 +2084,58 @@ mod tests {
                     keys.push(flows[f as usize]);
                 }
                 kb.hash(fused.sfb(), &keys);
-                for i in 0..keys.len() {
-                    let now = Timestamp::from_nanos(t + i as u64 * 1000);
+                let ecns: Vec<bool> = keys.iter().map(|_| splitmix64(&mut s) & 1 == 0).collect();
+                // Arrivals spread over the batch at random gaps, so that
+                // departures fall between them.
+                let mut at = t;
+                let times: Vec<u64> = (0..keys.len())
+                    .map(|_| {
+                        at += splitmix64(&mut s) % 30_000;
+                        at
+                    })
+                    .collect();
+                let now = |i: usize| Timestamp::from_nanos(times[i]);
+                let (mut deps, mut verdicts) = (Vec::new(), Vec::new());
+                for (i, &ecn) in ecns.iter().enumerate() {
                     let mut a = Vec::new();
                     let mut b = Vec::new();
-                    fused.drain_until(now, |d| a.push(d.item));
-                    general.drain_until(now, |d| b.push(d.item));
-                    assert_eq!(a, b);
+                    fused.drain_until(now(i), |d| a.push(d.clone()));
+                    general.drain_until(now(i), |d| b.push(d.item));
+                    assert_eq!(a.iter().map(|d| d.item).collect::<Vec<_>>(), b);
+                    deps.extend(a);
                     let key = kb.key(i);
-                    let ecn = splitmix64(&mut s) & 1 == 0;
-                    let x = fused.enqueue(&key, None, ecn, i as u32, 1000, now);
-                    let y = general.enqueue(&key, None, ecn, i as u32, 1000, now);
+                    let x = fused.enqueue(&key, None, ecn, i as u32, 1000, now(i));
+                    let y = general.enqueue(&key, None, ecn, i as u32, 1000, now(i));
                     assert_eq!(x, y, "{backend:?} batch {batch} packet {i}");
+                    verdicts.push((i, x));
                 }
+                let (mut bdeps, mut bverdicts) = (Vec::new(), Vec::new());
+                batched.sfb_mut().tick(Timestamp::from_nanos(t));
+                batched.offer_batch(
+                    keys.len(),
+                    |i| {
+                        let a = Arrival {
+                            key: kb.key(i),
+                            ecn_capable: ecns[i],
+                            item: i as u32,
+                            len: 1000,
+                            now: now(i),
+                        };
+                        (a, None)
+                    },
+                    |i, v| bverdicts.push((i, v)),
+                    |d| bdeps.push(d),
+                );
+                assert_eq!(bverdicts, verdicts, "{backend:?} batch {batch}");
+                assert_eq!(bdeps, deps, "{backend:?} batch {batch}");
                 assert_eq!(
                     fused.sfb.bins, general.sfb.bins,
                     "{backend:?} batch {batch}"
                 );
+                assert_eq!(batched.sfb.bins, fused.sfb.bins);
                 assert_eq!(fused.sfb.counters, general.sfb.counters);
+                assert_eq!(batched.sfb.counters, fused.sfb.counters);
+                assert_eq!(batched.queue.stats(), fused.queue.stats());
             }
             let c = fused.sfb.counters;
             assert!(
