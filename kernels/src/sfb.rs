@@ -50,6 +50,9 @@ pub struct Steps {
     decrement: u16,
     /// `target - 1`, `decrement << 16`, `increment << 16`.
     words: [u32; 3],
+    /// Each of `words` repeated once per level: what the vector kernels
+    /// load, one instruction per vector.
+    lanes: [[u32; LEVELS]; 3],
 }
 
 impl Steps {
@@ -57,15 +60,17 @@ impl Steps {
     /// as the Linux kernel's `else if`).
     pub const fn new(target: u16, increment: u16, decrement: u16) -> Self {
         let target = if target == 0 { 1 } else { target };
+        let words = [
+            target as u32 - 1,
+            (decrement as u32) << 16,
+            (increment as u32) << 16,
+        ];
         Steps {
             target,
             increment,
             decrement,
-            words: [
-                target as u32 - 1,
-                (decrement as u32) << 16,
-                (increment as u32) << 16,
-            ],
+            words,
+            lanes: [[words[0]; LEVELS], [words[1]; LEVELS], [words[2]; LEVELS]],
         }
     }
 
@@ -88,17 +93,20 @@ impl Steps {
     pub fn words(&self) -> [u32; 3] {
         self.words
     }
+
+    /// [`words`](Self::words), each repeated once per level.
+    #[inline(always)]
+    pub(crate) fn lanes(&self) -> &[[u32; LEVELS]; 3] {
+        &self.lanes
+    }
 }
 
-/// The offset word of bins packed as eight 4-bit slices (level `r` in bits
-/// `4 r .. 4 r + 4` of `packed`): byte `r` is `16 r` plus that slice.
+/// The offset word of bins packed one level per byte (level `r`'s index
+/// in the low 4 bits of byte `r` of `packed`; the high bits are ignored):
+/// byte `r` becomes `16 r` plus that index.
 #[inline(always)]
 pub fn offsets(packed: u64) -> u64 {
-    let x = packed & 0xFFFF_FFFF;
-    let x = (x | (x << 16)) & 0x0000_FFFF_0000_FFFF;
-    let x = (x | (x << 8)) & 0x00FF_00FF_00FF_00FF;
-    let x = (x | (x << 4)) & 0x0F0F_0F0F_0F0F_0F0F;
-    x | 0x7060_5040_3020_1000
+    (packed & 0x0F0F_0F0F_0F0F_0F0F) | 0x7060_5040_3020_1000
 }
 
 /// Level `r`'s slot in an offset word.
@@ -120,8 +128,16 @@ pub fn raise(bins: &mut [u32; SLOTS], offs: u64) {
 /// [`Kernel::update_raise`]'s raise is taken back).
 #[inline(always)]
 pub fn lower(bins: &mut [u32; SLOTS], offs: u64) {
-    for r in 0..LEVELS {
-        let w = &mut bins[slot(offs, r)];
+    lower_bytes(bins, &offs.to_le_bytes());
+}
+
+/// [`lower`] of an offset word kept in memory as its bytes (a queued
+/// packet's tag): each slot is then one byte load rather than a shift and
+/// a mask of the word in a register.
+#[inline(always)]
+pub fn lower_bytes(bins: &mut [u32; SLOTS], offs: &[u8; 8]) {
+    for &o in offs {
+        let w = &mut bins[usize::from(o)];
         *w = w.wrapping_sub(1);
     }
 }
@@ -180,6 +196,21 @@ impl Kernel {
         self.backend
     }
 
+    /// Runs `f` compiled for this kernel's backend, so that
+    /// [`update_raise`](Self::update_raise) calls in it can be inlined
+    /// (mark the closure `#[inline(always)]` so that it is inlined too).
+    #[inline]
+    pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        match self.backend {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2 => {
+                // SAFETY: `Kernel::new` found AVX2 on this CPU.
+                unsafe { arch::x86_64::avx2::with_avx2(f) }
+            }
+            _ => f(),
+        }
+    }
+
     /// The arrival step on the eight bins of `offs` (see the module docs):
     /// probabilities updated, counts raised by one; returns the minimum
     /// count before the raise and the minimum new probability. Equal to
@@ -208,7 +239,7 @@ mod tests {
         let packed = 0x1234_5678_9ABC_DEF0u64;
         let offs = offsets(packed);
         for r in 0..LEVELS {
-            let nib = ((packed >> (4 * r)) & 15) as usize;
+            let nib = ((packed >> (8 * r)) & 15) as usize;
             assert_eq!(slot(offs, r), 16 * r + nib);
         }
     }

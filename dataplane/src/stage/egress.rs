@@ -108,9 +108,23 @@ struct Bucket {
     /// `floor((2^64 - 1) / rate)` (0 when unshaped): divides by `rate` with
     /// a multiply (see [`div_rate`](Self::div_rate)).
     inv: u64,
-    /// The last packet length's need split by `rate`: `(len, need, need /
-    /// rate, need % rate)` (see [`departure`](Self::departure)).
-    split: (u32, u64, u64, u64),
+    /// The last packet length's [`Split`].
+    split: Split,
+}
+
+/// What the bucket works out for a packet length, kept for the last length
+/// seen (packets of one length often follow each other).
+#[derive(Debug, Clone, Copy)]
+struct Split {
+    len: u32,
+    /// Units needed.
+    need: u64,
+    /// `need / rate` and `need % rate` (`rate > 0`).
+    q: u64,
+    r: u64,
+    /// The credit the bucket can keep after such a packet leaves:
+    /// `max(cap, need) - need`.
+    room: u64,
 }
 
 impl Bucket {
@@ -122,21 +136,31 @@ impl Bucket {
             tokens: cap,
             at: Timestamp::ZERO,
             inv: u64::MAX.checked_div(cfg.rate_bps).unwrap_or(0),
-            split: (0, 0, 0, 0),
+            split: Split {
+                len: 0,
+                need: 0,
+                q: 0,
+                r: 0,
+                room: cap,
+            },
         }
     }
 
-    /// The units a packet of `len` bytes needs, and their split by `rate`
-    /// (`rate > 0`), kept for the last length seen (packets of one length
-    /// often follow each other).
+    /// The [`Split`] of `len` (`rate > 0`).
     #[inline(always)]
-    fn split(&mut self, len: u32) -> (u64, u64, u64) {
-        if self.split.0 != len {
+    fn split(&mut self, len: u32) -> Split {
+        if self.split.len != len {
             let need = u64::from(len).saturating_mul(UNITS_PER_BYTE);
             let (q, r) = self.div_rate(need);
-            self.split = (len, need, q, r);
+            self.split = Split {
+                len,
+                need,
+                q,
+                r,
+                room: self.cap.max(need) - need,
+            };
         }
-        (self.split.1, self.split.2, self.split.3)
+        self.split
     }
 
     /// `(x / rate, x % rate)` exactly, for `rate > 0`, without a hardware
@@ -156,32 +180,35 @@ impl Bucket {
 
     /// When a packet needing `len` bytes, eligible from `ready`, leaves, and
     /// the credit left after it (`rate > 0`).
-    #[inline]
+    #[inline(always)]
     fn departure(&mut self, ready: Timestamp, len: u32) -> (Timestamp, u64) {
-        let (need, nq, nr) = self.split(len);
-        let cap = self.cap.max(need);
+        let Split {
+            need,
+            q: nq,
+            r: nr,
+            room,
+            ..
+        } = self.split(len);
         if ready <= self.at && self.tokens < self.rate && self.tokens < need {
             // A backlog: the packet was waiting when the previous one left,
             // which left less than a nanosecond's credit (`tokens <= cap`
-            // always holds after a departure). `need - tokens` divided by
-            // `rate` follows from `need`'s split without a division, which
-            // keeps the chain from one departure to the next short.
-            let tok = self.tokens;
-            let (q, r) = if nr >= tok {
-                (nq, nr - tok)
+            // always holds after a departure). The wait for `need - tokens`
+            // follows from `need`'s split without a division, which keeps
+            // the chain from one departure to the next short: with
+            // `need = nq * rate + nr` and `tokens < rate`, `nq` ns bring the
+            // credit to `tokens - nr + need`; if that is short of `need`
+            // (`tokens < nr`), one more ns adds `rate`.
+            let (over, short) = self.tokens.overflowing_sub(nr);
+            let (wait, over) = if short {
+                (nq + 1, over.wrapping_add(self.rate))
             } else {
-                (nq - 1, nr + self.rate - tok)
+                (nq, over)
             };
-            let (wait, over) = if r == 0 {
-                (q, 0)
-            } else {
-                (q + 1, self.rate - r)
-            };
-            return (self.at.add_nanos(wait), over.min(cap - need));
+            return (self.at.add_nanos(wait), over.min(room));
         }
         let t0 = ready.max(self.at);
         let gained = t0.nanos_since(self.at).saturating_mul(self.rate);
-        let tokens = self.tokens.saturating_add(gained).min(cap);
+        let tokens = self.tokens.saturating_add(gained).min(need + room);
         if tokens >= need {
             return (t0, tokens - need);
         }
@@ -195,7 +222,7 @@ impl Bucket {
         } else {
             (q + 1, self.rate - r)
         };
-        (t0.add_nanos(wait), over.min(cap - need))
+        (t0.add_nanos(wait), over.min(room))
     }
 }
 
@@ -227,17 +254,20 @@ pub struct EgressStats {
     pub enqueued: u64,
     /// Bytes accepted.
     pub bytes_in: u64,
-    /// Packets refused because the queue held `limit` packets.
-    pub overlimit: u64,
+    // The order below keeps two counters that a dequeue adds to apart:
+    // side by side, the compiler pairs their adds in one vector add, six
+    // instructions where two do.
     /// Packets that left.
     pub dequeued: u64,
-    /// Bytes that left.
-    pub bytes_out: u64,
+    /// Longest sojourn time, ns.
+    pub sojourn_max_ns: u64,
     /// Sum of the sojourn times of the packets that left, ns (wraps only
     /// after 584 years of summed sojourn).
     pub sojourn_sum_ns: u64,
-    /// Longest sojourn time, ns.
-    pub sojourn_max_ns: u64,
+    /// Packets refused because the queue held `limit` packets.
+    pub overlimit: u64,
+    /// Bytes that left.
+    pub bytes_out: u64,
 }
 
 impl EgressStats {
@@ -258,23 +288,6 @@ struct Slot<T> {
     enqueued: Timestamp,
 }
 
-/// What a queue changes per packet besides its slots, the bucket and the
-/// counters: the FIFO's head and length and the head's departure. Kept
-/// apart so that a batch ([`EgressQueue::batch`]) works on a copy in
-/// locals, which the compiler keeps in registers; in the struct they are
-/// reloaded after every store to memory it cannot tell apart from them
-/// (SFB's bins, the slots).
-#[derive(Debug, Clone, Copy)]
-struct Hot {
-    head: usize,
-    len: usize,
-    /// The head's departure and the credit after it, computed when the
-    /// packet becomes the head (arrivals behind it do not change it);
-    /// [`IDLE`] when the queue is empty. Kept ready so that a dequeue that
-    /// finds nothing due is one comparison.
-    due: (Timestamp, u64),
-}
-
 /// A FIFO of up to `limit` packets drained by a token-bucket shaper.
 ///
 /// The FIFO is a ring of slots, a power of two of them, that doubles when
@@ -284,19 +297,17 @@ struct Hot {
 pub struct EgressQueue<T> {
     cfg: EgressConfig,
     slots: Vec<Slot<T>>,
-    hot: Hot,
+    /// The oldest packet's slot.
+    head: usize,
+    /// Packets queued.
+    len: usize,
     bucket: Bucket,
+    /// The head's departure and the credit after it, computed when the
+    /// packet becomes the head (arrivals behind it do not change it);
+    /// [`IDLE`] when the queue is empty. Kept ready so that a dequeue that
+    /// finds nothing due is one comparison.
+    due: (Timestamp, u64),
     stats: EgressStats,
-}
-
-/// An [`EgressQueue`]'s operations on its slots and a [`Hot`] that is
-/// either the queue's own or a batch's copy.
-pub(crate) struct Fifo<'a, T> {
-    limit: usize,
-    slots: &'a mut Vec<Slot<T>>,
-    hot: &'a mut Hot,
-    bucket: &'a mut Bucket,
-    stats: &'a mut EgressStats,
 }
 
 impl<T> EgressQueue<T> {
@@ -308,13 +319,13 @@ impl<T> EgressQueue<T> {
     /// Packets queued.
     #[inline]
     pub fn len(&self) -> usize {
-        self.hot.len
+        self.len
     }
 
     /// Whether no packet is queued.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.hot.len == 0
+        self.len == 0
     }
 
     /// Bytes queued.
@@ -332,36 +343,7 @@ impl<T> EgressQueue<T> {
     /// not change it.
     #[inline]
     pub fn next_departure(&self) -> Option<Timestamp> {
-        (self.hot.len != 0).then_some(self.hot.due.0)
-    }
-
-    /// The queue's operations on its own state.
-    #[inline(always)]
-    pub(crate) fn fifo(&mut self) -> Fifo<'_, T> {
-        Fifo {
-            limit: self.cfg.limit,
-            slots: &mut self.slots,
-            hot: &mut self.hot,
-            bucket: &mut self.bucket,
-            stats: &mut self.stats,
-        }
-    }
-
-    /// Runs `f` on the queue with its per-packet state copied into a
-    /// local (see [`Hot`]) and written back afterwards: for a loop over a
-    /// batch of packets.
-    #[inline(always)]
-    pub(crate) fn batch<R>(&mut self, f: impl FnOnce(&mut Fifo<'_, T>) -> R) -> R {
-        let mut hot = self.hot;
-        let r = f(&mut Fifo {
-            limit: self.cfg.limit,
-            slots: &mut self.slots,
-            hot: &mut hot,
-            bucket: &mut self.bucket,
-            stats: &mut self.stats,
-        });
-        self.hot = hot;
-        r
+        (self.len != 0).then_some(self.due.0)
     }
 }
 
@@ -371,59 +353,36 @@ impl<T: Copy + Default> EgressQueue<T> {
         EgressQueue {
             cfg,
             slots: vec![Slot::default(); cfg.limit.clamp(16, 1 << 16).next_power_of_two()],
-            hot: Hot {
-                head: 0,
-                len: 0,
-                due: IDLE,
-            },
+            head: 0,
+            len: 0,
             bucket: Bucket::new(&cfg),
+            due: IDLE,
             stats: EgressStats::default(),
         }
     }
 
     /// Appends a packet of `len` bytes at `now`; [`DropReason::QueueFull`]
     /// (and the item dropped) when the queue holds `limit` packets.
-    #[inline]
+    #[inline(always)]
     pub fn enqueue(&mut self, item: T, len: u32, now: Timestamp) -> Result<(), DropReason> {
-        self.fifo().enqueue(item, len, now)
-    }
-
-    /// The head packet if the shaper has released it by `now`.
-    #[inline]
-    pub fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
-        self.fifo().dequeue(now)
-    }
-}
-
-impl<T: Copy + Default> Fifo<'_, T> {
-    /// Packets queued.
-    #[inline(always)]
-    pub(crate) fn len(&self) -> usize {
-        self.hot.len
-    }
-
-    /// [`EgressQueue::enqueue`].
-    #[inline(always)]
-    pub(crate) fn enqueue(&mut self, item: T, len: u32, now: Timestamp) -> Result<(), DropReason> {
-        let h = &mut *self.hot;
-        if h.len >= self.limit {
+        if self.len >= self.cfg.limit {
             self.stats.overlimit = self.stats.overlimit.saturating_add(1);
             return Err(DropReason::QueueFull);
         }
-        if h.len == self.slots.len() {
-            grow(self.slots, h);
+        if self.len == self.slots.len() {
+            self.grow();
         }
         let mask = self.slots.len() - 1;
-        if let Some(s) = self.slots.get_mut((h.head + h.len) & mask) {
+        if let Some(s) = self.slots.get_mut((self.head + self.len) & mask) {
             *s = Slot {
                 item,
                 len,
                 enqueued: now,
             };
         }
-        h.len += 1;
-        if h.len == 1 {
-            h.due = head_departure(self.bucket, now, len);
+        self.len += 1;
+        if self.len == 1 {
+            self.due = head_departure(&mut self.bucket, now, len);
         }
         // Counters are u64: they cannot wrap in practice; plain adds keep
         // the per-packet path short. (The backlog is `bytes_in - bytes_out`
@@ -436,23 +395,40 @@ impl<T: Copy + Default> Fifo<'_, T> {
         Ok(())
     }
 
-    /// [`EgressQueue::dequeue`].
+    /// The head packet if the shaper has released it by `now`.
+    #[inline]
+    pub fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
+        self.dequeue_with(now, |_| {})
+    }
+
+    /// [`dequeue`](Self::dequeue), showing `f` the item in its slot first
+    /// (read in place: its bytes need not be copied out).
     #[inline(always)]
-    pub(crate) fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
-        let h = &mut *self.hot;
-        let (departed, tokens) = h.due;
+    pub(crate) fn dequeue_with(
+        &mut self,
+        now: Timestamp,
+        f: impl FnOnce(&T),
+    ) -> Option<Departure<T>> {
+        let (departed, tokens) = self.due;
+        if departed > now {
+            return None;
+        }
         // An empty queue is due at the end of time, and may be asked then.
-        if departed > now || h.len == 0 {
+        if self.len == 0 {
             return None;
         }
         let mask = self.slots.len() - 1;
-        let slot = *self.slots.get(h.head)?;
-        h.head = (h.head + 1) & mask;
-        h.len -= 1;
+        let slot = self.slots.get(self.head)?;
+        f(&slot.item);
+        let slot = *slot;
+        self.head = (self.head + 1) & mask;
+        self.len -= 1;
         self.bucket.tokens = tokens;
         self.bucket.at = departed;
-        h.due = match self.slots.get(h.head) {
-            Some(next) if h.len != 0 => head_departure(self.bucket, next.enqueued, next.len),
+        self.due = match self.slots.get(self.head) {
+            Some(next) if self.len != 0 => {
+                head_departure(&mut self.bucket, next.enqueued, next.len)
+            }
             _ => IDLE,
         };
         let d = Departure {
@@ -461,7 +437,7 @@ impl<T: Copy + Default> Fifo<'_, T> {
             enqueued: slot.enqueued,
             departed,
         };
-        let s = &mut *self.stats;
+        let s = &mut self.stats;
         let sj = d.sojourn_ns();
         s.dequeued += 1;
         s.bytes_out += u64::from(d.len);
@@ -469,15 +445,15 @@ impl<T: Copy + Default> Fifo<'_, T> {
         s.sojourn_max_ns = s.sojourn_max_ns.max(sj);
         Some(d)
     }
-}
 
-/// Doubles a full ring, the queued slots moved to its start.
-#[cold]
-fn grow<T: Copy + Default>(slots: &mut Vec<Slot<T>>, h: &mut Hot) {
-    let cap = slots.len();
-    slots.rotate_left(h.head);
-    slots.resize(cap * 2, Slot::default());
-    h.head = 0;
+    /// Doubles the full ring, the queued slots moved to its start.
+    #[cold]
+    fn grow(&mut self) {
+        let cap = self.slots.len();
+        self.slots.rotate_left(self.head);
+        self.slots.resize(cap * 2, Slot::default());
+        self.head = 0;
+    }
 }
 
 /// The departure of a head packet of `len` bytes enqueued at `enqueued`,

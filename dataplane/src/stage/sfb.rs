@@ -14,11 +14,12 @@
 //! # Bin indices: slices, not double hashing
 //!
 //! [`BinIndex::Slices`] (the default) cuts the 64-bit pair `h2:h1` into `L`
-//! fields of `log2 N` bits, level `r` taking bits `r log2 N ..`, as the
-//! kernel cuts its one 32-bit hash into eight 4-bit pieces: the levels are
-//! independent, which is what SFB's analysis assumes. Either way `L log2 N
-//! <= 64` (8 x 16 uses 32 bits): a flow's indices travel packed in one
-//! `u64` per bin set, the same layout as the slices.
+//! equal fields ([`field_width`]: `64 / L` bits), level `r` taking the low
+//! `log2 N` bits of field `r` (8 x 16: the low nibble of each byte), as the
+//! Linux kernel cuts its one 32-bit hash into eight 4-bit pieces: the
+//! levels are independent, which is what SFB's analysis assumes. Either
+//! way `L log2 N <= 64`: a flow's indices travel packed in one `u64` per
+//! bin set, in the same fields.
 //!
 //! [`BinIndex::Partitioned`] uses the kernels' partitioned indices (row `r`:
 //! `(h1 + r * (h2 | 1)) >> (32 - log2 N)`), one `partitioned` call per batch.
@@ -193,7 +194,7 @@ use core::fmt;
 use std::any::Any;
 
 use kernels::index::Partitioned;
-use kernels::sfb as sfb_kernel;
+use kernels::sfb::{self as sfb_kernel, Kernel};
 use kernels::{Backend, BackendError, HashPair, Hasher, splitmix64};
 use serde::Deserialize;
 
@@ -202,7 +203,7 @@ use crate::flow::FlowKey;
 use crate::pipeline::{Batch, DropReason, Stage, Verdict};
 use crate::wire::set_ce;
 
-use super::egress::{Departure, EgressConfig, EgressQueue, Fifo};
+use super::egress::{Departure, EgressConfig, EgressQueue};
 
 /// Probability 1 in Q0.16 (65535/65536, as in the kernel).
 pub const SFB_MAX_PROB: u16 = 0xFFFF;
@@ -414,11 +415,13 @@ impl SfbKey {
         }
     }
 
-    /// Level `r`'s bin in set `set` for bins of `2^log2` entries.
+    /// Level `r`'s bin in set `set` for `levels` levels of `2^log2` bins
+    /// (the low `log2` bits of field `r`, see [`field_width`]).
     #[inline]
-    pub fn bin(&self, set: usize, r: usize, log2: u32) -> u32 {
+    pub fn bin(&self, set: usize, r: usize, levels: usize, log2: u32) -> u32 {
         let mask = (1u64 << log2) - 1;
-        (self.packed(set).checked_shr(r as u32 * log2).unwrap_or(0) & mask) as u32
+        let shift = r as u32 * field_width(levels);
+        (self.packed(set).checked_shr(shift).unwrap_or(0) & mask) as u32
     }
 }
 
@@ -562,12 +565,16 @@ impl fmt::Display for SfbStats {
     }
 }
 
-/// SplitMix64 (Steele, Lea, Flood 2014): one add and two multiply-xorshift
-/// rounds per 64 bits, full period 2^64, passes BigCrush; ample for 16-bit
-/// coin flips, and seedable so a replay draws the same coins. One output
-/// per draw (its top 16 bits): sharing an output among four draws needed a
-/// refill branch that the predictor missed on about a quarter of packets,
-/// which cost more than the arithmetic it saved.
+/// A multiplicative congruential generator modulo 2^64 (Lehmer) with a
+/// multiplier of good spectral figure (Steele and Vigna, "Computationally
+/// easy, spectrally good multipliers for congruential pseudorandom number
+/// generators", 2022): one multiply per draw, whose top 16 bits are the
+/// coin (the high bits of such a generator are its good ones; the state is
+/// odd, period 2^62). Seedable, so a replay draws the same coins. One
+/// output per draw: sharing an output among draws needed a refill branch
+/// that the predictor missed on about a quarter of packets. (SplitMix64,
+/// used before, cost three multiplies' worth of instructions more per
+/// packet.)
 #[derive(Debug, Clone)]
 struct Coins {
     state: u64,
@@ -575,12 +582,16 @@ struct Coins {
 
 impl Coins {
     fn new(seed: u64) -> Self {
-        Coins { state: seed }
+        let mut s = seed;
+        Coins {
+            state: splitmix64(&mut s) | 1,
+        }
     }
 
     #[inline]
     fn u16(&mut self) -> u16 {
-        (splitmix64(&mut self.state) >> 48) as u16
+        self.state = self.state.wrapping_mul(0xD134_2543_DE82_EF95);
+        (self.state >> 48) as u16
     }
 }
 
@@ -645,12 +656,24 @@ pub fn slices(pair: HashPair) -> u64 {
     (u64::from(pair.h2) << 32) | u64::from(pair.h1)
 }
 
-/// Level `r`'s bin of `pair` when bins are [`BinIndex::Slices`]: bits
-/// `r * log2 .. (r + 1) * log2` of `h2:h1` (`r * log2 < 64`).
+/// The bits of the packed word given to each of `levels` levels
+/// (`64 / levels`, at least `log2 N` since `levels * log2 N <= 64`): level
+/// `r`'s index is the low `log2 N` bits of bits `r * width ..`. Spread
+/// evenly, eight levels take one byte each, and the kernel's offset word
+/// ([`sfb_kernel::offsets`]) is then two bit operations away.
 #[inline]
-pub fn slice_index(pair: HashPair, r: usize, log2: u32) -> u32 {
+pub const fn field_width(levels: usize) -> u32 {
+    64 / if levels == 0 { 1 } else { levels as u32 }
+}
+
+/// Level `r`'s bin of `pair` when bins are [`BinIndex::Slices`] of
+/// `levels` levels: the low `log2` bits of field `r` of `h2:h1` (see
+/// [`field_width`]).
+#[inline]
+pub fn slice_index(pair: HashPair, r: usize, levels: usize, log2: u32) -> u32 {
     let mask = (1u64 << log2) - 1;
-    (slices(pair).checked_shr(r as u32 * log2).unwrap_or(0) & mask) as u32
+    let shift = r as u32 * field_width(levels);
+    (slices(pair).checked_shr(shift).unwrap_or(0) & mask) as u32
 }
 
 /// Stochastic Fair Blue: the bins, the hash keys, the penalty box and the
@@ -661,6 +684,8 @@ pub struct Sfb {
     levels: usize,
     n: usize,
     log2: u32,
+    /// [`field_width`] of `levels`.
+    width: u32,
     layout: Partitioned,
     /// Per set, each bin as one word: `qlen` in bits 0..16, `p_mark` in
     /// bits 16..32. Every access reads or writes the whole word, so a load
@@ -674,7 +699,7 @@ pub struct Sfb {
     /// the packets queued plus the arrival, stays below `u16::MAX`.
     fused: bool,
     /// The fused path's arrival kernel, on the hashers' backend.
-    kernel: sfb_kernel::Kernel,
+    kernel: Kernel,
     /// `target` (at least 1: `qlen == 0` only decrements, as the Linux
     /// kernel's `else if`), `increment`, `decrement`, for every path.
     steps: sfb_kernel::Steps,
@@ -710,13 +735,13 @@ impl Sfb {
             Hasher::with_seed(derive_seed(base_seed, 1)),
         ];
         // A hasher's backend is one this CPU has (its invariant).
-        let kernel = sfb_kernel::Kernel::new(hashers[0].backend())
-            .unwrap_or_else(|_| sfb_kernel::Kernel::scalar());
+        let kernel = Kernel::new(hashers[0].backend()).unwrap_or_else(|_| Kernel::scalar());
         Ok(Sfb {
             cfg,
             levels: cfg.levels,
             n,
             log2: cfg.log2_bins,
+            width: field_width(cfg.levels),
             layout: Partitioned::new(cfg.levels, cfg.log2_bins),
             bins: [vec![0; size], vec![0; size]],
             fused: kernel_shape && cfg.limit < usize::from(u16::MAX),
@@ -744,7 +769,7 @@ impl Sfb {
             *h = h.clone().on_backend(backend)?;
         }
         self.backend = Some(backend);
-        self.kernel = sfb_kernel::Kernel::new(backend)?;
+        self.kernel = Kernel::new(backend)?;
         Ok(self)
     }
 
@@ -867,7 +892,7 @@ impl Sfb {
                 key.packed[set] = match self.cfg.index {
                     BinIndex::Slices => slices(pair),
                     BinIndex::Partitioned => (0..self.levels).fold(0, |v, r| {
-                        v | u64::from(row_index(pair, r, self.log2)) << (r as u32 * self.log2)
+                        v | u64::from(row_index(pair, r, self.log2)) << (r as u32 * self.width)
                     }),
                 };
             }
@@ -895,7 +920,7 @@ impl Sfb {
     }
 
     /// The fused arrival step on set `set`'s bins of offset word `offs`
-    /// ([`sfb_kernel::Kernel::update_raise`]): probabilities updated and
+    /// ([`Kernel::update_raise`]): probabilities updated and
     /// counts raised by one.
     #[inline(always)]
     fn update_raise(&mut self, set: usize, offs: u64) -> (u16, u16) {
@@ -923,7 +948,7 @@ impl Sfb {
     #[inline(always)]
     fn update_levels<const L: usize>(&mut self, set: usize, packed: u64) -> (u16, u16) {
         let levels = if L == 0 { self.levels } else { L };
-        let (n, b, mask) = (self.n, self.log2, self.n as u64 - 1);
+        let (n, b, mask) = (self.n, self.width, self.n as u64 - 1);
         let steps = &self.steps;
         let bins = &mut self.bins[set];
         let (mut minq, mut minp) = (u16::MAX, u16::MAX);
@@ -941,7 +966,10 @@ impl Sfb {
     pub fn probe(&self, key: &SfbKey) -> (u16, u16) {
         let bins = &self.bins[self.active];
         (0..self.levels)
-            .map(|r| unword(bins[r * self.n + key.bin(self.active, r, self.log2) as usize]))
+            .map(|r| {
+                let i = key.bin(self.active, r, self.levels, self.log2);
+                unword(bins[r * self.n + i as usize])
+            })
             .fold((u16::MAX, u16::MAX), |(q, p), b| {
                 (q.min(b.qlen), p.min(b.p_mark))
             })
@@ -999,7 +1027,8 @@ impl Sfb {
             Some(offs) => self.update_raise(a, offs),
             None => self.update(a, key.packed(a)),
         };
-        let sets = 1u8 << a;
+        // `a` is 0 or 1.
+        let sets = (a & 1) as u8 + 1;
         // Only the active set is in `sets`: its word in both places.
         let offs = [fused.unwrap_or(0); 2];
         if minq >= self.cfg.max {
@@ -1010,7 +1039,12 @@ impl Sfb {
             return Err(SfbDrop::Bucket);
         }
         if minp == SFB_MAX_PROB {
-            return self.penalise(key, fused, flow, sets, now);
+            // The standby set's bins (`None` when the key has none), not
+            // the key: a reference would keep the key in memory on the
+            // common path too.
+            let s = a ^ 1;
+            let standby = key.has_set(s).then(|| key.packed(s));
+            return self.penalise(standby, fused, flow, sets, now);
         }
         // Step 5 without branches but the one on its outcome: the draw is
         // random, so a branch per test would be mispredicted about as often
@@ -1036,11 +1070,12 @@ impl Sfb {
         })
     }
 
-    /// Step 4: the flow is unresponsive.
+    /// Step 4: the flow is unresponsive. `packed`: its bins in the standby
+    /// set, if the key has them.
     #[inline(never)]
     fn penalise(
         &mut self,
-        key: &SfbKey,
+        packed: Option<u64>,
         fused: Option<u64>,
         flow: Option<&FlowKey>,
         mut sets: u8,
@@ -1049,8 +1084,8 @@ impl Sfb {
         let a = self.active;
         let s = a ^ 1;
         let mut standby = 0;
-        if self.double_buffering && key.has_set(s) {
-            standby = key.packed(s);
+        if let (true, Some(p)) = (self.double_buffering, packed) {
+            standby = p;
             if fused.is_some() {
                 standby = sfb_kernel::offsets(standby);
                 self.update_raise(s, standby);
@@ -1111,7 +1146,7 @@ impl Sfb {
     /// [`adjust`](Self::adjust) of one set.
     #[inline(never)]
     fn adjust_any(&mut self, set: usize, packed: u64, up: bool) {
-        let (n, b, mask) = (self.n, self.log2, self.n as u64 - 1);
+        let (n, b, mask) = (self.n, self.width, self.n as u64 - 1);
         let levels = self.levels;
         let bins = &mut self.bins[set];
         let bin_of = |r: usize| r * n + ((packed >> (r as u32 * b)) & mask) as usize;
@@ -1220,9 +1255,8 @@ fn os_seed() -> u64 {
 pub struct KeyBatch {
     pairs: Vec<HashPair>,
     idx: Vec<u32>,
-    packed: [Vec<u64>; 2],
-    n: usize,
-    sets: u8,
+    /// The last batch's keys, whole (a key is then one indexed read).
+    keys: Vec<SfbKey>,
 }
 
 impl KeyBatch {
@@ -1234,30 +1268,39 @@ impl KeyBatch {
     /// Hashes `keys` for `sfb`'s sets in use.
     pub fn hash<const W: usize>(&mut self, sfb: &Sfb, keys: &[[u32; W]]) {
         let n = keys.len();
-        self.n = n;
-        self.sets = sfb.sets_in_use();
+        let sets = sfb.sets_in_use();
+        self.keys.clear();
+        // A set not in use has no words: 0.
+        self.keys.resize(
+            n,
+            SfbKey {
+                packed: [0; 2],
+                sets: u64::from(sets),
+            },
+        );
         if n == 0 {
             return;
         }
         self.pairs.resize(n, HashPair::default());
         for set in 0..2 {
-            if self.sets & (1 << set) == 0 {
+            if sets & (1 << set) == 0 {
                 continue;
             }
             let h = &sfb.hashers[set];
             h.hash_batch(keys, &mut self.pairs);
-            let packed = &mut self.packed[set];
-            packed.clear();
             match sfb.cfg.index {
-                BinIndex::Slices => packed.extend(self.pairs.iter().map(|&p| slices(p))),
+                BinIndex::Slices => {
+                    for (k, &p) in self.keys.iter_mut().zip(&self.pairs) {
+                        k.packed[set] = slices(p);
+                    }
+                }
                 BinIndex::Partitioned => {
                     self.idx.resize(sfb.levels * n, 0);
                     h.partitioned(&self.pairs, sfb.layout, &mut self.idx);
-                    packed.resize(n, 0);
                     for (r, row) in self.idx.chunks_exact(n).enumerate() {
-                        let shift = r as u32 * sfb.log2;
-                        for (v, &i) in packed.iter_mut().zip(row) {
-                            *v |= u64::from(i) << shift;
+                        let shift = r as u32 * sfb.width;
+                        for (k, &i) in self.keys.iter_mut().zip(row) {
+                            k.packed[set] |= u64::from(i) << shift;
                         }
                     }
                 }
@@ -1267,12 +1310,12 @@ impl KeyBatch {
 
     /// Keys hashed by the last [`hash`](Self::hash).
     pub fn len(&self) -> usize {
-        self.n
+        self.keys.len()
     }
 
     /// Whether the last batch was empty.
     pub fn is_empty(&self) -> bool {
-        self.n == 0
+        self.keys.is_empty()
     }
 
     /// The bins of key `i` of the last batch.
@@ -1281,19 +1324,7 @@ impl KeyBatch {
     /// If `i >= len()`.
     #[inline]
     pub fn key(&self, i: usize) -> SfbKey {
-        assert!(i < self.n, "KeyBatch::key({i}) of {}", self.n);
-        // A set not in use has no words (its vector may be stale): 0.
-        let word = |set: usize| {
-            if self.sets & (1 << set) != 0 {
-                self.packed[set].get(i).copied().unwrap_or(0)
-            } else {
-                0
-            }
-        };
-        SfbKey {
-            packed: [word(0), word(1)],
-            sets: u64::from(self.sets),
-        }
+        self.keys[i]
     }
 }
 
@@ -1319,8 +1350,18 @@ pub struct SfbQueue<T> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Queued<T> {
     item: T,
-    words: [u64; 2],
+    /// Per set, the word's bytes (little-endian): on the fused path a
+    /// departure reads its eight slots from here one byte each.
+    words: [[u8; 8]; 2],
     sets: u8,
+}
+
+impl<T> Queued<T> {
+    /// The words.
+    #[inline(always)]
+    fn words(&self) -> [u64; 2] {
+        self.words.map(u64::from_le_bytes)
+    }
 }
 
 impl<T: Copy + Default> SfbQueue<T> {
@@ -1368,13 +1409,13 @@ impl<T: Copy + Default> SfbQueue<T> {
             len,
             now,
         };
-        offer(&mut self.sfb, &mut self.queue.fifo(), &arrival, flow)
+        offer(&mut self.sfb, &mut self.queue, &arrival, flow)
     }
 
     /// The head packet if the shaper released it by `now`.
     #[inline]
     pub fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
-        take(&mut self.sfb, &mut self.queue.fifo(), now)
+        take(&mut self.sfb, &mut self.queue, now)
     }
 
     /// Dequeues every packet released by `now`, handing each to `f`;
@@ -1394,8 +1435,9 @@ impl<T: Copy + Default> SfbQueue<T> {
     /// `departed`) and then [`enqueue`](Self::enqueue): `arrival(k)`
     /// describes arrival `k` of `0..n` and its flow (for the penalty-box
     /// listing), `verdict(k, ..)` receives its outcome. Equal, packet for
-    /// packet, to those calls; faster, because the queue's per-packet state
-    /// stays in registers for the whole batch.
+    /// packet, to those calls; faster, because
+    /// the loop is compiled for the kernel's backend, which inlines the
+    /// kernel into it ([`kernels::sfb::Kernel::run`]).
     #[inline]
     pub fn offer_batch(
         &mut self,
@@ -1404,16 +1446,21 @@ impl<T: Copy + Default> SfbQueue<T> {
         mut verdict: impl FnMut(usize, Result<Enqueued, DropReason>),
         mut departed: impl FnMut(Departure<T>),
     ) {
-        let sfb = &mut self.sfb;
-        self.queue.batch(|fifo| {
-            for k in 0..n {
-                let (a, flow) = arrival(k);
-                while let Some(d) = take(sfb, fifo, a.now) {
-                    departed(d);
+        let kernel = self.sfb.kernel;
+        // Compiled for the kernel's backend, so that the kernel is inlined
+        // into the loop (see `Kernel::run`).
+        kernel.run(
+            #[inline(always)]
+            || {
+                for k in 0..n {
+                    let (a, flow) = arrival(k);
+                    while let Some(d) = take(&mut self.sfb, &mut self.queue, a.now) {
+                        departed(d);
+                    }
+                    verdict(k, offer(&mut self.sfb, &mut self.queue, &a, flow.as_ref()));
                 }
-                verdict(k, offer(sfb, fifo, &a, flow.as_ref()));
-            }
-        });
+            },
+        );
     }
 }
 
@@ -1436,7 +1483,7 @@ pub struct Arrival<T> {
 #[inline(always)]
 fn offer<T: Copy + Default>(
     sfb: &mut Sfb,
-    fifo: &mut Fifo<'_, Queued<T>>,
+    queue: &mut EgressQueue<Queued<T>>,
     a: &Arrival<T>,
     flow: Option<&FlowKey>,
 ) -> Result<Enqueued, DropReason> {
@@ -1451,7 +1498,7 @@ fn offer<T: Copy + Default>(
     };
     let offs = fused.then_some(word);
     let (mark, sets, standby) =
-        match sfb.decide(&a.key, offs, flow, a.ecn_capable, fifo.len(), a.now) {
+        match sfb.decide(&a.key, offs, flow, a.ecn_capable, queue.len(), a.now) {
             Ok(d) => (d.mark, d.sets, d.standby),
             Err(d) => return Err(d.reason()),
         };
@@ -1464,10 +1511,10 @@ fn offer<T: Copy + Default>(
     };
     let queued = Queued {
         item: a.item,
-        words,
+        words: words.map(u64::to_le_bytes),
         sets,
     };
-    match fifo.enqueue(queued, a.len, a.now) {
+    match queue.enqueue(queued, a.len, a.now) {
         Ok(()) => {
             if !fused {
                 sfb.adjust(sets, words, true);
@@ -1492,18 +1539,24 @@ fn offer<T: Copy + Default>(
 #[inline(always)]
 fn take<T: Copy + Default>(
     sfb: &mut Sfb,
-    fifo: &mut Fifo<'_, Queued<T>>,
+    queue: &mut EgressQueue<Queued<T>>,
     now: Timestamp,
 ) -> Option<Departure<T>> {
-    let d = fifo.dequeue(now)?;
-    let Queued { item, words, sets } = d.item;
-    if sfb.fused {
-        sfb.lower_fused(sets, words);
-    } else {
-        sfb.adjust(sets, words, false);
-    }
+    let d = queue.dequeue_with(now, |q| {
+        if sfb.fused {
+            for (set, o) in q.words.iter().enumerate() {
+                if q.sets & (1 << set) != 0
+                    && let Some(bins) = kernel_bins(&mut sfb.bins[set])
+                {
+                    sfb_kernel::lower_bytes(bins, o);
+                }
+            }
+        } else {
+            sfb.adjust(q.sets, q.words(), false);
+        }
+    })?;
     Some(Departure {
-        item,
+        item: d.item.item,
         len: d.len,
         enqueued: d.enqueued,
         departed: d.departed,
@@ -1873,16 +1926,16 @@ impl BenchWorkload {
         for (keys, ecn) in self.keys.chunks(batch).zip(self.ecn.chunks(batch)) {
             q.sfb_mut().tick(Timestamp::from_nanos(t));
             kb.hash(q.sfb(), keys);
-            let t0 = t;
+            let (t0, gap, kb) = (t, self.gap, &kb);
             q.offer_batch(
                 ecn.len(),
-                |i| {
+                move |i| {
                     let a = Arrival {
                         key: kb.key(i),
                         ecn_capable: ecn[i],
                         item: i as u32,
                         len: 1000,
-                        now: Timestamp::from_nanos(t0 + i as u64 * self.gap),
+                        now: Timestamp::from_nanos(t0 + i as u64 * gap),
                     };
                     (a, None)
                 },
@@ -1978,7 +2031,7 @@ mod tests {
                 for (i, k) in keys.iter().enumerate() {
                     let key = kb.key(i);
                     assert_eq!(key, sfb.key_one(k));
-                    assert!((0..8).all(|r| key.bin(0, r, 4) < 16));
+                    assert!((0..8).all(|r| key.bin(0, r, 8, 4) < 16));
                 }
             }
             assert!(sfb.double_buffering());
@@ -1992,11 +2045,17 @@ mod tests {
             h1: 0x7654_3210,
             h2: 0xfedc_ba98,
         };
-        let got: Vec<u32> = (0..16).map(|r| slice_index(p, r, 4)).collect();
+        // Sixteen levels: one nibble each.
+        let got: Vec<u32> = (0..16).map(|r| slice_index(p, r, 16, 4)).collect();
         assert_eq!(got, (0..16).collect::<Vec<u32>>());
-        assert_eq!(slice_index(p, 0, 8), 0x10);
-        assert_eq!(slice_index(p, 7, 8), 0xfe);
-        assert_eq!(slice_index(p, 3, 0), 0);
+        // Eight levels: the low bits of each byte.
+        let got: Vec<u32> = (0..8).map(|r| slice_index(p, r, 8, 4)).collect();
+        assert_eq!(got, [0, 2, 4, 6, 8, 0xa, 0xc, 0xe]);
+        assert_eq!(slice_index(p, 0, 8, 8), 0x10);
+        assert_eq!(slice_index(p, 7, 8, 8), 0xfe);
+        assert_eq!(slice_index(p, 3, 8, 0), 0);
+        // Two levels of 20 bits: bits 0.. and 32...
+        assert_eq!(slice_index(p, 1, 2, 20), 0xcba98);
         let bad = SfbConfig {
             levels: 16,
             log2_bins: 5,

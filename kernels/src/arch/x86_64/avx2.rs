@@ -376,7 +376,8 @@ unsafe fn sfb_update_raise_body(
 ) -> (u16, u16) {
     let i: [usize; 8] = core::array::from_fn(|r| crate::sfb::slot(offs, r));
     // SAFETY: AVX2 is enabled (the caller's promise); the intrinsics below
-    // only touch registers, and every slot is a byte, below `SLOTS`.
+    // touch registers and the three 32-byte arrays of `s.lanes()` (unaligned
+    // loads), and every slot is a byte, below `SLOTS`.
     unsafe {
         let w = _mm256_setr_epi32(
             bins[i[0]] as i32,
@@ -389,7 +390,10 @@ unsafe fn sfb_update_raise_body(
             bins[i[7]] as i32,
         );
         // The counts as 32-bit lanes (below 2^16: signed compares are exact).
-        let [target_m1, down, up] = s.words().map(|x| _mm256_set1_epi32(x as i32));
+        // One load per vector: `lanes` holds each word eight times.
+        let [target_m1, down, up] = s
+            .lanes()
+            .map(|l| _mm256_loadu_si256(l.as_ptr().cast::<__m256i>()));
         let q = _mm256_blend_epi16::<0b1010_1010>(w, _mm256_setzero_si256());
         let empty = _mm256_cmpeq_epi32(q, _mm256_setzero_si256());
         let full = _mm256_cmpgt_epi32(q, target_m1);
@@ -421,6 +425,7 @@ unsafe fn sfb_update_raise_body(
 }
 
 #[target_feature(enable = "avx2")]
+#[inline]
 unsafe fn sfb_update_raise_avx2(
     bins: &mut [u32; crate::sfb::SLOTS],
     offs: u64,
@@ -428,6 +433,17 @@ unsafe fn sfb_update_raise_avx2(
 ) -> (u16, u16) {
     // SAFETY: AVX2 is enabled here.
     unsafe { sfb_update_raise_body(bins, offs, s) }
+}
+
+/// Runs `f` compiled with AVX2 enabled, so that AVX2 functions called
+/// in it (such as [`sfb_update_raise`]) can be inlined into it.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
+    f()
 }
 
 /// SFB's arrival step with AVX2; see [`crate::sfb::update_raise_scalar`].
