@@ -94,8 +94,10 @@ impl Steps {
         self.words
     }
 
-    /// [`words`](Self::words), each repeated once per level.
+    /// [`words`](Self::words), each repeated once per level (the AVX2
+    /// kernel's operands; NEON broadcasts a word in one instruction).
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn lanes(&self) -> &[[u32; LEVELS]; 3] {
         &self.lanes
     }
