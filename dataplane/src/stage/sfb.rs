@@ -691,8 +691,14 @@ pub struct Sfb {
     /// bits 16..32. Every access reads or writes the whole word, so a load
     /// after a recent store to the same bin is forwarded from the store
     /// buffer (a 32-bit load of a bin whose count was just written as 16
-    /// bits stalls until the store commits).
+    /// bits stalls until the store commits). Empty in the kernel's shape,
+    /// whose bins are `kbins`.
     bins: [Vec<u32>; 2],
+    /// The kernel's shape's bins as its fixed arrays (so that the fused
+    /// path indexes them without a length check); unused in other shapes.
+    kbins: [Box<[u32; sfb_kernel::SLOTS]>; 2],
+    /// `levels` and `log2_bins` are the kernel's.
+    kernel_shape: bool,
     /// An [`SfbQueue`] takes the fused path ([`sfb_kernel`]): the kernel's
     /// shape (8 x 16; the bins are then [`sfb_kernel::SLOTS`] words per
     /// set) and `limit < 2^16 - 1`, so that a count, which never exceeds
@@ -725,11 +731,7 @@ impl Sfb {
         let n = cfg.bins();
         let kernel_shape =
             cfg.levels == sfb_kernel::LEVELS && cfg.log2_bins == sfb_kernel::LOG2_BINS;
-        let size = if kernel_shape {
-            sfb_kernel::SLOTS
-        } else {
-            cfg.levels * n
-        };
+        let size = if kernel_shape { 0 } else { cfg.levels * n };
         let hashers = [
             Hasher::with_seed(derive_seed(base_seed, 0)),
             Hasher::with_seed(derive_seed(base_seed, 1)),
@@ -744,6 +746,11 @@ impl Sfb {
             width: field_width(cfg.levels),
             layout: Partitioned::new(cfg.levels, cfg.log2_bins),
             bins: [vec![0; size], vec![0; size]],
+            kbins: [
+                Box::new([0; sfb_kernel::SLOTS]),
+                Box::new([0; sfb_kernel::SLOTS]),
+            ],
+            kernel_shape,
             fused: kernel_shape && cfg.limit < usize::from(u16::MAX),
             kernel,
             steps: sfb_kernel::Steps::new(cfg.target, cfg.increment, cfg.decrement),
@@ -827,7 +834,20 @@ impl Sfb {
 
     /// The bin words of set `set` (see [`Sfb::bins`]'s field docs).
     fn words(&self, set: usize) -> &[u32] {
-        &self.bins[set & 1][..self.levels * self.n]
+        if self.kernel_shape {
+            &self.kbins[set & 1][..sfb_kernel::BINS]
+        } else {
+            &self.bins[set & 1]
+        }
+    }
+
+    /// [`words`](Self::words), writable.
+    fn words_mut(&mut self, set: usize) -> &mut [u32] {
+        if self.kernel_shape {
+            &mut self.kbins[set & 1][..sfb_kernel::BINS]
+        } else {
+            &mut self.bins[set & 1]
+        }
     }
 
     /// The event counters.
@@ -872,7 +892,7 @@ impl Sfb {
             Some(b) => h.clone().on_backend(b).unwrap_or(h),
             None => h,
         };
-        for w in &mut self.bins[old] {
+        for w in self.words_mut(old) {
             *w &= 0xFFFF;
         }
         self.active ^= 1;
@@ -924,11 +944,8 @@ impl Sfb {
     /// counts raised by one.
     #[inline(always)]
     fn update_raise(&mut self, set: usize, offs: u64) -> (u16, u16) {
-        match kernel_bins(&mut self.bins[set & 1]) {
-            Some(bins) => self.kernel.update_raise(bins, offs, &self.steps),
-            // `fused` implies the kernel's shape.
-            None => (0, 0),
-        }
+        self.kernel
+            .update_raise(&mut self.kbins[set & 1], offs, &self.steps)
     }
 
     /// Takes back [`update_raise`](Self::update_raise)'s raise (or a
@@ -936,10 +953,8 @@ impl Sfb {
     #[inline(always)]
     fn lower_fused(&mut self, sets: u8, offs: [u64; 2]) {
         for (set, &o) in offs.iter().enumerate() {
-            if sets & (1 << set) != 0
-                && let Some(bins) = kernel_bins(&mut self.bins[set])
-            {
-                sfb_kernel::lower(bins, o);
+            if sets & (1 << set) != 0 {
+                sfb_kernel::lower(&mut self.kbins[set], o);
             }
         }
     }
@@ -950,7 +965,11 @@ impl Sfb {
         let levels = if L == 0 { self.levels } else { L };
         let (n, b, mask) = (self.n, self.width, self.n as u64 - 1);
         let steps = &self.steps;
-        let bins = &mut self.bins[set];
+        let bins = if self.kernel_shape {
+            &mut self.kbins[set & 1][..]
+        } else {
+            &mut self.bins[set & 1][..]
+        };
         let (mut minq, mut minp) = (u16::MAX, u16::MAX);
         for r in 0..levels {
             let i = r * n + ((packed >> (r as u32 * b)) & mask) as usize;
@@ -964,7 +983,7 @@ impl Sfb {
     /// The minimum count and probability of the key's bins in the active set,
     /// changing nothing.
     pub fn probe(&self, key: &SfbKey) -> (u16, u16) {
-        let bins = &self.bins[self.active];
+        let bins = self.words(self.active);
         (0..self.levels)
             .map(|r| {
                 let i = key.bin(self.active, r, self.levels, self.log2);
@@ -1148,7 +1167,7 @@ impl Sfb {
     fn adjust_any(&mut self, set: usize, packed: u64, up: bool) {
         let (n, b, mask) = (self.n, self.width, self.n as u64 - 1);
         let levels = self.levels;
-        let bins = &mut self.bins[set];
+        let bins = self.words_mut(set);
         let bin_of = |r: usize| r * n + ((packed >> (r as u32 * b)) & mask) as usize;
         for r in 0..levels {
             let w = &mut bins[bin_of(r)];
@@ -1190,14 +1209,16 @@ impl Sfb {
     /// Sets every bin's probability in both sets to `p_mark` (experiments
     /// and tests: with `increment = decrement = 0` it then stays).
     pub fn force_probability(&mut self, p_mark: u16) {
-        for w in self.bins.iter_mut().flatten() {
-            *w = (*w & 0xFFFF) | u32::from(p_mark) << 16;
+        for set in 0..2 {
+            for w in self.words_mut(set) {
+                *w = (*w & 0xFFFF) | u32::from(p_mark) << 16;
+            }
         }
     }
 
     /// Whether every bin count of both sets is 0.
     pub fn counts_are_zero(&self) -> bool {
-        self.bins.iter().flatten().all(|&w| w & 0xFFFF == 0)
+        (0..2).all(|set| self.words(set).iter().all(|&w| w & 0xFFFF == 0))
     }
 
     /// The snapshot `tc -s qdisc` would show at `now`: counters, maximum
@@ -1225,12 +1246,6 @@ impl Sfb {
             penalised,
         }
     }
-}
-
-/// A set's bins as the kernel's fixed shape (`None` for another shape).
-#[inline(always)]
-fn kernel_bins(bins: &mut [u32]) -> Option<&mut [u32; sfb_kernel::SLOTS]> {
-    bins.try_into().ok()
 }
 
 /// A bin word's two halves.
@@ -1409,13 +1424,21 @@ impl<T: Copy + Default> SfbQueue<T> {
             len,
             now,
         };
-        offer(&mut self.sfb, &mut self.queue, &arrival, flow)
+        if self.sfb.fused {
+            offer::<T, true>(&mut self.sfb, &mut self.queue, &arrival, flow)
+        } else {
+            offer::<T, false>(&mut self.sfb, &mut self.queue, &arrival, flow)
+        }
     }
 
     /// The head packet if the shaper released it by `now`.
     #[inline]
     pub fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
-        take(&mut self.sfb, &mut self.queue, now)
+        if self.sfb.fused {
+            take::<T, true>(&mut self.sfb, &mut self.queue, now)
+        } else {
+            take::<T, false>(&mut self.sfb, &mut self.queue, now)
+        }
     }
 
     /// Dequeues every packet released by `now`, handing each to `f`;
@@ -1452,15 +1475,32 @@ impl<T: Copy + Default> SfbQueue<T> {
         kernel.run(
             #[inline(always)]
             || {
-                for k in 0..n {
-                    let (a, flow) = arrival(k);
-                    while let Some(d) = take(&mut self.sfb, &mut self.queue, a.now) {
-                        departed(d);
-                    }
-                    verdict(k, offer(&mut self.sfb, &mut self.queue, &a, flow.as_ref()));
+                if self.sfb.fused {
+                    self.offer_each::<true>(n, &mut arrival, &mut verdict, &mut departed);
+                } else {
+                    self.offer_each::<false>(n, &mut arrival, &mut verdict, &mut departed);
                 }
             },
         );
+    }
+
+    /// [`offer_batch`](Self::offer_batch)'s loop, on the fused path or not.
+    #[inline(always)]
+    fn offer_each<const FUSED: bool>(
+        &mut self,
+        n: usize,
+        arrival: &mut impl FnMut(usize) -> (Arrival<T>, Option<FlowKey>),
+        verdict: &mut impl FnMut(usize, Result<Enqueued, DropReason>),
+        departed: &mut impl FnMut(Departure<T>),
+    ) {
+        for k in 0..n {
+            let (a, flow) = arrival(k);
+            while let Some(d) = take::<T, FUSED>(&mut self.sfb, &mut self.queue, a.now) {
+                departed(d);
+            }
+            let v = offer::<T, FUSED>(&mut self.sfb, &mut self.queue, &a, flow.as_ref());
+            verdict(k, v);
+        }
     }
 }
 
@@ -1479,16 +1519,18 @@ pub struct Arrival<T> {
     pub now: Timestamp,
 }
 
-/// [`SfbQueue::enqueue`] on SFB and the queue's FIFO.
+/// [`SfbQueue::enqueue`] on SFB and the queue's FIFO; `FUSED` is
+/// `sfb.fused`, a constant so that each path is compiled without the other.
 #[inline(always)]
-fn offer<T: Copy + Default>(
+fn offer<T: Copy + Default, const FUSED: bool>(
     sfb: &mut Sfb,
     queue: &mut EgressQueue<Queued<T>>,
     a: &Arrival<T>,
     flow: Option<&FlowKey>,
 ) -> Result<Enqueued, DropReason> {
+    debug_assert_eq!(FUSED, sfb.fused);
     let set = sfb.active & 1;
-    let fused = sfb.fused;
+    let fused = FUSED;
     // The active set's bins: offsets on the fused path (whose kernel
     // raises the counts with the update), packed indices otherwise.
     let word = if fused {
@@ -1535,20 +1577,20 @@ fn offer<T: Copy + Default>(
     }
 }
 
-/// [`SfbQueue::dequeue`] on SFB and the queue's FIFO.
+/// [`SfbQueue::dequeue`] on SFB and the queue's FIFO (`FUSED` as in
+/// [`offer`]).
 #[inline(always)]
-fn take<T: Copy + Default>(
+fn take<T: Copy + Default, const FUSED: bool>(
     sfb: &mut Sfb,
     queue: &mut EgressQueue<Queued<T>>,
     now: Timestamp,
 ) -> Option<Departure<T>> {
+    debug_assert_eq!(FUSED, sfb.fused);
     let d = queue.dequeue_with(now, |q| {
-        if sfb.fused {
+        if FUSED {
             for (set, o) in q.words.iter().enumerate() {
-                if q.sets & (1 << set) != 0
-                    && let Some(bins) = kernel_bins(&mut sfb.bins[set])
-                {
-                    sfb_kernel::lower_bytes(bins, o);
+                if q.sets & (1 << set) != 0 {
+                    sfb_kernel::lower_bytes(&mut sfb.kbins[set], o);
                 }
             }
         } else {
@@ -2188,10 +2230,10 @@ mod tests {
                 assert_eq!(bverdicts, verdicts, "{backend:?} batch {batch}");
                 assert_eq!(bdeps, deps, "{backend:?} batch {batch}");
                 assert_eq!(
-                    fused.sfb.bins, general.sfb.bins,
+                    fused.sfb.kbins, general.sfb.kbins,
                     "{backend:?} batch {batch}"
                 );
-                assert_eq!(batched.sfb.bins, fused.sfb.bins);
+                assert_eq!(batched.sfb.kbins, fused.sfb.kbins);
                 assert_eq!(fused.sfb.counters, general.sfb.counters);
                 assert_eq!(batched.sfb.counters, fused.sfb.counters);
                 assert_eq!(batched.queue.stats(), fused.queue.stats());
