@@ -97,10 +97,12 @@
 //! | 64 | 30/37 | kernel | 1.70 [1.42..2.03] | 0.952 | 9/10 |
 //! | 256 | 25/31 | kernel | 1.56 [1.30..1.81] | 0.994 | 10/10 |
 //!
-//! (The sweep predates a change of SFB's random draws to one SplitMix64
-//! output each. Re-run after it, the two rows that matter: 16 bins, 20/25,
-//! kernel steps: 2.63 [1.45..4.69], Jain min 0.872, 0/10; 64 bins, 25/31,
-//! kernel steps: 1.53 [1.24..1.73], Jain min 0.976, 10/10.)
+//! (The sweep predates two changes of SFB's random draws: one SplitMix64
+//! output per coin, then a 64-bit multiplicative generator and the hash's
+//! slices taken one level per byte. Re-run after the last, the two rows
+//! that matter: 16 bins, 20/25, kernel steps: 2.74 [0.98..4.83], Jain min
+//! 0.850, 4/10; 64 bins, 25/31, kernel steps: 1.58 [1.38..1.91], Jain min
+//! 0.985, 10/10.)
 //!
 //! Hence 8 x 64 bins (48 bits of the flow hash; 2 KiB of bins per set):
 //! fewer than 1% of 51 flows then lack a bin of their own

@@ -134,20 +134,24 @@
 //! eight bins' probabilities are updated and their counts raised in one
 //! pass, and the counts are lowered again if the packet is then dropped
 //! (most are enqueued). A bin is one 32-bit word (`qlen` low, `p_mark`
-//! high), always read and written whole; a key's bins travel as an offset
-//! word (byte `r` = slot of level `r`), which the tag keeps, so a departure
-//! lowers eight counts without unpacking. The decisions, counters and bins
-//! equal the general path's (unit test `fused_batched_and_general_paths_agree`,
+//! high), always read and written whole; the set's bins are fixed arrays.
+//! A key's bins become an offset word (byte `r` = slot of level `r`) with
+//! two bit operations, the slices being one level per byte; the packet's
+//! tag, kept in its egress slot, holds that word's bytes, and a departure
+//! lowers its eight counts reading them in place. The decisions, counters
+//! and bins equal the general path's, and [`SfbQueue::offer_batch`] equals
+//! the per-packet calls (unit test `fused_batched_and_general_paths_agree`,
 //! through swaps, double buffering and every drop reason).
 //!
 //! # Speed (issue #5)
 //!
 //! `sfb/enqueue-dequeue/avx2` (`cargo run --release -p bench --bin report
-//! -- --only sfb`): 24 ns per packet against a target of 20, from 35. Each
-//! step was timed with `bench/examples/sfb_cg.rs ab` against the previous
-//! build, interleaved (medians of 15 passes, 2-core AMD EPYC VM), and
-//! counted with callgrind (instructions per packet, batch hashing
-//! included):
+//! -- --only sfb`): 19.2 ns per packet against a target of 20 (median of
+//! three full report runs: 18.87, 19.15, 19.23), from 34.9 two sessions
+//! ago; the scalar kernel path 30.1. Each step was timed with
+//! `bench/examples/sfb_cg.rs ab` against the previous build, interleaved
+//! (medians of 15 passes, repeated; 2-core AMD EPYC VM), and counted with
+//! callgrind (instructions per packet, batch hashing included):
 //!
 //! | step | instr/packet | ns/packet |
 //! |---|---:|---:|
@@ -160,35 +164,41 @@
 //! | fused kernel: counts raised with the update, lowered on a drop | 434 | 27.4 |
 //! | backlogged departures from the length's cached split (no division) | 418 | 25.4 |
 //! | kernel steps precomputed; cheaper key access in the loop | 388 | 24.3 |
+//! | egress FIFO a power-of-two ring of `Copy` slots holding the tags too | 374 | 22.9 |
+//! | key selected, not indexed; penalty box given the standby word, not the key; counters laid out against vector pairing; tag bytes read in place on departure | 366 | 22.7 |
+//! | batch loop compiled with AVX2 (`Kernel::run`), the kernel inlined | 354 | 22.7 |
+//! | slices one level per byte (offset word = mask and or); coins from a 64-bit multiplicative generator | 334 | 21.6 |
+//! | whole keys in `KeyBatch`; step vectors loaded, not broadcast; departure inlined | 320 | 20.8 |
+//! | backlogged wait from one subtraction; bucket room cached per length | 310 | 20.3 |
+//! | fused path a compile-time parameter | 293 | 19.8 |
+//! | kernel-shape bins as fixed arrays (no length check) | 286 | 19.5 |
 //!
-//! Three of these were stalls rather than instructions: a 16-bit count
-//! store followed by a 32-bit load of the same bin, an enqueue's 16-byte
-//! load of two counters of which a dequeue had just written one 8 bytes
-//! wide, and a tag array written by index and read back whole all miss
-//! store-to-load forwarding; and the coin refill branch (every fourth
+//! Three of the early steps were stalls rather than instructions: a 16-bit
+//! count store followed by a 32-bit load of the same bin, an enqueue's
+//! 16-byte load of two counters of which a dequeue had just written one 8
+//! bytes wide, and a tag array written by index and read back whole all
+//! miss store-to-load forwarding; and the coin refill branch (every fourth
 //! draw) and the three branches of step 5 were mispredicted about 0.7
 //! times per packet (cachegrind's branch simulator: 153k to 65k
-//! mispredictions per 131k packets).
+//! mispredictions per 131k packets). A fourth stall came with the batch
+//! API: the decision's `Result` rebuilt through a `?` was stored byte-wise
+//! and read back wide (4 ns), so `offer` matches it instead. At the end the
+//! loop runs about 6 instructions per cycle, so instructions are the cost:
+//! about 0.05 ns each.
 //!
-//! Tried and not kept: the whole loop compiled with AVX2 so that the kernel
-//! inlines (397 instructions, 24.7 ns against 24.8: the call was not the
-//! cost; LLVM also declines to inline the queue's methods into such a
-//! function without `inline(always)`); a power-of-two ring with `Option`
-//! slots for the egress FIFO and the tags (20 more instructions, 1.3 ns
-//! slower than `VecDeque` and the plain tag ring); offset words computed
-//! with the batch's hashes and kept in the keys (15 more instructions net).
-//! Before this, the earlier session's variants (an AVX2 update alone, the
-//! raise fused into a scalar or SSE2 update, byte-index tags, the tag in
-//! the egress slot) were all slower than 35 ns.
-//!
-//! What remains, per packet: the kernel 64 instructions, the egress
-//! dequeue with its departure time and counters about 60, the decision
-//! about 50, the departure's release (tag pop, eight decrements) about 40,
-//! the loop with key access about 45, the enqueue and tag push about 40.
-//! The per-packet API keeps the queue length, ring heads, bucket and due
-//! time in the structs, and since every bin store may alias them they are
-//! reloaded and stored around each packet; a batch entry point holding
-//! them in locals for a whole batch is the next step.
+//! The slices and the coins changed which bins a flow gets and which
+//! packets are marked, so the scenario was re-run (`traffic-gen` module
+//! docs and README). Tried and not kept: the queue's head, length and due
+//! time copied into locals for a batch (the compiler spilled them: 8 more
+//! instructions); each packet's departure computed at enqueue (24 ns
+//! against 22.6: a wider slot, the departure no longer inlined); step 5
+//! as one threshold chosen by ECN capability (a branch on a random bit; as
+//! a select, no gain); the kernel taking its slots as bytes from memory
+//! (LLVM merges the byte loads back into one); the kernel as a constant
+//! passed through `Kernel::run` (same instruction count); the whole loop
+//! with AVX2 while the closure was not `inline(always)` (the loop stayed
+//! out of line and the departure with it). Earlier sessions' variants are
+//! in the history.
 
 use core::fmt;
 use std::any::Any;
@@ -386,7 +396,8 @@ pub struct Bin {
 }
 
 /// A flow's bins: for each bin set whose hash was computed, its bin indices
-/// packed in a `u64` (level `r` in bits `r log2 N ..`).
+/// packed in a `u64` (level `r` in the low `log2 N` bits of field `r`, see
+/// [`field_width`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SfbKey {
     packed: [u64; 2],
