@@ -146,9 +146,9 @@
 //! # Speed (issue #5)
 //!
 //! `sfb/enqueue-dequeue/avx2` (`cargo run --release -p bench --bin report
-//! -- --only sfb`): 19.2 ns per packet against a target of 20 (median of
-//! three full report runs: 18.87, 19.15, 19.23), from 34.9 two sessions
-//! ago; the scalar kernel path 30.1. Each step was timed with
+//! -- --only sfb`): 18.7 ns per packet against a target of 20 (median of
+//! three full report runs: 18.84, 18.67, 18.52), from 34.9 two sessions
+//! ago; the scalar kernel path 29.7. Each step was timed with
 //! `bench/examples/sfb_cg.rs ab` against the previous build, interleaved
 //! (medians of 15 passes, repeated; 2-core AMD EPYC VM), and counted with
 //! callgrind (instructions per packet, batch hashing included):
