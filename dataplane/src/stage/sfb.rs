@@ -1352,6 +1352,12 @@ impl KeyBatch {
     pub fn key(&self, i: usize) -> SfbKey {
         self.keys[i]
     }
+
+    /// The last batch's keys, in order.
+    #[inline]
+    pub fn keys(&self) -> &[SfbKey] {
+        &self.keys
+    }
 }
 
 /// How an admitted packet goes out.
@@ -1466,30 +1472,28 @@ impl<T: Copy + Default> SfbQueue<T> {
 
     /// A batch of arrivals in time order, each as
     /// [`drain_until`](Self::drain_until) its time (every departure to
-    /// `departed`) and then [`enqueue`](Self::enqueue): `arrival(k)`
-    /// describes arrival `k` of `0..n` and its flow (for the penalty-box
-    /// listing), `verdict(k, ..)` receives its outcome. Equal, packet for
-    /// packet, to those calls; faster, because
-    /// the loop is compiled for the kernel's backend, which inlines the
-    /// kernel into it ([`kernels::sfb::Kernel::run`]).
+    /// `departed`) and then [`enqueue`](Self::enqueue): `arrivals` yields
+    /// each arrival and its flow (for the penalty-box listing),
+    /// `verdict(k, ..)` receives the outcome of the `k`-th. Equal, packet
+    /// for packet, to those calls; faster, because the loop is compiled
+    /// for the kernel's backend, which inlines the kernel into it
+    /// ([`kernels::sfb::Kernel::run`]), and the fused path is chosen once.
     #[inline]
     pub fn offer_batch(
         &mut self,
-        n: usize,
-        mut arrival: impl FnMut(usize) -> (Arrival<T>, Option<FlowKey>),
+        arrivals: impl IntoIterator<Item = (Arrival<T>, Option<FlowKey>)>,
         mut verdict: impl FnMut(usize, Result<Enqueued, DropReason>),
         mut departed: impl FnMut(Departure<T>),
     ) {
         let kernel = self.sfb.kernel;
-        // Compiled for the kernel's backend, so that the kernel is inlined
-        // into the loop (see `Kernel::run`).
         kernel.run(
             #[inline(always)]
             || {
+                let arrivals = arrivals.into_iter();
                 if self.sfb.fused {
-                    self.offer_each::<true>(n, &mut arrival, &mut verdict, &mut departed);
+                    self.offer_each::<true>(arrivals, &mut verdict, &mut departed);
                 } else {
-                    self.offer_each::<false>(n, &mut arrival, &mut verdict, &mut departed);
+                    self.offer_each::<false>(arrivals, &mut verdict, &mut departed);
                 }
             },
         );
@@ -1499,13 +1503,11 @@ impl<T: Copy + Default> SfbQueue<T> {
     #[inline(always)]
     fn offer_each<const FUSED: bool>(
         &mut self,
-        n: usize,
-        arrival: &mut impl FnMut(usize) -> (Arrival<T>, Option<FlowKey>),
+        arrivals: impl Iterator<Item = (Arrival<T>, Option<FlowKey>)>,
         verdict: &mut impl FnMut(usize, Result<Enqueued, DropReason>),
         departed: &mut impl FnMut(Departure<T>),
     ) {
-        for k in 0..n {
-            let (a, flow) = arrival(k);
+        for (k, (a, flow)) in arrivals.enumerate() {
             while let Some(d) = take::<T, FUSED>(&mut self.sfb, &mut self.queue, a.now) {
                 departed(d);
             }
@@ -1837,8 +1839,7 @@ impl Stage for SfbStage {
         verdicts.clear();
         let packets = batch.packets();
         self.queue.offer_batch(
-            keys.len(),
-            |k| {
+            (0..keys.len()).map(|k| {
                 let p = &packets[keys.packet(k)];
                 let t = p.ts.min(now).max(*last);
                 *last = t;
@@ -1851,7 +1852,7 @@ impl Stage for SfbStage {
                     now: t,
                 };
                 (a, flow)
-            },
+            }),
             |_, v| verdicts.push(v),
             |d| {
                 if record {
@@ -1980,18 +1981,18 @@ impl BenchWorkload {
             q.sfb_mut().tick(Timestamp::from_nanos(t));
             kb.hash(q.sfb(), keys);
             let (t0, gap, kb) = (t, self.gap, &kb);
+            let arrivals = kb.keys().iter().zip(ecn).enumerate();
             q.offer_batch(
-                ecn.len(),
-                move |i| {
+                arrivals.map(move |(i, (&key, &ecn_capable))| {
                     let a = Arrival {
-                        key: kb.key(i),
-                        ecn_capable: ecn[i],
+                        key,
+                        ecn_capable,
                         item: i as u32,
                         len: 1000,
                         now: Timestamp::from_nanos(t0 + i as u64 * gap),
                     };
                     (a, None)
-                },
+                }),
                 |_, v| match v {
                     Ok(Enqueued::Forward) => sum += 1 << 20,
                     Ok(Enqueued::Mark) => sum += 1 << 40,
@@ -2218,8 +2219,7 @@ mod tests {
                 let (mut bdeps, mut bverdicts) = (Vec::new(), Vec::new());
                 batched.sfb_mut().tick(Timestamp::from_nanos(t));
                 batched.offer_batch(
-                    keys.len(),
-                    |i| {
+                    (0..keys.len()).map(|i| {
                         let a = Arrival {
                             key: kb.key(i),
                             ecn_capable: ecns[i],
@@ -2228,7 +2228,7 @@ mod tests {
                             now: now(i),
                         };
                         (a, None)
-                    },
+                    }),
                     |i, v| bverdicts.push((i, v)),
                     |d| bdeps.push(d),
                 );
