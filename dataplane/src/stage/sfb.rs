@@ -146,9 +146,11 @@
 //! # Speed (issue #5)
 //!
 //! `sfb/enqueue-dequeue/avx2` (`cargo run --release -p bench --bin report
-//! -- --only sfb`): 18.7 ns per packet against a target of 20 (median of
-//! three full report runs: 18.84, 18.67, 18.52), from 34.9 two sessions
-//! ago; the scalar kernel path 29.7. Each step was timed with
+//! -- --only sfb`): 19.0 ns per packet against a target of 20 (median of
+//! three full report runs: 18.97, 18.90, 19.82; 18.4 with `--only sfb`),
+//! from 34.9 two sessions ago; the scalar kernel path 30.2. The workspace
+//! aligns hot loops to 64 bytes (`.cargo/config.toml`), which is worth
+//! 0.5 ns here and keeps unrelated edits from moving the figures. Each step was timed with
 //! `bench/examples/sfb_cg.rs ab` against the previous build, interleaved
 //! (medians of 15 passes, repeated; 2-core AMD EPYC VM), and counted with
 //! callgrind (instructions per packet, batch hashing included):
@@ -172,6 +174,8 @@
 //! | backlogged wait from one subtraction; bucket room cached per length | 310 | 20.3 |
 //! | fused path a compile-time parameter | 293 | 19.8 |
 //! | kernel-shape bins as fixed arrays (no length check) | 286 | 19.5 |
+//! | arrivals as an iterator (no index bounds checks) | 279 | 18.9 |
+//! | hot loops aligned to 64 bytes (workspace build flag) | 279 | 18.4 |
 //!
 //! Three of the early steps were stalls rather than instructions: a 16-bit
 //! count store followed by a 32-bit load of the same bin, an enqueue's
