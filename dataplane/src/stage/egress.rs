@@ -441,7 +441,8 @@ impl<T: Copy + Default> EgressQueue<T> {
         let sj = d.sojourn_ns();
         s.dequeued += 1;
         s.bytes_out += u64::from(d.len);
-        s.sojourn_sum_ns += sj;
+        // Wrapping, not checked: no input may panic the queue.
+        s.sojourn_sum_ns = s.sojourn_sum_ns.wrapping_add(sj);
         s.sojourn_max_ns = s.sojourn_max_ns.max(sj);
         Some(d)
     }

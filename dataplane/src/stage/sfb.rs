@@ -964,12 +964,13 @@ impl Sfb {
     }
 
     /// Takes back [`update_raise`](Self::update_raise)'s raise (or a
-    /// queued packet's count) in the sets of `sets`.
+    /// queued packet's count) in the sets of `sets`; `offs`: per set, the
+    /// offset word's bytes (as a [`Queued`] tag keeps them).
     #[inline(always)]
-    fn lower_fused(&mut self, sets: u8, offs: [u64; 2]) {
-        for (set, &o) in offs.iter().enumerate() {
+    fn lower_fused(&mut self, sets: u8, offs: &[[u8; 8]; 2]) {
+        for (set, o) in offs.iter().enumerate() {
             if sets & (1 << set) != 0 {
-                sfb_kernel::lower(&mut self.kbins[set], o);
+                sfb_kernel::lower_bytes(&mut self.kbins[set], o);
             }
         }
     }
@@ -979,16 +980,12 @@ impl Sfb {
     fn update_levels<const L: usize>(&mut self, set: usize, packed: u64) -> (u16, u16) {
         let levels = if L == 0 { self.levels } else { L };
         let (n, b, mask) = (self.n, self.width, self.n as u64 - 1);
-        let steps = &self.steps;
-        let bins = if self.kernel_shape {
-            &mut self.kbins[set & 1][..]
-        } else {
-            &mut self.bins[set & 1][..]
-        };
+        let steps = self.steps;
+        let bins = self.words_mut(set);
         let (mut minq, mut minp) = (u16::MAX, u16::MAX);
         for r in 0..levels {
             let i = r * n + ((packed >> (r as u32 * b)) & mask) as usize;
-            let (q, p) = sfb_kernel::update_word(&mut bins[i], steps);
+            let (q, p) = sfb_kernel::update_word(&mut bins[i], &steps);
             minq = minq.min(q);
             minp = minp.min(p);
         }
@@ -1068,7 +1065,7 @@ impl Sfb {
         if minq >= self.cfg.max {
             self.counters.bucketdrop += 1;
             if fused.is_some() {
-                self.lower_fused(sets, offs);
+                self.lower_fused(sets, &offs.map(u64::to_le_bytes));
             }
             return Err(SfbDrop::Bucket);
         }
@@ -1093,7 +1090,7 @@ impl Sfb {
         if early {
             self.counters.earlydrop += 1;
             if fused.is_some() {
-                self.lower_fused(sets, offs);
+                self.lower_fused(sets, &offs.map(u64::to_le_bytes));
             }
             return Err(SfbDrop::Early);
         }
@@ -1137,7 +1134,7 @@ impl Sfb {
             if let Some(o) = fused {
                 let mut offs = [standby; 2];
                 offs[a & 1] = o;
-                self.lower_fused(sets, offs);
+                self.lower_fused(sets, &offs.map(u64::to_le_bytes));
             }
             return Err(SfbDrop::Penalty);
         }
@@ -1547,15 +1544,14 @@ fn offer<T: Copy + Default, const FUSED: bool>(
 ) -> Result<Enqueued, DropReason> {
     debug_assert_eq!(FUSED, sfb.fused);
     let set = sfb.active & 1;
-    let fused = FUSED;
     // The active set's bins: offsets on the fused path (whose kernel
     // raises the counts with the update), packed indices otherwise.
-    let word = if fused {
+    let word = if FUSED {
         sfb.offsets(&a.key)
     } else {
         a.key.packed(set)
     };
-    let offs = fused.then_some(word);
+    let offs = FUSED.then_some(word);
     let (mark, sets, standby) =
         match sfb.decide(&a.key, offs, flow, a.ecn_capable, queue.len(), a.now) {
             Ok(d) => (d.mark, d.sets, d.standby),
@@ -1575,7 +1571,7 @@ fn offer<T: Copy + Default, const FUSED: bool>(
     };
     match queue.enqueue(queued, a.len, a.now) {
         Ok(()) => {
-            if !fused {
+            if !FUSED {
                 sfb.adjust(sets, words, true);
             }
             Ok(if mark {
@@ -1586,8 +1582,8 @@ fn offer<T: Copy + Default, const FUSED: bool>(
         }
         Err(r) => {
             sfb.child_drop();
-            if fused {
-                sfb.lower_fused(sets, words);
+            if FUSED {
+                sfb.lower_fused(sets, &queued.words);
             }
             Err(r)
         }
@@ -1605,11 +1601,7 @@ fn take<T: Copy + Default, const FUSED: bool>(
     debug_assert_eq!(FUSED, sfb.fused);
     let d = queue.dequeue_with(now, |q| {
         if FUSED {
-            for (set, o) in q.words.iter().enumerate() {
-                if q.sets & (1 << set) != 0 {
-                    sfb_kernel::lower_bytes(&mut sfb.kbins[set], o);
-                }
-            }
+            sfb.lower_fused(q.sets, &q.words);
         } else {
             sfb.adjust(q.sets, q.words(), false);
         }
