@@ -88,7 +88,7 @@ impl MulticastInputs {
         let mut s = SEED ^ ports as u64;
         for g in 0..UNIVERSE {
             for p in 0..ports {
-                if mix(&mut s) % JOIN_ONE_IN == 0 {
+                if mix(&mut s).is_multiple_of(JOIN_ONE_IN) {
                     stage.control_mut().add_static(p, group_key_v4(group(g)));
                 }
             }

@@ -718,7 +718,7 @@ mod tests {
                 self.seen += 1;
                 if self.seen % 2 == 1 {
                     p.drop_for(DropReason::Loop);
-                } else if self.seen % 4 == 0 {
+                } else if self.seen.is_multiple_of(4) {
                     p.mark();
                 }
             }

@@ -37,14 +37,14 @@ fn read_checked(bytes: &[u8]) -> (Vec<OwnedRecord>, Option<u64>) {
         assert!(e.to_string().starts_with("fuzz: byte "), "{e}");
         e.offset()
     });
-    if let Some(off) = offset {
-        if !bytes.starts_with(&[0x1f, 0x8b]) {
-            assert!(
-                off <= bytes.len() as u64,
-                "offset {off} > len {}",
-                bytes.len()
-            );
-        }
+    if let Some(off) = offset
+        && !bytes.starts_with(&[0x1f, 0x8b])
+    {
+        assert!(
+            off <= bytes.len() as u64,
+            "offset {off} > len {}",
+            bytes.len()
+        );
     }
     (recs, offset)
 }

@@ -46,12 +46,12 @@ fn exact(records: &[OwnedRecord]) -> (HashMap<FlowKey, u64>, u64) {
     let mut m: HashMap<FlowKey, u64> = HashMap::new();
     let mut total = 0;
     for r in records {
-        if let Ok(p) = parse(r.link_type, &r.data) {
-            if let Some(f) = p.flow {
-                let len = u64::from(r.orig_len.max(r.data.len() as u32));
-                *m.entry(f).or_default() += len;
-                total += len;
-            }
+        if let Ok(p) = parse(r.link_type, &r.data)
+            && let Some(f) = p.flow
+        {
+            let len = u64::from(r.orig_len.max(r.data.len() as u32));
+            *m.entry(f).or_default() += len;
+            total += len;
         }
     }
     (m, total)

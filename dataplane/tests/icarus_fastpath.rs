@@ -113,11 +113,10 @@ proptest! {
                     hops.push(node);
                 }
                 let mut f = frame(kind, fw, &hops, 6);
-                if let Some((at, b)) = damage {
-                    if let Some(x) = f.get_mut(L3 + at) {
+                if let Some((at, b)) = damage
+                    && let Some(x) = f.get_mut(L3 + at) {
                         *x = b;
                     }
-                }
                 f
             })
             .collect();

@@ -110,7 +110,7 @@ fn write_pcap(path: &Path) -> usize {
     let mut seq = 0u32;
     while n < FRAMES {
         let f = frame(seq, 18 + (seq as usize * 7) % 200);
-        let copies = if seq as usize % REPEAT_EVERY == 0 {
+        let copies = if (seq as usize).is_multiple_of(REPEAT_EVERY) {
             2
         } else {
             1

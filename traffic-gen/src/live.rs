@@ -649,10 +649,10 @@ impl Transmitter<'_> {
             }
         }
         self.attempted += 1;
-        if self.attempted & 0xfff == 0 {
-            if let Some(p) = self.progress {
-                p.set_position(self.attempted);
-            }
+        if self.attempted & 0xfff == 0
+            && let Some(p) = self.progress
+        {
+            p.set_position(self.attempted);
         }
         Ok(())
     }

@@ -624,10 +624,10 @@ impl Dispatcher<'_> {
         }
         self.sent += 1;
         self.bytes += u64::from(orig_len.max(data.len() as u32));
-        if let Some(p) = self.progress {
-            if self.sent % 4096 == 0 {
-                p.set_position(self.sent);
-            }
+        if let Some(p) = self.progress
+            && self.sent.is_multiple_of(4096)
+        {
+            p.set_position(self.sent);
         }
         Ok(())
     }

@@ -85,7 +85,7 @@ pub struct McastTruth {
 
 /// Group `i`'s address.
 pub fn group(i: u32) -> IpAddr {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         IpAddr::V4(Ipv4Addr::new(239, 1, (i >> 8) as u8, i as u8))
     } else {
         IpAddr::V6(Ipv6Addr::new(

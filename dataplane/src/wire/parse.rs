@@ -614,11 +614,11 @@ fn parse_l4(
     p: &mut Parsed,
 ) -> Result<(), Malformed> {
     let ip_payload = end - l4;
-    if let Some(f) = p.fragment {
-        if !f.is_first() {
-            p.payload_len = ip_payload;
-            return Ok(());
-        }
+    if let Some(f) = p.fragment
+        && !f.is_first()
+    {
+        p.payload_len = ip_payload;
+        return Ok(());
     }
     let need = match p.protocol {
         IpProtocol::Tcp => super::tcp::MIN_HEADER_LEN,

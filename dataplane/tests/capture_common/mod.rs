@@ -82,7 +82,7 @@ pub fn end_opt() -> Vec<u8> {
 /// leading and trailing lengths.
 pub fn block(be: bool, ty: u32, body: &[u8]) -> Vec<u8> {
     let mut body = body.to_vec();
-    while body.len() % 4 != 0 {
+    while !body.len().is_multiple_of(4) {
         body.push(0);
     }
     let len = (body.len() + 12) as u32;

@@ -39,7 +39,7 @@ impl Interface {
     /// Converts a raw 64-bit timestamp to nanoseconds since the epoch,
     /// saturating at 0 and `u64::MAX`.
     fn ts_ns(&self, raw: u64) -> u64 {
-        let base = if NS_PER_SEC % self.units_per_sec == 0 {
+        let base = if NS_PER_SEC.is_multiple_of(self.units_per_sec) {
             u128::from(raw) * u128::from(NS_PER_SEC / self.units_per_sec)
         } else {
             u128::from(raw) * u128::from(NS_PER_SEC) / u128::from(self.units_per_sec)
@@ -99,7 +99,7 @@ fn check_len(start: u64, len: u32, min: u32) -> Result<(), Fault> {
             CaptureErrorKind::BlockTooShort { len, min },
         ));
     }
-    if len % 4 != 0 {
+    if !len.is_multiple_of(4) {
         return Err(Fault::new(
             start + 4,
             CaptureErrorKind::BlockLengthUnaligned(len),
