@@ -492,3 +492,39 @@ proptest! {
         }
     }
 }
+
+/// A filter filled to the last bit (the state an IGMP join flood leaves a
+/// multicast port in): its size estimate and false-positive rate are
+/// finite, the rate is 1 within half a bit and matches what queries measure,
+/// and a counting filter exported in that state says the same.
+#[test]
+fn full_filters_have_finite_estimates() {
+    for layout in [Layout::Classic, Layout::Blocked, Layout::SplitBlock] {
+        let k = if layout == Layout::SplitBlock { 8 } else { 3 };
+        let params = small_params(layout, 10, k);
+        let (keys, probes) = disjoint_keys(7, 20_000, 2_000);
+        let mut b = Bloom::new(params, Hasher::with_seed(3));
+        b.insert_batch(&keys);
+        assert_eq!(b.count_ones(), params.bits(), "{layout:?}: filled");
+        let n = b.estimate_items();
+        assert!(n.is_finite() && n > 0.0, "{layout:?}: estimate {n}");
+        let f = b.false_positive_rate();
+        // At the estimate half a bit of the m is still clear: (1 - 1/2m)^k.
+        let floor = 1.0 - k as f64 / params.bits() as f64;
+        assert!(
+            f.is_finite() && f >= floor && f <= 1.0,
+            "{layout:?}: rate {f}"
+        );
+        assert_eq!(
+            rate(&b, &probes),
+            1.0,
+            "{layout:?}: every probe answers yes"
+        );
+
+        let mut c = CountingBloom::new(params, Hasher::with_seed(3));
+        for k in &keys {
+            c.insert(k);
+        }
+        assert_eq!(c.to_bloom().false_positive_rate(), f, "{layout:?}");
+    }
+}

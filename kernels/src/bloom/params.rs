@@ -274,6 +274,9 @@ impl Params {
                 // Start where a block holds at most 512 keys (below that the
                 // rate is near 1 anyway) and grow by doubling.
                 let min_blocks = (nf / BLOCK_BITS as f64).ceil().max(1.0) as u64;
+                if min_blocks > MAX_BITS / BLOCK_BITS {
+                    return Err(ParamError::TooLarge);
+                }
                 let mut log2_blocks = min_blocks.next_power_of_two().trailing_zeros();
                 while (BLOCK_BITS << log2_blocks) <= MAX_BITS {
                     let blocks = 1u64 << log2_blocks;
@@ -286,6 +289,9 @@ impl Params {
             }
             Layout::SplitBlock => {
                 let min_blocks = (nf / SPLIT_BLOCK_BITS as f64).ceil().max(1.0) as u64;
+                if min_blocks > MAX_BITS / SPLIT_BLOCK_BITS {
+                    return Err(ParamError::TooLarge);
+                }
                 let mut log2_blocks = min_blocks.next_power_of_two().trailing_zeros();
                 while (SPLIT_BLOCK_BITS << log2_blocks) <= MAX_BITS {
                     let blocks = 1u64 << log2_blocks;
@@ -362,8 +368,13 @@ impl Params {
     }
 
     /// The false-positive rate after `n` distinct items, by the layout's
-    /// formula (see [`Layout`]).
+    /// formula (see [`Layout`]): 0 for `n <= 0` (or NaN), 1 for an
+    /// infinite `n`, and in `[0, 1]` in between, computed in a bounded number
+    /// of steps whatever `n` is.
     pub fn false_positive_rate(&self, n: f64) -> f64 {
+        if n.is_nan() || n <= 0.0 {
+            return 0.0;
+        }
         let k = self.k as f64;
         match self.layout {
             Layout::Classic => {
@@ -389,22 +400,24 @@ impl Params {
     ///   1/32, so the zero fraction is `exp(-(n / R) / 32)` and
     ///   `n* = -32 R ln(1 - x/m)`.
     ///
-    /// Infinite when every bit is set.
+    /// A full filter has no zero bit left to measure, so its estimate is
+    /// taken at half a zero bit (`x = m - 1/2`): finite, larger than the
+    /// estimate of any filter with a zero bit left, and read as "at least
+    /// about this many". `x` above `m` counts as full.
     pub fn estimate_items(&self, x: u64) -> f64 {
         let m = self.bits as f64;
-        let frac_zero = 1.0 - x as f64 / m;
-        if frac_zero <= 0.0 {
-            return f64::INFINITY;
-        }
+        let frac_zero = 1.0 - (x as f64).min(m - 0.5) / m;
         let k = self.k as f64;
-        match self.layout {
+        let n = match self.layout {
             Layout::Classic => frac_zero.ln() / (k * (1.0 - 1.0 / m).ln()),
             Layout::Blocked => {
                 let per_key = 1.0 - (1.0 - 1.0 / BLOCK_BITS as f64).powf(k);
                 -(self.blocks() as f64) * frac_zero.ln() / per_key
             }
             Layout::SplitBlock => -(self.blocks() as f64) * frac_zero.ln() * 32.0,
-        }
+        };
+        // ln(1) is 0, and -0.0 reads oddly in a report.
+        n.max(0.0)
     }
 
     /// Whether two geometries (and hash keys) agree.
@@ -522,58 +535,68 @@ impl Scratch {
 }
 
 /// The blocked layout's false-positive rate (Putze, Sanders, Singler 2007):
-/// `sum_i Poisson(i; n / blocks) * (1 - (1 - 1/512)^(i k))^k`, summed in log
-/// space so large loads do not underflow `e^-lambda`.
+/// `sum_i Poisson(i; n / blocks) * (1 - (1 - 1/512)^(i k))^k` (see
+/// [`poisson_mix`] for how it is summed).
 pub fn blocked_fpr(n: f64, blocks: u64, k: usize) -> f64 {
-    let lambda = n / blocks as f64;
-    if lambda <= 0.0 {
-        return 0.0;
-    }
-    let kf = k as f64;
-    let ln_keep = (1.0 - 1.0 / BLOCK_BITS as f64).ln();
-    let ln_l = lambda.ln();
-    let hi = (lambda + 12.0 * lambda.sqrt() + 30.0).ceil() as u64;
-    let mut ln_fact = 0.0f64;
-    let mut sum = 0.0;
-    for i in 0..=hi {
-        if i > 0 {
-            ln_fact += (i as f64).ln();
-        }
-        let ln_pmf = -lambda + i as f64 * ln_l - ln_fact;
-        if ln_pmf < -60.0 {
-            continue;
-        }
-        let inner = 1.0 - (ln_keep * i as f64 * kf).exp();
-        sum += ln_pmf.exp() * inner.powf(kf);
-    }
-    sum.min(1.0)
+    let ln_keep = (1.0 - 1.0 / BLOCK_BITS as f64).ln() * k as f64;
+    poisson_mix(n / blocks as f64, ln_keep, k as f64)
 }
 
 /// The split-block layout's false-positive rate: `sum_i Poisson(i; n /
 /// blocks) * (1 - (1 - 1/32)^i)^8` (each of the `i` keys in the block sets
-/// one of 32 bits in each of the 8 words), summed in log space like
-/// [`blocked_fpr`].
+/// one of 32 bits in each of the 8 words), summed like [`blocked_fpr`].
 pub fn split_block_fpr(n: f64, blocks: u64) -> f64 {
-    let lambda = n / blocks as f64;
-    if lambda <= 0.0 {
+    let ln_keep = (1.0 - 1.0 / 32.0f64).ln();
+    poisson_mix(n / blocks as f64, ln_keep, SPLIT_BLOCK_K as f64)
+}
+
+/// `sum_i Poisson(i; lambda) * (1 - e^(i ln_keep))^power`: the false-positive
+/// rate of a blocked filter whose blocks hold a Poisson(`lambda`) number of
+/// keys, a key leaving a given bit of its block clear with probability
+/// `e^ln_keep` (`ln_keep < 0`).
+///
+/// Summed in log space (large loads would underflow `e^-lambda`) over the
+/// loads within `12 sqrt(lambda) + 30` of the mean (the rest weighs less
+/// than `e^-60`). The work is bounded whatever `lambda` is: once
+/// `e^(i ln_keep) < 2^-60` a term's bracket is 1 to double precision, so
+/// the loads above that point are summed as one tail (`1 -` the mass
+/// below it), and a mean window wholly above it gives 1 at once. So a
+/// full filter, whose size estimate is huge, costs no more than an empty
+/// one, and an infinite or NaN load is 1 or 0, never a loop.
+fn poisson_mix(lambda: f64, ln_keep: f64, power: f64) -> f64 {
+    if lambda.is_nan() || lambda <= 0.0 {
         return 0.0;
     }
-    let kf = SPLIT_BLOCK_K as f64;
-    let ln_keep = (1.0 - 1.0 / 32.0f64).ln();
+    if !lambda.is_finite() {
+        return 1.0;
+    }
+    let saturated = (60.0 * std::f64::consts::LN_2 / -ln_keep).ceil();
+    let spread = 12.0 * lambda.sqrt() + 30.0;
+    let lo = (lambda - spread).max(0.0).floor();
+    let hi = (lambda + spread).ceil();
+    if lo >= saturated {
+        return 1.0;
+    }
+    let top = hi.min(saturated);
+    let (lo, top) = (lo as u64, top as u64);
     let ln_l = lambda.ln();
-    let hi = (lambda + 12.0 * lambda.sqrt() + 30.0).ceil() as u64;
-    let mut ln_fact = 0.0f64;
-    let mut sum = 0.0;
-    for i in 0..=hi {
-        if i > 0 {
+    // ln(lo!) once, then one addition per term.
+    let mut ln_fact = libm::lgamma(lo as f64 + 1.0);
+    let (mut sum, mut mass) = (0.0f64, 0.0f64);
+    for i in lo..=top {
+        if i > lo {
             ln_fact += (i as f64).ln();
         }
         let ln_pmf = -lambda + i as f64 * ln_l - ln_fact;
         if ln_pmf < -60.0 {
             continue;
         }
-        let inner = 1.0 - (ln_keep * i as f64).exp();
-        sum += ln_pmf.exp() * inner.powf(kf);
+        let pmf = ln_pmf.exp();
+        mass += pmf;
+        sum += pmf * (1.0 - (ln_keep * i as f64).exp()).powf(power);
+    }
+    if (top as f64) < hi {
+        sum += (1.0 - mass).max(0.0);
     }
     sum.min(1.0)
 }
@@ -664,5 +687,104 @@ mod tests {
         let pr = Params::new(Layout::Classic, 160_000, 11).unwrap();
         let f = pr.false_positive_rate(10_000.0);
         assert!((f - 0.000459).abs() / 0.000459 < 0.01, "{f}");
+    }
+
+    /// The sum as it was first written: every load from 0, one `ln i` at a
+    /// time. Exact where it terminates; the reference for `poisson_mix`.
+    fn naive_mix(lambda: f64, ln_keep: f64, power: f64) -> f64 {
+        let hi = (lambda + 12.0 * lambda.sqrt() + 30.0).ceil() as u64;
+        let (mut ln_fact, mut sum) = (0.0f64, 0.0f64);
+        for i in 0..=hi {
+            if i > 0 {
+                ln_fact += (i as f64).ln();
+            }
+            let ln_pmf = -lambda + i as f64 * lambda.ln() - ln_fact;
+            if ln_pmf >= -60.0 {
+                sum += ln_pmf.exp() * (1.0 - (ln_keep * i as f64).exp()).powf(power);
+            }
+        }
+        sum.min(1.0)
+    }
+
+    #[test]
+    fn poisson_mix_matches_the_plain_sum() {
+        // Loads where the window starts at 0, where it starts above 0 (the
+        // lgamma start), and where the tail above the saturation point is
+        // summed as one term.
+        let blocked = |k: f64| (1.0 - 1.0 / 512.0f64).ln() * k;
+        let split = (1.0 - 1.0 / 32.0f64).ln();
+        for (lambda, ln_keep, power) in [
+            (0.3, blocked(3.0), 3.0),
+            (16.0, blocked(3.0), 3.0),
+            (700.0, blocked(1.0), 1.0),
+            (5_000.0, blocked(1.0), 1.0),
+            (20_000.0, blocked(1.0), 1.0),
+            (30.0, split, 8.0),
+            (400.0, split, 8.0),
+            (1_200.0, split, 8.0),
+        ] {
+            let (a, b) = (
+                poisson_mix(lambda, ln_keep, power),
+                naive_mix(lambda, ln_keep, power),
+            );
+            assert!((a - b).abs() <= 1e-12 + 1e-9 * b, "{lambda}: {a} vs {b}");
+        }
+    }
+
+    /// Every layout, empty, one bit short of full, and full: the estimate
+    /// and the rate are finite, ordered, and right at the edges.
+    #[test]
+    fn estimates_at_the_edges() {
+        for params in [
+            Params::new(Layout::Classic, 4096, 7).unwrap(),
+            Params::new(Layout::Blocked, 32 * 1024, 3).unwrap(),
+            Params::new(Layout::Blocked, 1 << 20, 1).unwrap(),
+            Params::new(Layout::SplitBlock, 1 << 16, 8).unwrap(),
+            Params::new(Layout::Classic, MAX_BITS, 32).unwrap(),
+        ] {
+            let m = params.bits();
+            let empty = params.estimate_items(0);
+            assert_eq!(empty, 0.0, "{params:?}");
+            assert!(empty.is_sign_positive());
+            assert_eq!(params.false_positive_rate(empty), 0.0);
+            let one = params.estimate_items(1);
+            assert!(
+                one > 0.0 && one < 1.0 + 1e-9 * m as f64,
+                "{params:?}: {one}"
+            );
+            let short = params.estimate_items(m - 1);
+            let full = params.estimate_items(m);
+            assert!(short.is_finite() && full.is_finite(), "{params:?}");
+            assert!(full > short && short > one, "{params:?}: {short} {full}");
+            assert_eq!(params.estimate_items(m + 5), full, "beyond full is full");
+            let (f_short, f_full) = (
+                params.false_positive_rate(short),
+                params.false_positive_rate(full),
+            );
+            assert!(f_short.is_finite() && f_full.is_finite());
+            assert!((0.0..=1.0).contains(&f_short) && (0.0..=1.0).contains(&f_full));
+            assert!(
+                f_full >= f_short && f_full > 0.999,
+                "{params:?}: {f_short} {f_full}"
+            );
+            assert_eq!(params.false_positive_rate(f64::INFINITY), 1.0);
+            assert_eq!(params.false_positive_rate(f64::NAN), 0.0);
+            assert_eq!(params.false_positive_rate(-3.0), 0.0);
+            // Beyond any count a filter can hold: 1, at once.
+            assert_eq!(params.false_positive_rate(1e300), 1.0, "{params:?}");
+        }
+    }
+
+    #[test]
+    fn oversized_sizing_fails_fast() {
+        // Every candidate size is tried with every k; each try is bounded.
+        for layout in [Layout::Blocked, Layout::SplitBlock, Layout::Classic] {
+            assert_eq!(
+                Params::for_items(layout, u64::MAX, 1e-6),
+                Err(ParamError::TooLarge),
+                "{layout:?}"
+            );
+        }
+        assert!(Params::for_port_filter(u64::MAX, 0.001).is_err());
     }
 }

@@ -12,7 +12,7 @@
 //!  7     1    k
 //!  8     8    m, bits
 //! 16     4    hash key id (HashKey::id)
-//! 20     8    estimated item count at encoding (rounded; u64::MAX if full)
+//! 20     8    estimated item count at encoding (rounded; Params::estimate_items)
 //! 28     8    number of set bits
 //! 36     8    payload length in bytes
 //! 44     ..   payload
@@ -137,15 +137,10 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// The header's item estimate: the rounded Swamidass-Baldi estimate,
-/// `u64::MAX` when every bit is set.
+/// The header's item estimate: the rounded Swamidass-Baldi estimate
+/// ([`Params::estimate_items`], finite for a full filter too).
 fn estimate_field(params: &Params, ones: u64) -> u64 {
-    let e = params.estimate_items(ones);
-    if e.is_finite() {
-        e.round() as u64
-    } else {
-        u64::MAX
-    }
+    params.estimate_items(ones).round() as u64
 }
 
 /// The two-symbol model for `ones` set bits out of `m` (`0 < ones < m`):
