@@ -525,6 +525,20 @@ impl RouterConfig {
                     ),
                 );
             }
+            let expected = self.multicast.as_ref().map_or_else(
+                || MulticastConfig::default().expected_groups,
+                |m| m.expected_groups,
+            );
+            if ifc.multicast_groups.len() as u64 > expected {
+                return err(
+                    key("multicast_groups"),
+                    format!(
+                        "{} groups, more than multicast.expected_groups = {expected} that the filters are sized for (raise multicast.expected_groups, up to {})",
+                        ifc.multicast_groups.len(),
+                        multicast::MAX_EXPECTED_GROUPS
+                    ),
+                );
+            }
             let mut groups = BTreeSet::new();
             for (g, addr) in ifc.multicast_groups.iter().enumerate() {
                 if !addr.is_multicast() {
@@ -630,14 +644,14 @@ impl RouterConfig {
         }
 
         // Multicast: the stage's own checks, on the assembled settings.
-        if let Some(m) = self.multicast_config() {
-            if let Err(e) = MulticastStage::new(&m) {
-                let msg = e.to_string();
-                return Err(match msg.split_once(": ") {
-                    Some((k, r)) if k.starts_with("multicast.") => (k.to_string(), r.to_string()),
-                    _ => ("multicast".to_string(), msg),
-                });
-            }
+        if let Some(m) = self.multicast_config()
+            && let Err(e) = MulticastStage::new(&m)
+        {
+            let msg = e.to_string();
+            return Err(match msg.split_once(": ") {
+                Some((k, r)) if k.starts_with("multicast.") => (k.to_string(), r.to_string()),
+                _ => ("multicast".to_string(), msg),
+            });
         }
 
         // Icarus.

@@ -36,3 +36,59 @@ fn load_names_the_file() {
         "{e}"
     );
 }
+
+/// A config with `n` static groups behind the second interface (and
+/// `expected_groups` when given).
+fn with_static_groups(n: u32, expected: Option<u64>) -> String {
+    let groups: Vec<String> = (0..n)
+        .map(|i| format!("\"{}\"", std::net::Ipv4Addr::from(0xe800_0000 + i)))
+        .collect();
+    let mut t = format!(
+        "[[interfaces]]\nname = \"x0\"\n[[interfaces]]\nname = \"x1\"\nmulticast_groups = [{}]\n[[wires]]\nfrom = \"x0\"\nto = \"x1\"\n",
+        groups.join(",")
+    );
+    if let Some(e) = expected {
+        t.push_str(&format!("[multicast]\nexpected_groups = {e}\n"));
+    }
+    t
+}
+
+/// `dataplane check-config` on `text`: (success, standard output and error).
+fn check_config(text: &str, tag: &str) -> (bool, String) {
+    let path = std::env::temp_dir().join(format!("bp-check-{}-{tag}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// 300,000 static groups (a size that once never returned) are refused
+/// with the key and the limit they break; the largest accepted size is
+/// built and checked (about half a second on the 2-core test machine,
+/// mostly TOML parsing; not asserted here).
+#[test]
+fn huge_static_group_lists() {
+    let (ok, text) = check_config(&with_static_groups(300_000, None), "default");
+    assert!(!ok);
+    assert!(
+        text.contains("interfaces[1].multicast_groups: 300000 groups, more than multicast.expected_groups = 1024"),
+        "{text}"
+    );
+    let (ok, text) = check_config(&with_static_groups(300_000, Some(300_000)), "over");
+    assert!(!ok);
+    assert!(
+        text.contains("multicast.expected_groups: 300000 is above the limit of 262144"),
+        "{text}"
+    );
+    let (ok, text) = check_config(&with_static_groups(262_144, Some(262_144)), "max");
+    assert!(ok, "{text}");
+}

@@ -64,6 +64,37 @@
 //! [`MulticastConfig::verify_checksums`] (the default) an IGMP or MLD
 //! message whose checksum fails is ignored ([`MulticastCounters::bad_checksums`]).
 //!
+//! # Bounds: what a host flooding reports can do
+//!
+//! Any host on a port can send reports, so the control path is bounded
+//! three ways, none of which costs the data path anything:
+//!
+//! * **A cap on learned groups per interface**
+//!   ([`MulticastConfig::max_learned_groups`], by default
+//!   `expected_groups`, the number the filter is sized for). A join of a
+//!   new group on an interface at its cap is refused and counted
+//!   ([`MulticastCounters::joins_refused`], and per interface in
+//!   [`InterfaceStats::refused`]); refreshes and leaves of current members
+//!   go on as before. Static groups are not counted against the cap; the
+//!   config may list at most `expected_groups` of them per interface, and
+//!   `expected_groups` is at most [`MAX_EXPECTED_GROUPS`]. So a filter
+//!   holds at most twice the groups it was sized for, and its
+//!   false-positive rate stays near the configured one whatever arrives.
+//! * **A budget of group records per batch**
+//!   ([`MulticastConfig::records_per_batch`], 1024 by default): the
+//!   records beyond it are ignored and counted
+//!   ([`MulticastCounters::records_over_budget`]), so a burst of reports
+//!   delays a batch's forwarding by a bounded amount. IGMP and MLD repeat
+//!   their reports (robustness variable), so a member whose report fell
+//!   over the budget in a flood is learned from its next one.
+//! * **Arithmetic that ends**: a filter's false-positive estimate is
+//!   computed in bounded time whatever its fill, and a full filter's is 1
+//!   ([`Params::false_positive_rate`]).
+//!
+//! Each interface's fill (the fraction of filter positions set) and
+//! false-positive estimate are recomputed at every publish and reported in
+//! [`InterfaceStats`].
+//!
 //! # Replicas: one membership state over several workers
 //!
 //! In the live router each worker has its own stage, and a report reaches
@@ -268,6 +299,19 @@ fn default_fpr() -> f64 {
 fn default_true() -> bool {
     true
 }
+fn default_records_per_batch() -> u32 {
+    DEFAULT_RECORDS_PER_BATCH
+}
+
+/// Group records the control path takes from one batch by default
+/// ([`MulticastConfig::records_per_batch`]): six full IGMPv3 reports,
+/// about 100 us of control work per batch at most.
+pub const DEFAULT_RECORDS_PER_BATCH: u32 = 1024;
+
+/// The most groups per interface a filter may be sized for
+/// ([`MulticastConfig::expected_groups`]): 256 Ki groups at the default
+/// rate is 4 Mi positions, 32 MiB of port filter.
+pub const MAX_EXPECTED_GROUPS: u64 = 1 << 18;
 
 /// One interface's settings.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -311,6 +355,17 @@ pub struct MulticastConfig {
     /// Ignore IGMP/MLD messages whose checksum fails (default: yes).
     #[serde(default = "default_true")]
     pub verify_checksums: bool,
+    /// The most groups an interface learns from reports (static groups not
+    /// counted); a join of one more is refused and counted (default:
+    /// `expected_groups`, so a filter never holds more learned groups than
+    /// it was sized for). 0 turns learning off.
+    pub max_learned_groups: Option<u64>,
+    /// The most group records (a v1/v2 report or leave is one) the control
+    /// path takes from one batch; the rest of the batch's reports are
+    /// counted and ignored (default 1024). Bounds the time a report flood
+    /// can take from forwarding.
+    #[serde(default = "default_records_per_batch")]
+    pub records_per_batch: u32,
     /// Hash seed (default: the process-wide random key).
     pub seed: Option<u64>,
 }
@@ -324,6 +379,8 @@ impl Default for MulticastConfig {
             expected_groups: default_expected_groups(),
             false_positive_rate: default_fpr(),
             verify_checksums: true,
+            max_learned_groups: None,
+            records_per_batch: DEFAULT_RECORDS_PER_BATCH,
             seed: None,
         }
     }
@@ -336,6 +393,13 @@ impl MulticastConfig {
             interfaces: vec![InterfaceConfig::default(); ports],
             ..MulticastConfig::default()
         }
+    }
+
+    /// The cap on learned groups per interface in force
+    /// ([`max_learned_groups`](Self::max_learned_groups), else
+    /// `expected_groups`).
+    pub fn learned_cap(&self) -> u64 {
+        self.max_learned_groups.unwrap_or(self.expected_groups)
     }
 }
 
@@ -356,6 +420,23 @@ pub enum MulticastError {
     /// `membership_interval_ms` must be positive.
     #[error("multicast.membership_interval_ms: must be at least 1")]
     Interval,
+    /// `expected_groups` is above [`MAX_EXPECTED_GROUPS`].
+    #[error(
+        "multicast.expected_groups: {0} is above the limit of {MAX_EXPECTED_GROUPS} per interface"
+    )]
+    ExpectedGroups(u64),
+    /// An interface lists more static groups than its filter is sized for.
+    #[error(
+        "multicast.interfaces[{port}].static_groups: {count} groups, more than multicast.expected_groups = {expected} that the filters are sized for (raise expected_groups, up to {MAX_EXPECTED_GROUPS})"
+    )]
+    TooManyStatic {
+        /// The interface.
+        port: usize,
+        /// Its static groups.
+        count: usize,
+        /// `expected_groups`.
+        expected: u64,
+    },
     /// The filter geometry.
     #[error("multicast.expected_groups / false_positive_rate: {0}")]
     Params(#[from] ParamError),
@@ -409,6 +490,13 @@ pub struct MulticastCounters {
     pub malformed: u64,
     /// Reports from an ingress port beyond the configured interfaces.
     pub unknown_port: u64,
+    /// Joins of a new group refused because the interface already had
+    /// [`MulticastConfig::max_learned_groups`] learned groups (events of
+    /// other workers included).
+    pub joins_refused: u64,
+    /// Group records ignored because the batch had used up
+    /// [`MulticastConfig::records_per_batch`].
+    pub records_over_budget: u64,
     /// Times the data-path filter was republished.
     pub publishes: u64,
     /// Membership events learned here and queued for the other workers
@@ -422,15 +510,97 @@ pub struct MulticastCounters {
     pub events_superseded: u64,
 }
 
+impl InterfaceStats {
+    /// Folds another worker's figures for the same interface into these:
+    /// counts add up; memberships, fill and rate (replicas of one state)
+    /// take the larger.
+    pub fn merge(&mut self, o: &InterfaceStats) {
+        self.members = self.members.max(o.members);
+        self.learned = self.learned.max(o.learned);
+        self.max_learned = self.max_learned.max(o.max_learned);
+        self.refused += o.refused;
+        self.copies += o.copies;
+        self.fill = self.fill.max(o.fill);
+        self.fpr = self.fpr.max(o.fpr);
+        self.false_forward_estimate += o.false_forward_estimate;
+    }
+}
+
+impl MulticastCounters {
+    /// Adds `o`'s counts to these (workers' counters into one report).
+    pub fn merge(&mut self, o: &MulticastCounters) {
+        let MulticastCounters {
+            data_packets,
+            forwarded,
+            copies,
+            suppressed,
+            link_local,
+            control,
+            reports,
+            queries,
+            records,
+            sg_records,
+            joins,
+            refreshes,
+            leaves,
+            leaves_ignored,
+            expiries,
+            invalid_groups,
+            bad_checksums,
+            malformed,
+            unknown_port,
+            joins_refused,
+            records_over_budget,
+            publishes,
+            events_sent,
+            events_applied,
+            events_superseded,
+        } = o;
+        self.data_packets += data_packets;
+        self.forwarded += forwarded;
+        self.copies += copies;
+        self.suppressed += suppressed;
+        self.link_local += link_local;
+        self.control += control;
+        self.reports += reports;
+        self.queries += queries;
+        self.records += records;
+        self.sg_records += sg_records;
+        self.joins += joins;
+        self.refreshes += refreshes;
+        self.leaves += leaves;
+        self.leaves_ignored += leaves_ignored;
+        self.expiries += expiries;
+        self.invalid_groups += invalid_groups;
+        self.bad_checksums += bad_checksums;
+        self.malformed += malformed;
+        self.unknown_port += unknown_port;
+        self.joins_refused += joins_refused;
+        self.records_over_budget += records_over_budget;
+        self.publishes += publishes;
+        self.events_sent += events_sent;
+        self.events_applied += events_applied;
+        self.events_superseded += events_superseded;
+    }
+}
+
 /// One interface's figures.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct InterfaceStats {
     /// Port number.
     pub port: usize,
     /// Current members (static included).
     pub members: usize,
+    /// Current members learned from reports.
+    pub learned: usize,
+    /// The cap on learned members ([`MulticastConfig::max_learned_groups`]).
+    pub max_learned: u64,
+    /// Joins refused at the cap.
+    pub refused: u64,
     /// Copies sent out of this interface.
     pub copies: u64,
+    /// The fraction of the filter's positions set, as last published.
+    pub fill: f64,
     /// The filter's own false-positive estimate now.
     pub fpr: f64,
     /// Expected copies sent for groups no one behind the interface wants
@@ -494,6 +664,8 @@ enum Joined {
     Refreshed,
     /// Older than a leave already applied: ignored.
     Stale,
+    /// A new group on an interface at its cap of learned groups: ignored.
+    Refused,
 }
 
 /// How a leave met the membership table.
@@ -527,9 +699,17 @@ pub struct MulticastControl {
     interval_ns: u64,
     verify_checksums: bool,
     members: Vec<HashMap<GroupKey, Member, ahash::RandomState>>,
+    /// Learned (not static) members per port, against `max_learned`.
+    learned: Vec<usize>,
+    max_learned: usize,
+    /// Joins refused at the cap, per port.
+    refused: Vec<u64>,
+    /// Group records this batch may still take (see [`Self::set_budget`]).
+    budget: u32,
     counting: Vec<CountingBloom>,
     timers: BinaryHeap<Reverse<(u64, u8, GroupKey)>>,
     dirty: u64,
+    fill: Vec<f64>,
     fpr: Vec<f64>,
     counters: MulticastCounters,
     sharing: Option<Box<Sharing>>,
@@ -558,13 +738,47 @@ impl MulticastControl {
             interval_ns,
             verify_checksums: true,
             members: vec![HashMap::default(); ports],
+            learned: vec![0; ports],
+            max_learned: usize::MAX,
+            refused: vec![0; ports],
+            budget: u32::MAX,
             counting: vec![CountingBloom::new(params, hasher); ports],
             timers: BinaryHeap::new(),
             dirty: 0,
+            fill: vec![0.0; ports],
             fpr: vec![0.0; ports],
             counters: MulticastCounters::default(),
             sharing: None,
         })
+    }
+
+    /// Caps the groups each interface learns from reports (and from other
+    /// replicas' events) at `max` (default: no cap). A join of a new group
+    /// beyond it is refused and counted
+    /// ([`MulticastCounters::joins_refused`]); refreshes and leaves of
+    /// current members still count. Replicas at the cap may hold different
+    /// learned groups: each keeps those it took first.
+    pub fn set_max_learned(&mut self, max: u64) {
+        self.max_learned = usize::try_from(max).unwrap_or(usize::MAX);
+    }
+
+    /// Lets the control path take at most `records` more group records
+    /// (a v1/v2 report or leave is one) until the next call; the rest are
+    /// ignored and counted ([`MulticastCounters::records_over_budget`]).
+    /// The stage calls it at the start of every batch.
+    pub fn set_budget(&mut self, records: u32) {
+        self.budget = records;
+    }
+
+    /// Takes one record from the budget; `false` (and counted) when none
+    /// is left.
+    fn take_budget(&mut self) -> bool {
+        if self.budget == 0 {
+            self.counters.records_over_budget += 1;
+            return false;
+        }
+        self.budget -= 1;
+        true
     }
 
     /// Makes this control replica `origin` of a membership state shared
@@ -666,6 +880,21 @@ impl MulticastControl {
         self.fpr.get(port).copied().unwrap_or(0.0)
     }
 
+    /// The fraction of `port`'s filter positions set, as last published.
+    pub fn fill(&self, port: usize) -> f64 {
+        self.fill.get(port).copied().unwrap_or(0.0)
+    }
+
+    /// The number of `port`'s current groups learned from reports.
+    pub fn learned_count(&self, port: usize) -> usize {
+        self.learned.get(port).copied().unwrap_or(0)
+    }
+
+    /// Joins refused on `port` because it was at the cap.
+    pub fn refused(&self, port: usize) -> u64 {
+        self.refused.get(port).copied().unwrap_or(0)
+    }
+
     /// Whether a membership changed since the last publish.
     pub fn is_dirty(&self) -> bool {
         self.dirty != 0
@@ -683,12 +912,16 @@ impl MulticastControl {
         self.counting[port].insert(&group);
         self.dirty |= 1 << port;
         if expires != STATIC {
+            self.learned[port] += 1;
             self.timers.push(Reverse((expires, port as u8, group)));
         }
     }
 
     fn end(&mut self, port: usize, group: &GroupKey) {
-        if self.members[port].remove(group).is_some() {
+        if let Some(m) = self.members[port].remove(group) {
+            if m.expires != STATIC {
+                self.learned[port] -= 1;
+            }
             // Only a group that was inserted reaches here: the counting
             // filter keeps its no-false-negative promise.
             self.counting[port].remove(group);
@@ -737,6 +970,11 @@ impl MulticastControl {
         if stale {
             return Joined::Stale;
         }
+        if self.learned[port] >= self.max_learned {
+            self.refused[port] += 1;
+            self.counters.joins_refused += 1;
+            return Joined::Refused;
+        }
         self.insert(port, group, expires, at);
         Joined::New
     }
@@ -770,7 +1008,11 @@ impl MulticastControl {
             return false;
         }
         match self.members[port].get_mut(&group) {
-            Some(m) => m.expires = STATIC,
+            Some(m) if m.expires != STATIC => {
+                m.expires = STATIC;
+                self.learned[port] -= 1;
+            }
+            Some(_) => {}
             None => self.insert(port, group, STATIC, (0, 0)),
         }
         true
@@ -789,6 +1031,8 @@ impl MulticastControl {
             Joined::New => self.counters.joins += 1,
             Joined::Refreshed => self.counters.refreshes += 1,
             Joined::Stale => self.counters.events_superseded += 1,
+            // Counted where refused; the other replicas need not hear of it.
+            Joined::Refused => return false,
         }
         self.emit(MembershipChange::Join, port, group, now);
         joined == Joined::New
@@ -878,6 +1122,9 @@ impl MulticastControl {
     }
 
     fn group_join(&mut self, port: usize, group: IpAddr, now: Timestamp) {
+        if !self.take_budget() {
+            return;
+        }
         if group.is_multicast() {
             self.join(port, group_key(group), now);
         } else {
@@ -886,6 +1133,9 @@ impl MulticastControl {
     }
 
     fn group_leave(&mut self, port: usize, group: IpAddr, now: Timestamp) {
+        if !self.take_budget() {
+            return;
+        }
         if group.is_multicast() {
             self.leave(port, &group_key(group), now);
         } else {
@@ -895,6 +1145,10 @@ impl MulticastControl {
 
     /// Applies one v3/MLDv2 record (see the module docs for the mapping).
     fn record(&mut self, port: usize, rt: RecordType, sources: u16, group: IpAddr, now: Timestamp) {
+        if self.budget == 0 {
+            self.counters.records_over_budget += 1;
+            return;
+        }
         self.counters.records += 1;
         if sources > 0 || rt == RecordType::BlockOldSources {
             self.counters.sg_records += 1;
@@ -995,7 +1249,9 @@ impl MulticastControl {
             let port = d.trailing_zeros() as usize;
             d &= d - 1;
             f.set_port(port, &self.counting[port])?;
-            self.fpr[port] = self.counting[port].to_bloom().false_positive_rate();
+            let bloom = self.counting[port].to_bloom();
+            self.fill[port] = bloom.count_ones() as f64 / bloom.params().bits() as f64;
+            self.fpr[port] = bloom.false_positive_rate();
         }
         self.dirty = 0;
         self.counters.publishes += 1;
@@ -1034,6 +1290,7 @@ pub struct MulticastStage {
     control: MulticastControl,
     filter: Arc<PortFilter>,
     forward_link_local: bool,
+    records_per_batch: u32,
     /// `allow[i]`: the interfaces a packet that arrived on `i` may leave
     /// through (every interface but `i`; every interface for `i >= 64`),
     /// so an answer becomes an egress set with one AND and no branch.
@@ -1059,6 +1316,18 @@ impl MulticastStage {
     /// # Errors
     /// See [`MulticastError`].
     pub fn new(config: &MulticastConfig) -> Result<Self, MulticastError> {
+        if config.expected_groups > MAX_EXPECTED_GROUPS {
+            return Err(MulticastError::ExpectedGroups(config.expected_groups));
+        }
+        for (port, i) in config.interfaces.iter().enumerate() {
+            if i.static_groups.len() as u64 > config.expected_groups {
+                return Err(MulticastError::TooManyStatic {
+                    port,
+                    count: i.static_groups.len(),
+                    expected: config.expected_groups,
+                });
+            }
+        }
         let params = Params::for_port_filter(config.expected_groups, config.false_positive_rate)?;
         let hasher = config.seed.map_or_else(Hasher::new, Hasher::with_seed);
         Self::with_params(config, params, hasher)
@@ -1077,6 +1346,7 @@ impl MulticastStage {
         let interval = config.membership_interval_ms.saturating_mul(1_000_000);
         let mut control = MulticastControl::new(ports, params, hasher, interval)?;
         control.verify_checksums = config.verify_checksums;
+        control.set_max_learned(config.learned_cap());
         for (port, i) in config.interfaces.iter().enumerate() {
             for &g in &i.static_groups {
                 if !g.is_multicast() {
@@ -1092,6 +1362,7 @@ impl MulticastStage {
             control,
             filter,
             forward_link_local: config.forward_link_local,
+            records_per_batch: config.records_per_batch,
             allow: allow_table(ports),
             counters: MulticastCounters::default(),
             keys: Vec::with_capacity(QUERY_CHUNK),
@@ -1134,6 +1405,8 @@ impl MulticastStage {
             bad_checksums: c.bad_checksums,
             malformed: c.malformed,
             unknown_port: c.unknown_port,
+            joins_refused: c.joins_refused,
+            records_over_budget: c.records_over_budget,
             publishes: c.publishes,
             events_sent: c.events_sent,
             events_applied: c.events_applied,
@@ -1207,7 +1480,11 @@ impl MulticastStage {
                 InterfaceStats {
                     port: j,
                     members: self.control.member_count(j),
+                    learned: self.control.learned_count(j),
+                    max_learned: self.control.max_learned as u64,
+                    refused: self.control.refused(j),
                     copies: self.copies[j],
+                    fill: self.control.fill(j),
                     fpr: f,
                     false_forward_estimate: self.false_forward[j] + open,
                 }
@@ -1295,6 +1572,7 @@ impl Stage for MulticastStage {
         // few after: extra copies, never a false negative).
         let first = batch.packets().iter().map(|p| p.ts).min().unwrap_or(now);
         self.control.expire(first.min(now));
+        self.control.set_budget(self.records_per_batch);
         // Control messages first, so a join is in force for data behind it.
         for p in batch.packets_mut() {
             if !p.is_live() {

@@ -115,3 +115,49 @@ pub fn run(p: &mut Pipeline, frames: &[(u8, Vec<u8>)], now: u64) -> Vec<Verdict>
     p.process(&mut b, Timestamp::from_nanos(now));
     verdicts(&b)
 }
+
+/// IGMPv3 group records of a report fit in one 1500-byte frame.
+pub const IGMPV3_RECORDS_PER_FRAME: usize = (1500 - 20 - 8) / 8;
+
+/// An IGMPv3 report (to 224.0.0.22) joining `groups` with
+/// `MODE_IS_EXCLUDE({})` records, one per group.
+pub fn igmp_v3_report(groups: &[Ipv4Addr]) -> Vec<u8> {
+    let mut m = vec![0x22, 0, 0, 0, 0, 0];
+    m.extend_from_slice(&(groups.len() as u16).to_be_bytes());
+    for g in groups {
+        m.extend_from_slice(&[2, 0, 0, 0]);
+        m.extend_from_slice(&g.octets());
+    }
+    let sum = !checksum::sum(&m);
+    m[2..4].copy_from_slice(&sum.to_be_bytes());
+    ipv4(
+        2,
+        Ipv4Addr::new(10, 0, 0, 9),
+        Ipv4Addr::new(224, 0, 0, 22),
+        &m,
+    )
+}
+
+/// MLDv2 address records of a report fit in one 1500-byte frame.
+pub const MLDV2_RECORDS_PER_FRAME: usize = (1500 - 40 - 8) / 20;
+
+/// An MLDv2 report (to ff02::16) joining `groups` with
+/// `MODE_IS_EXCLUDE({})` records, one per group.
+pub fn mld_v2_report(groups: &[Ipv6Addr]) -> Vec<u8> {
+    let src: Ipv6Addr = "fe80::9".parse().unwrap();
+    let dst: Ipv6Addr = "ff02::16".parse().unwrap();
+    let mut m = vec![143, 0, 0, 0, 0, 0];
+    m.extend_from_slice(&(groups.len() as u16).to_be_bytes());
+    for g in groups {
+        m.extend_from_slice(&[2, 0, 0, 0]);
+        m.extend_from_slice(&g.octets());
+    }
+    let acc = u64::from(checksum::sum(&src.octets()))
+        + u64::from(checksum::sum(&dst.octets()))
+        + m.len() as u64
+        + 58
+        + u64::from(checksum::sum(&m));
+    let sum = !checksum::fold(acc);
+    m[2..4].copy_from_slice(&sum.to_be_bytes());
+    ipv6(58, src, dst, &m)
+}
