@@ -8,8 +8,11 @@
 //! `run` prints the counters (per interface, per stage, per drop reason) to
 //! standard error every `--stats-interval` and on exit; SIGINT or SIGTERM
 //! drain the sockets, close the heavy-flow epochs, write the final report
-//! and exit 0.
+//! and exit 0. It refuses to start on an interface another router holds
+//! (`runtime::lock`), and gives up every capability once its sockets are
+//! open (`runtime::privileges`).
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -105,6 +108,16 @@ fn run(
     final_report: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let cfg = RouterConfig::load(file)?;
+    // Created now: a bad path fails before the run, and the router gives up
+    // its capabilities once started (a root-owned directory may then be
+    // out of reach).
+    let mut final_out = final_report
+        .map(|path| {
+            std::fs::File::create(&path)
+                .map(|f| (path.clone(), f))
+                .map_err(|e| anyhow::anyhow!("--final-report {}: {e}", path.display()))
+        })
+        .transpose()?;
     let mut router = Router::start(&cfg, &RunOptions { heavy_report })?;
     let stop = router.stop_flag();
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -134,9 +147,9 @@ fn run(
         eprint!("{}", w.render());
     }
     eprint!("{}", merged.render());
-    if let Some(path) = final_report {
+    if let Some((path, f)) = &mut final_out {
         let json = serde_json::json!({ "total": merged, "workers": per_worker });
-        std::fs::write(&path, serde_json::to_vec_pretty(&json)?)
+        f.write_all(&serde_json::to_vec_pretty(&json)?)
             .map_err(|e| anyhow::anyhow!("--final-report {}: {e}", path.display()))?;
     }
     Ok(())

@@ -56,7 +56,8 @@
 //!
 //! On stop (SIGINT/SIGTERM) a worker processes what its sockets still hold,
 //! then sends its queued frames at their rate until the queues are empty or
-//! [`DRAIN_DEADLINE`] has passed; what is left is dropped and counted
+//! [`DRAIN_DEADLINE`] has passed (one deadline for both steps, so a sender
+//! that keeps sending cannot hold the stop up); what is left is dropped and counted
 //! (`shutdown_dropped` per queue; a packet whose only copy was dropped moves
 //! from `forwarded` to the `egress_shutdown` drop reason). Then the final
 //! counters are collected.
@@ -66,6 +67,8 @@
 //! send_errors + shutdown_dropped + backlog`.
 
 pub mod forward;
+pub mod lock;
+pub mod privileges;
 pub mod share;
 pub mod socket;
 
@@ -83,11 +86,11 @@ use crate::config::RouterConfig;
 use crate::pipeline::{Batch, Pipeline, PipelineConfig, PipelineCounters, PortSet, Verdict};
 use crate::stage::heavy::{EpochReport, HeavyCounters, HeavyStage, Threshold, merge_epochs};
 use crate::stage::icarus::{IcarusCounters, IcarusStage};
-use crate::stage::multicast::{MulticastCounters, MulticastStage};
+use crate::stage::multicast::{InterfaceStats, MulticastCounters, MulticastStage};
 use crate::wire::{self, LinkType};
 use forward::{EgressQueues, QueueCounters, QueueSpec, Wires, WiresCounters};
 use share::MembershipLink;
-use socket::Port;
+use socket::{Port, Received};
 
 /// How often a worker ticks its pipeline and publishes its counters.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -96,8 +99,10 @@ pub const TICK: Duration = Duration::from_millis(100);
 /// frame is due sooner).
 pub const IDLE_POLL: Duration = Duration::from_millis(10);
 
-/// How long a stopping worker keeps sending its queued frames at their
-/// rate; what is still queued then is dropped.
+/// How long a stopping worker may take: it processes what its sockets
+/// still hold and sends its queued frames at their rate until then; what
+/// is still queued is dropped (and counted), what is still unread stays in
+/// the socket.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Penalised flows kept per queue in a merged report.
@@ -114,6 +119,9 @@ pub struct PortCounters {
     pub rx_bytes: u64,
     /// Read errors (other than "nothing to read").
     pub rx_errors: u64,
+    /// Frames other local sockets or the host stack sent out of this port,
+    /// read back and dropped (not input, not in `rx_packets`).
+    pub rx_outgoing_dropped: u64,
     /// Frames sent.
     pub tx_packets: u64,
     /// Bytes sent.
@@ -127,6 +135,7 @@ impl PortCounters {
         self.rx_packets += o.rx_packets;
         self.rx_bytes += o.rx_bytes;
         self.rx_errors += o.rx_errors;
+        self.rx_outgoing_dropped += o.rx_outgoing_dropped;
         self.tx_packets += o.tx_packets;
         self.tx_bytes += o.tx_bytes;
         self.tx_errors += o.tx_errors;
@@ -262,6 +271,16 @@ impl SfbSummary {
     }
 }
 
+/// One interface's multicast figures ([`InterfaceStats`] with the name).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MulticastInterface {
+    /// The interface.
+    pub name: String,
+    /// The figures.
+    #[serde(flatten)]
+    pub stats: InterfaceStats,
+}
+
 /// Counters of the live I/O around the pipeline.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct IoCounters {
@@ -291,7 +310,7 @@ impl IoCounters {
 }
 
 /// Every counter of one worker, or of all of them merged.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Stats {
     /// Worker index (`None` when merged).
     pub worker: Option<usize>,
@@ -307,6 +326,9 @@ pub struct Stats {
     pub wires: WiresCounters,
     /// The multicast stage, when on.
     pub multicast: Option<MulticastCounters>,
+    /// The multicast stage's figures per interface (members, cap,
+    /// refusals, filter fill and false-positive estimate), when on.
+    pub multicast_interfaces: Vec<MulticastInterface>,
     /// The icarus stage, when on.
     pub icarus: Option<IcarusCounters>,
     /// The heavy-flow stage, when on.
@@ -364,18 +386,18 @@ impl Stats {
                 t.reported += h.reported;
             }
             if let Some(c) = &s.multicast {
-                let t = m.multicast.get_or_insert_with(Default::default);
-                t.data_packets += c.data_packets;
-                t.forwarded += c.forwarded;
-                t.copies += c.copies;
-                t.suppressed += c.suppressed;
-                t.link_local += c.link_local;
-                t.control += c.control;
-                t.joins += c.joins;
-                t.leaves += c.leaves;
-                t.events_sent += c.events_sent;
-                t.events_applied += c.events_applied;
-                t.events_superseded += c.events_superseded;
+                m.multicast.get_or_insert_with(Default::default).merge(c);
+            }
+            if m.multicast_interfaces.is_empty() {
+                m.multicast_interfaces = s.multicast_interfaces.clone();
+            } else {
+                for (a, b) in m
+                    .multicast_interfaces
+                    .iter_mut()
+                    .zip(&s.multicast_interfaces)
+                {
+                    a.stats.merge(&b.stats);
+                }
             }
         }
         m
@@ -392,11 +414,12 @@ impl Stats {
         s.push_str(&format!("== {who}\n"));
         for p in &self.interfaces {
             s.push_str(&format!(
-                "  if {:<15} rx {} pkts {} B ({} err)  tx {} pkts {} B ({} err)\n",
+                "  if {:<15} rx {} pkts {} B ({} err, {} outgoing dropped)  tx {} pkts {} B ({} err)\n",
                 p.name,
                 p.rx_packets,
                 p.rx_bytes,
                 p.rx_errors,
+                p.rx_outgoing_dropped,
                 p.tx_packets,
                 p.tx_bytes,
                 p.tx_errors
@@ -416,9 +439,17 @@ impl Stats {
         ));
         if let Some(m) = &self.multicast {
             s.push_str(&format!(
-                "  stage multicast data {} forwarded {} copies {} control {} joins {} leaves {} events sent {} applied {} superseded {}\n",
-                m.data_packets, m.forwarded, m.copies, m.control, m.joins, m.leaves,
-                m.events_sent, m.events_applied, m.events_superseded
+                "  stage multicast data {} forwarded {} copies {} control {} joins {} refused {} leaves {} records {} over_budget {} events sent {} applied {} superseded {}\n",
+                m.data_packets, m.forwarded, m.copies, m.control, m.joins, m.joins_refused,
+                m.leaves, m.records, m.records_over_budget, m.events_sent, m.events_applied,
+                m.events_superseded
+            ));
+        }
+        for i in &self.multicast_interfaces {
+            let st = &i.stats;
+            s.push_str(&format!(
+                "  multicast {} members {} learned {}/{} refused {} fill {:.4} fpr {:.6}\n",
+                i.name, st.members, st.learned, st.max_learned, st.refused, st.fill, st.fpr
             ));
         }
         if let Some(i) = &self.icarus {
@@ -551,6 +582,8 @@ pub struct RunOptions {
 /// A running router.
 #[derive(Debug)]
 pub struct Router {
+    /// One lock per interface, held until the router is dropped.
+    _locks: Vec<lock::InterfaceLock>,
     stop: Arc<AtomicBool>,
     workers: Vec<JoinHandle<Stats>>,
     snapshots: Vec<Arc<Mutex<Stats>>>,
@@ -577,6 +610,10 @@ struct Worker {
     queued: u64,
     /// Filters stripped by `transmit` (the queues count their own).
     stripped: u64,
+    /// The frame being read ([`socket::READ_BUFFER`] bytes).
+    rx_buf: Box<[u8]>,
+    /// Ports whose multicast cap was reported (once each).
+    cap_warned: u64,
 }
 
 impl Router {
@@ -604,6 +641,8 @@ impl Router {
                 None => None,
             });
         }
+        // No other router on these ports (see `lock`).
+        let locks = lock::lock_all(cfg.interfaces.iter().map(|i| i.name.as_str()))?;
         // Fanout groups: one per interface, joined in worker order.
         let mut groups = Vec::new();
         for ifc in &cfg.interfaces {
@@ -638,6 +677,15 @@ impl Router {
             )?),
             None => None,
         };
+        // Every socket and file is open, no thread started: nothing needs a
+        // capability from here on (see `privileges`).
+        let dropped = privileges::drop_all()?;
+        if dropped.effective_before != 0 {
+            eprintln!(
+                "dataplane: capabilities dropped (effective was {:#x}, now none)",
+                dropped.effective_before
+            );
+        }
         let (etx, erx) = crossbeam_channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
         let clock = MonotonicClock::new();
@@ -669,6 +717,8 @@ impl Router {
                 filter_width: icarus.map_or_else(Default::default, |c| c.params.width()),
                 queued,
                 stripped: 0,
+                rx_buf: vec![0; socket::READ_BUFFER].into_boxed_slice(),
+                cap_warned: 0,
             };
             workers.push(
                 std::thread::Builder::new()
@@ -677,6 +727,7 @@ impl Router {
             );
         }
         Ok(Router {
+            _locks: locks,
             stop,
             workers,
             snapshots,
@@ -791,9 +842,15 @@ impl Worker {
                 wait_readable(&mut pollfds, &self.ports, wait);
             }
         }
-        // Drain: whatever is already queued in the sockets is processed...
+        // Drain: whatever is already queued in the sockets is processed
+        // (up to the deadline: a sender that never stops cannot hold the
+        // stop up)...
+        let deadline = self
+            .clock
+            .now()
+            .add_nanos(u64::try_from(DRAIN_DEADLINE.as_nanos()).unwrap_or(u64::MAX));
         for port in 0..self.ports.len() {
-            loop {
+            while self.clock.now() < deadline {
                 batch.clear();
                 self.fill(port, &mut batch, &mut scratch, &mut stats);
                 if batch.is_empty() {
@@ -802,11 +859,8 @@ impl Worker {
                 self.forward(&mut batch, &mut scratch, &mut stats);
             }
         }
-        // ...and the egress queues are sent at their rate, up to a deadline.
-        let deadline = self
-            .clock
-            .now()
-            .add_nanos(u64::try_from(DRAIN_DEADLINE.as_nanos()).unwrap_or(u64::MAX));
+        // ...and the egress queues are sent at their rate, up to the same
+        // deadline.
         loop {
             let now = self.clock.now();
             self.send_due(now, &mut stats);
@@ -886,9 +940,13 @@ impl Worker {
     fn fill(&mut self, port: usize, batch: &mut Batch, scratch: &mut Vec<u8>, stats: &mut Stats) {
         let insert = self.insert_mask & (1u64 << port) != 0;
         while !batch.is_full() {
-            let frame = match self.ports[port].rx.next() {
-                Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break,
+            let frame = match self.ports[port].recv(&mut self.rx_buf) {
+                Ok(Received::Frame(n)) => &self.rx_buf[..n],
+                Ok(Received::Empty) => break,
+                Ok(Received::Outgoing) => {
+                    stats.interfaces[port].rx_outgoing_dropped += 1;
+                    continue;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => {
                     stats.interfaces[port].rx_errors += 1;
@@ -990,6 +1048,27 @@ impl Worker {
             stats.wires = *w.counters();
         }
         stats.multicast = p.stage::<MulticastStage>().map(|m| m.counters().clone());
+        if let Some(m) = p.stage::<MulticastStage>() {
+            stats.multicast_interfaces = m
+                .interface_stats()
+                .into_iter()
+                .zip(&self.ports)
+                .map(|(st, port)| {
+                    let bit = 1u64 << (st.port & 63);
+                    if st.refused > 0 && self.cap_warned & bit == 0 {
+                        self.cap_warned |= bit;
+                        eprintln!(
+                            "dataplane: worker {}: {}: {} learned multicast groups, the cap (multicast.max_learned_groups): further joins are refused and counted",
+                            self.id, port.name, st.learned
+                        );
+                    }
+                    MulticastInterface {
+                        name: port.name.clone(),
+                        stats: st,
+                    }
+                })
+                .collect();
+        }
         stats.icarus = p.stage::<IcarusStage>().map(|i| *i.counters());
         stats.sfb = Vec::new();
         if let Some(q) = p.stage::<EgressQueues>() {

@@ -5,20 +5,30 @@
 //! promiscuous membership and `PACKET_FANOUT` from its `Config`
 //! (`linux_fanout`, `promiscuous`), and accepts a socket of ours
 //! (`socket_fd`). It does not set the socket receive buffer (its
-//! `read_buffer_size` is the user-space buffer for one frame), and it drops
-//! the `sockaddr_ll` of every frame, so the packet type (`PACKET_OUTGOING`
-//! for frames this host sent) is not visible to its user. So the socket is
-//! created here, given its options, and passed to pnet:
+//! `read_buffer_size` is the user-space buffer for one frame), and its
+//! receiver drops the `sockaddr_ll` of every frame, so the packet type is
+//! not visible through it. So the socket is created here, given its
+//! options, and passed to pnet for binding and transmit; frames are read
+//! with [`Port::recv`], which sees the packet type:
 //!
 //! * created with protocol 0, so it receives nothing until pnet binds it to
 //!   the interface with `ETH_P_ALL` (no frame of another interface slips in);
 //! * `SO_RCVBUFFORCE` (needs `CAP_NET_ADMIN`; falls back to `SO_RCVBUF`,
 //!   which `net.core.rmem_max` caps);
-//! * `PACKET_IGNORE_OUTGOING` (Linux >= 4.20): the kernel does not loop the
-//!   frames sent on this interface (by us or the host stack) back to the
-//!   socket, so the router never re-reads what it transmitted. Filtering by
-//!   `pkttype` is impossible through pnet's receiver, so an older kernel is
-//!   refused with a clear error.
+//! * `PACKET_IGNORE_OUTGOING` (Linux >= 4.20): the kernel should not loop
+//!   the frames sent on this interface back to the socket.
+//!
+//! **Outgoing frames are dropped here too.** A socket in a `PACKET_FANOUT`
+//! group is fed by the group's own protocol hook, which does not carry the
+//! member's `PACKET_IGNORE_OUTGOING`: frames that *another* socket or the
+//! host stack sends out of the interface still arrive, with packet type
+//! `PACKET_OUTGOING`. (The group's hook does skip frames its own members
+//! sent, so the router never reads back its own transmissions.) Forwarding
+//! them would let any local process inject frames into the router, and
+//! two routers on the same ports would bounce a frame between them for
+//! ever. [`Port::recv`] reports such a frame as [`Received::Outgoing`];
+//! the worker counts and drops it. [`super::lock`] keeps a second router
+//! off the ports in the first place.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -67,14 +77,67 @@ pub enum PortError {
 pub struct Port {
     /// The interface name.
     pub name: String,
-    /// The socket (owned by pnet; kept for `poll`).
+    /// The socket (owned by pnet; kept for `poll` and [`Port::recv`]).
     pub fd: RawFd,
     /// Transmit half.
     pub tx: Box<dyn DataLinkSender>,
-    /// Receive half (non-blocking: `next` times out at once when empty).
-    pub rx: Box<dyn DataLinkReceiver>,
+    /// pnet's receive half, unused (it hides the packet type) but kept:
+    /// pnet's two halves share the socket and close it when both are gone.
+    _rx: Box<dyn DataLinkReceiver>,
     /// The receive buffer the kernel granted (`SO_RCVBUF` as read back).
     pub recv_buffer: usize,
+}
+
+/// What one [`Port::recv`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// A frame of this many bytes came in (the start of the buffer; a
+    /// frame longer than the buffer is cut to it).
+    Frame(usize),
+    /// A frame this host sent out of the interface (another socket, the
+    /// host stack): not input; to be counted and dropped.
+    Outgoing,
+    /// Nothing waiting.
+    Empty,
+}
+
+impl Port {
+    /// Reads one frame without waiting (`recvfrom(2)`, `MSG_DONTWAIT`),
+    /// with its packet type.
+    ///
+    /// # Errors
+    /// The OS error other than "nothing to read" (`EINTR` included: the
+    /// caller retries).
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Received> {
+        // SAFETY: all-zero bytes are a valid `sockaddr_ll` (plain integers
+        // and a byte array).
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        let mut addr_len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        // SAFETY: `self.fd` is the open packet socket pnet's halves own for
+        // as long as `self` lives; `buf` is writable for `buf.len()` bytes
+        // and `addr` for `addr_len` bytes, both live for the call.
+        let n = unsafe {
+            libc::recvfrom(
+                self.fd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+                (&mut addr as *mut libc::sockaddr_ll).cast(),
+                &mut addr_len,
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            return match err.kind() {
+                io::ErrorKind::WouldBlock => Ok(Received::Empty),
+                _ => Err(err),
+            };
+        }
+        if addr.sll_pkttype == libc::PACKET_OUTGOING {
+            return Ok(Received::Outgoing);
+        }
+        Ok(Received::Frame((n as usize).min(buf.len())))
+    }
 }
 
 impl std::fmt::Debug for Port {
@@ -224,7 +287,7 @@ pub fn open_port(cfg: &InterfaceConfig, group: u16) -> Result<Port, PortError> {
             name,
             fd: raw,
             tx,
-            rx,
+            _rx: rx,
             recv_buffer,
         }),
         Ok(_) => Err(PortError::Os {
