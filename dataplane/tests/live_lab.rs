@@ -38,20 +38,21 @@
 //! and a guard kills the router and takes the lab down whatever happens.
 
 use std::ffi::OsStr;
-use std::fs::File;
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 mod lab_common;
 
 use dataplane::stage::icarus::{FilterParams, node_mask};
-use lab_common::{Lab, skip_reason};
+use lab_common::{
+    Lab, big_rcvbuf, collect, in_netns, interface, packet_socket, send_numbered, send_range,
+    setsockopt_bytes, setsockopt_int, skip_reason, spawn_in_netns, u,
+};
 
 const A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
@@ -84,158 +85,26 @@ const ECN_NODE_ID: u64 = 11;
 /// The frame on the wire: Ethernet + IPv4 + UDP + payload.
 const ECN_FRAME: usize = 14 + 20 + 8 + ECN_PAYLOAD;
 
-/// Runs `f` on a thread that has entered namespace `ns`; sockets it creates
-/// stay in that namespace.
-fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    spawn_in_netns(ns, f).join().expect("namespace thread")
-}
-
-/// Like [`in_netns`], without waiting for `f`.
-fn spawn_in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        // SAFETY: `file` is an open namespace file for the duration of the
-        // call; CLONE_NEWNET moves only this thread, which ends after `f`.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-        f()
-    })
-}
-
-fn setsockopt_bytes(s: &impl AsRawFd, level: libc::c_int, name: libc::c_int, val: &[u8]) {
-    // SAFETY: `s` is an open socket; `val` is a live byte slice and its
-    // exact length is passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            level,
-            name,
-            val.as_ptr().cast(),
-            val.len() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "setsockopt: {}", std::io::Error::last_os_error());
-}
-
-fn setsockopt_int(s: &impl AsRawFd, level: libc::c_int, name: libc::c_int, val: libc::c_int) {
-    setsockopt_bytes(s, level, name, &val.to_ne_bytes());
-}
-
-fn big_rcvbuf(s: &impl AsRawFd) {
-    let v: libc::c_int = 8 << 20;
-    setsockopt_bytes(s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &v.to_ne_bytes());
-}
-
-/// Receives numbered datagrams until `want` distinct ones or `quiet` of
-/// silence; returns (distinct, duplicates).
-fn collect(s: &UdpSocket, want: u32, quiet: Duration) -> (u32, u32) {
-    s.set_read_timeout(Some(quiet)).unwrap();
-    let mut seen = vec![false; want as usize];
-    let (mut distinct, mut dups) = (0, 0);
-    let mut buf = [0u8; 2048];
-    while distinct < want {
-        match s.recv(&mut buf) {
-            Ok(n) if n >= 4 => {
-                let i = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
-                match seen.get_mut(i) {
-                    Some(x) if !*x => {
-                        *x = true;
-                        distinct += 1;
-                    }
-                    _ => dups += 1,
-                }
-            }
-            Ok(_) => dups += 1,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
-            Err(e) => panic!("recv: {e}"),
-        }
-    }
-    (distinct, dups)
-}
-
-fn send_numbered(s: &UdpSocket, to: SocketAddr, n: u32) {
-    send_range(s, to, 0..n);
-}
-
-/// Sends datagrams numbered `range` to `to`.
-fn send_range(s: &UdpSocket, to: SocketAddr, range: std::ops::Range<u32>) {
-    let mut payload = [0u8; 64];
-    for i in range {
-        payload[..4].copy_from_slice(&i.to_be_bytes());
-        s.send_to(&payload, to).expect("send");
-        if i % 64 == 63 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-}
-
 /// Starts `dataplane run` in the router namespace with config text
 /// `config` (written to `<dir>/<tag>.toml`); its standard error goes to
 /// `<dir>/<tag>.err` and its final report to `<dir>/<tag>.json`, whose
 /// paths come back. Returns once it says it is running.
 fn start_router(lab: &mut Lab, tag: &str, config: &str, extra: &[&Path]) -> (PathBuf, PathBuf) {
-    let cfg = lab.dir.join(format!("{tag}.toml"));
-    std::fs::write(&cfg, config).unwrap();
-    let err = lab.dir.join(format!("{tag}.err"));
-    let report = lab.dir.join(format!("{tag}.json"));
-    let mut args: Vec<&OsStr> = vec![OsStr::new("--final-report"), report.as_os_str()];
-    args.extend(extra.iter().map(|p| p.as_os_str()));
-    lab.start_router(
+    let extra: Vec<&OsStr> = extra.iter().map(|p| p.as_os_str()).collect();
+    lab.start_router_with(
         Path::new(env!("CARGO_BIN_EXE_dataplane")),
-        &cfg,
-        &args,
-        &err,
-    );
-    (err, report)
+        tag,
+        config,
+        &extra,
+    )
 }
 
 /// SIGTERM to the running router; waits (10 s at most) for it to exit 0
 /// after printing its final stats; returns its standard error and its
 /// final report.
 fn stop_router(lab: &mut Lab, err_path: &Path, report: &Path) -> (String, serde_json::Value) {
-    let mut router = lab.router.take().unwrap();
-    // SAFETY: kill(2) on the pid of our own child, which has not been
-    // waited for, so the pid is not reused.
-    let rc = unsafe { libc::kill(router.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(rc, 0);
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = router.try_wait().unwrap() {
-            break st;
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            let _ = router.kill();
-            let _ = router.wait();
-            panic!("router did not stop within 10 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let err = std::fs::read_to_string(err_path).unwrap_or_default();
-    assert!(status.success(), "router exit {status}:\n{err}");
-    assert!(
-        err.contains("== all workers"),
-        "final stats printed:\n{err}"
-    );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(report).expect("final report written")).unwrap();
+    let (err, report, _) = lab.stop_router(err_path, report, Duration::from_secs(10));
     (err, report)
-}
-
-fn u(v: &serde_json::Value) -> u64 {
-    v.as_u64().unwrap_or(0)
-}
-
-fn interface<'a>(total: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    total["interfaces"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["name"] == name)
-        .unwrap_or_else(|| panic!("interface {name} in {total}"))
 }
 
 #[test]
@@ -517,12 +386,7 @@ fn capture_link(
     stop: Arc<AtomicBool>,
     ready: std::sync::mpsc::Sender<()>,
 ) -> Vec<Arrival> {
-    // Protocol 0: nothing is received until bound to the one interface.
-    // SAFETY: plain socket(2) call; the result is checked before use.
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    assert!(raw >= 0, "socket: {}", std::io::Error::last_os_error());
-    // SAFETY: `raw` was just returned by socket(2) and nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let fd = packet_socket(ifname);
     big_rcvbuf(&fd);
     setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
     let tv = libc::timeval {
@@ -530,24 +394,6 @@ fn capture_link(
         tv_usec: 50_000,
     };
     setsockopt_val(&fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv);
-    let name = std::ffi::CString::new(ifname).unwrap();
-    // SAFETY: `name` is a live NUL-terminated string.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    assert_ne!(index, 0, "{ifname}: {}", std::io::Error::last_os_error());
-    // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-    sll.sll_ifindex = index as libc::c_int;
-    // SAFETY: `sll` is a live sockaddr_ll and its exact size is passed.
-    let rc = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&sll as *const libc::sockaddr_ll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
     ready.send(()).unwrap();
 
     let mut out = Vec::new();

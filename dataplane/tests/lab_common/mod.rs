@@ -1,14 +1,20 @@
 //! The namespace lab (`scripts/lab.sh`) for the live tests of two crates
-//! (`dataplane/tests/live_lab.rs`, `tests/tests/live_replay.rs`, which
-//! includes this file by path): whether the lab can run here, a command
-//! run with a time limit, and a guard that takes the lab down.
+//! (`dataplane/tests/live_lab.rs`, `live_security.rs`,
+//! `tests/tests/live_replay.rs`, which includes this file by path): whether
+//! the lab can run here, a command run with a time limit, a guard that
+//! takes the lab down, the router started and stopped, threads in a
+//! namespace, and numbered UDP datagrams sent and collected.
 #![allow(dead_code)]
 
 use std::ffi::OsStr;
 use std::fs::File;
+use std::io::ErrorKind;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The workspace root (both crates sit one level below it).
@@ -123,6 +129,67 @@ impl Lab {
         wait_for(err, "running", Duration::from_secs(10), router);
     }
 
+    /// Writes `config` to `<dir>/<tag>.toml` and starts `bin run` with it
+    /// ([`Lab::start_router`]), its standard error to `<dir>/<tag>.err` and
+    /// its final report to `<dir>/<tag>.json`, whose paths come back.
+    pub fn start_router_with(
+        &mut self,
+        bin: &Path,
+        tag: &str,
+        config: &str,
+        extra: &[&OsStr],
+    ) -> (PathBuf, PathBuf) {
+        let cfg = self.dir.join(format!("{tag}.toml"));
+        std::fs::write(&cfg, config).unwrap();
+        let err = self.dir.join(format!("{tag}.err"));
+        let report = self.dir.join(format!("{tag}.json"));
+        let mut args: Vec<&OsStr> = vec![OsStr::new("--final-report"), report.as_os_str()];
+        args.extend_from_slice(extra);
+        self.start_router(bin, &cfg, &args, &err);
+        (err, report)
+    }
+
+    /// SIGTERM to the running router; waits (`limit` at most) for it to
+    /// exit 0 after printing its final stats; returns its standard error,
+    /// its final report and how long it took to stop.
+    pub fn stop_router(
+        &mut self,
+        err_path: &Path,
+        report: &Path,
+        limit: Duration,
+    ) -> (String, serde_json::Value, Duration) {
+        let mut router = self.router.take().unwrap();
+        // SAFETY: kill(2) on the pid of our own child, which has not been
+        // waited for, so the pid is not reused.
+        let rc = unsafe { libc::kill(router.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(rc, 0);
+        let start = Instant::now();
+        let status = loop {
+            if let Some(st) = router.try_wait().unwrap() {
+                break st;
+            }
+            if start.elapsed() > limit {
+                let _ = router.kill();
+                let _ = router.wait();
+                panic!(
+                    "router did not stop within {limit:?} of SIGTERM:\n{}",
+                    std::fs::read_to_string(err_path).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let took = start.elapsed();
+        let err = std::fs::read_to_string(err_path).unwrap_or_default();
+        assert!(status.success(), "router exit {status}:\n{err}");
+        assert!(
+            err.contains("== all workers"),
+            "final stats printed:\n{err}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(report).expect("final report written")).unwrap();
+        (err, report, took)
+    }
+
     /// The namespace of `host` (`a`, `b`, `r`, ...).
     pub fn ns(&self, host: &str) -> String {
         format!("{}-{host}", self.prefix)
@@ -170,4 +237,160 @@ pub fn wait_for(path: &Path, needle: &str, timeout: Duration, router: &mut Child
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Runs `f` on a thread that has entered namespace `ns`; sockets it creates
+/// stay in that namespace.
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    spawn_in_netns(ns, f).join().expect("namespace thread")
+}
+
+/// Like [`in_netns`], without waiting for `f`.
+pub fn spawn_in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        // SAFETY: `file` is an open namespace file for the duration of the
+        // call; CLONE_NEWNET moves only this thread, which ends after `f`.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+}
+
+/// Sets a socket option to `val`'s bytes; panics on failure.
+pub fn setsockopt_bytes(s: &impl AsRawFd, level: libc::c_int, name: libc::c_int, val: &[u8]) {
+    // SAFETY: `s` is an open socket; `val` is a live byte slice and its
+    // exact length is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            val.as_ptr().cast(),
+            val.len() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "setsockopt: {}", std::io::Error::last_os_error());
+}
+
+/// Sets an `int` socket option; panics on failure.
+pub fn setsockopt_int(s: &impl AsRawFd, level: libc::c_int, name: libc::c_int, val: libc::c_int) {
+    setsockopt_bytes(s, level, name, &val.to_ne_bytes());
+}
+
+/// An 8 MiB receive buffer (`SO_RCVBUFFORCE`), so a burst is not lost
+/// before the test reads it.
+pub fn big_rcvbuf(s: &impl AsRawFd) {
+    let v: libc::c_int = 8 << 20;
+    setsockopt_bytes(s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &v.to_ne_bytes());
+}
+
+/// Receives numbered datagrams until `want` distinct ones or `quiet` of
+/// silence; returns (distinct, duplicates).
+pub fn collect(s: &UdpSocket, want: u32, quiet: Duration) -> (u32, u32) {
+    s.set_read_timeout(Some(quiet)).unwrap();
+    let mut seen = vec![false; want as usize];
+    let (mut distinct, mut dups) = (0, 0);
+    let mut buf = [0u8; 2048];
+    while distinct < want {
+        match s.recv(&mut buf) {
+            Ok(n) if n >= 4 => {
+                let i = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+                match seen.get_mut(i) {
+                    Some(x) if !*x => {
+                        *x = true;
+                        distinct += 1;
+                    }
+                    _ => dups += 1,
+                }
+            }
+            Ok(_) => dups += 1,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+            Err(e) => panic!("recv: {e}"),
+        }
+    }
+    (distinct, dups)
+}
+
+/// Sends datagrams numbered `0..n` to `to`.
+pub fn send_numbered(s: &UdpSocket, to: SocketAddr, n: u32) {
+    send_range(s, to, 0..n);
+}
+
+/// Sends datagrams numbered `range` to `to`.
+pub fn send_range(s: &UdpSocket, to: SocketAddr, range: std::ops::Range<u32>) {
+    let mut payload = [0u8; 64];
+    for i in range {
+        payload[..4].copy_from_slice(&i.to_be_bytes());
+        s.send_to(&payload, to).expect("send");
+        if i % 64 == 63 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// A packet socket bound to `ifname` of the calling thread's namespace
+/// (protocol 0 until bound, so nothing of another interface arrives).
+pub fn packet_socket(ifname: &str) -> OwnedFd {
+    // SAFETY: plain socket(2) call; the result is checked before use.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    assert!(raw >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: `raw` was just returned by socket(2) and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let name = std::ffi::CString::new(ifname).unwrap();
+    // SAFETY: `name` is a live NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    assert_ne!(index, 0, "{ifname}: {}", std::io::Error::last_os_error());
+    // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    sll.sll_ifindex = index as libc::c_int;
+    // SAFETY: `sll` is a live sockaddr_ll and its exact size is passed.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+    fd
+}
+
+/// Sends one frame on a bound packet socket; panics on failure.
+pub fn send_frame(fd: &OwnedFd, frame: &[u8]) {
+    // SAFETY: `fd` is an open, bound packet socket; `frame` is a live
+    // byte slice and its exact length is passed.
+    let n = unsafe { libc::send(fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+    assert_eq!(
+        n,
+        frame.len() as isize,
+        "send: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// A counter of a JSON report (0 when absent).
+pub fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// The entry named `name` of a report's `list` (`interfaces`, ...).
+pub fn named<'a>(total: &'a serde_json::Value, list: &str, name: &str) -> &'a serde_json::Value {
+    total[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list} in {total}"))
+        .iter()
+        .find(|i| i["name"] == name)
+        .unwrap_or_else(|| panic!("{list} {name} in {total}"))
+}
+
+/// The interface named `name` of a final report's total.
+pub fn interface<'a>(total: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    named(total, "interfaces", name)
 }
