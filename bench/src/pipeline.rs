@@ -13,10 +13,10 @@
 //!
 //! * `pipeline/heavy/<trace>`: one thread, no channels: the packets are
 //!   copied into a reused [`Batch`] 32 at a time and run through
-//!   [`Pipeline::process`] (parse + [`HeavyStage`]), with the settings
-//!   traffic-gen replay uses ([`ReplayConfig::default`]: drop malformed,
-//!   0.1% byte-share threshold, one epoch, 2 x 2^12 cells of (bytes,
-//!   packets) counters, 4096 tracked flows); the epoch is closed at the end. Per call: a fresh
+//!   [`Pipeline::process`] (parse + [`HeavyStage`]), with [`heavy_config`]
+//!   (drop malformed, 0.1% byte-share threshold, one epoch, 2 x 2^12 cells
+//!   of (bytes, packets) counters, 4096 tracked flows); the epoch is closed
+//!   at the end. Per call: a fresh
 //!   pipeline, every packet, `finish`. ns per packet.
 //! * `heavy/zipf/bloomplane` and `heavy/zipf/heavykeeper`: heavy-flow
 //!   detection alone, on flow keys parsed before timing. Ours gets the
@@ -50,12 +50,11 @@ use criterion::{Criterion, Throughput};
 use dataplane::clock::Timestamp;
 use dataplane::flow::FlowKey;
 use dataplane::io::capture::read_all;
-use dataplane::pipeline::{BATCH_SIZE, Batch, Pipeline};
-use dataplane::stage::heavy::HeavyStage;
+use dataplane::pipeline::{BATCH_SIZE, Batch, Pipeline, PipelineConfig};
+use dataplane::stage::heavy::{HeavyConfig, HeavyStage, Threshold};
 use dataplane::wire::{LinkType, parse};
 use heavykeeper::TopK;
 use serde::Serialize;
-use traffic_gen::replay::ReplayConfig;
 use traffic_gen::synth::{Synth, SynthConfig};
 
 use crate::measure::{Figure, figure};
@@ -193,11 +192,21 @@ pub struct ReplayOutcome {
     pub heavy: usize,
 }
 
-/// Replays `trace` through a fresh parse + heavy pipeline (traffic-gen's
-/// replay settings), one thread, batches of [`BATCH_SIZE`].
+/// The heavy-flow settings of these benches: 0.1% of the bytes, one epoch,
+/// 2 x 2^12 cells, 4096 tracked flows, a fixed seed.
+pub fn heavy_config() -> HeavyConfig {
+    HeavyConfig {
+        threshold: Threshold::ByteShare(SHARE),
+        seed: Some(HK_SEED),
+        ..HeavyConfig::default()
+    }
+}
+
+/// Replays `trace` through a fresh parse + heavy pipeline, one thread,
+/// batches of [`BATCH_SIZE`].
 pub fn replay(trace: &Trace, batch: &mut Batch) -> ReplayOutcome {
-    let cfg = ReplayConfig::default();
-    let mut pipeline = Pipeline::new(cfg.pipeline).with_stage(HeavyStage::new(cfg.heavy));
+    let mut pipeline =
+        Pipeline::new(PipelineConfig::default()).with_stage(HeavyStage::new(heavy_config()));
     let mut now = Timestamp::ZERO;
     for chunk in trace.meta.chunks(BATCH_SIZE) {
         batch.clear();
@@ -289,7 +298,7 @@ impl Keys {
 /// ([`HeavyStage::observe`], the stage's own path after it gathers a
 /// batch's keys), then the epoch closed; the reported flows.
 pub fn detect_ours(keys: &Keys) -> Vec<FlowKey> {
-    let mut stage = HeavyStage::new(ReplayConfig::default().heavy);
+    let mut stage = HeavyStage::new(heavy_config());
     let mut now = Timestamp::ZERO;
     for ((ts, lens), flows) in keys
         .ts

@@ -344,6 +344,33 @@ impl RouterConfig {
         Ok(cfg)
     }
 
+    /// Gives every hash key the file leaves to chance a seed derived from
+    /// `seed` (heavy flows, multicast, each port's SFB), so a replay of the
+    /// same capture is the same run; seeds the file sets stay.
+    pub fn fill_seeds(&mut self, seed: u64) {
+        let mut k = 0u64;
+        let mut next = || {
+            k += 1;
+            seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        };
+        if let Some(h) = &mut self.heavy {
+            h.seed.get_or_insert_with(&mut next);
+        }
+        if let Some(m) = &mut self.multicast {
+            m.seed.get_or_insert_with(&mut next);
+        } else if self.multicast_config().is_some() {
+            self.multicast = Some(MulticastConfig {
+                seed: Some(next()),
+                ..MulticastConfig::default()
+            });
+        }
+        for i in &mut self.interfaces {
+            if let Some(s) = &mut i.sfb {
+                s.seed.get_or_insert_with(&mut next);
+            }
+        }
+    }
+
     /// The port of interface `name`.
     pub fn port_of(&self, name: &str) -> Option<u8> {
         self.interfaces

@@ -1,8 +1,9 @@
-//! Bloomplane dataplane: zero-copy packet views, capture I/O, and (in later
-//! changes) the stages, pipeline and workers.
+//! Bloomplane dataplane: zero-copy packet views, capture and port I/O, the
+//! stages, the router's chain of them, and the workers that run it.
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map.
 
+pub mod chain;
 pub mod clock;
 pub mod config;
 pub mod flow;

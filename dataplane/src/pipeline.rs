@@ -178,6 +178,8 @@ drop_reasons! {
     SfbBucket => "sfb_bucket",
     /// The egress queue was full.
     QueueFull => "queue_full",
+    /// Still queued when a live router's stop deadline passed.
+    EgressShutdown => "egress_shutdown",
 }
 
 impl fmt::Display for DropReason {
@@ -282,6 +284,25 @@ impl Packet {
             Verdict::Mark(_) => Verdict::Mark(rest),
             _ => Verdict::Forward(rest),
         };
+    }
+
+    /// Changes the frame through `f`, which may change its length (Icarus
+    /// inserts and strips an option); then `orig_len` moves by the same
+    /// number of bytes and the frame is parsed again, so [`Packet::parsed`]
+    /// describes the new bytes. Returns what `f` returns.
+    pub fn edit<R>(&mut self, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        let before = self.data.len();
+        let r = f(&mut self.data);
+        let after = self.data.len();
+        self.orig_len = if after >= before {
+            self.orig_len.saturating_add((after - before) as u32)
+        } else {
+            self.orig_len.saturating_sub((before - after) as u32)
+        };
+        if after != before {
+            self.malformed = parse_into(self.link_type, &self.data, None, &mut self.parsed).err();
+        }
+        r
     }
 
     /// Turns a forward into a mark to the same ports (no effect on a drop).
@@ -488,6 +509,13 @@ impl DropCounters {
         *c = c.saturating_add(1);
     }
 
+    /// Counts `n` drops.
+    #[inline]
+    pub fn record_n(&mut self, reason: DropReason, n: u64) {
+        let c = &mut self.counts[reason.index()];
+        *c = c.saturating_add(n);
+    }
+
     /// Drops for `reason`.
     pub fn get(&self, reason: DropReason) -> u64 {
         self.counts[reason.index()]
@@ -548,7 +576,54 @@ impl PipelineCounters {
     }
 }
 
-/// parse -> stages -> counters.
+/// The first step of every batch: parses each packet in place, gives it
+/// its first verdict (`Forward(default_egress)`, or for a frame that does
+/// not parse, a drop or a pass by the [`MalformedPolicy`]) and counts
+/// `received`, `non_ip` and the malformed reasons.
+pub fn parse_batch(cfg: &PipelineConfig, batch: &mut Batch, c: &mut PipelineCounters) {
+    c.received = c.received.saturating_add(batch.len() as u64);
+    let orig_len = |p: &Packet| cfg.strict_lengths.then_some(p.orig_len as usize);
+    for p in batch.packets_mut() {
+        // In place: the summary is written into the slot, not copied there.
+        match parse_into(p.link_type, &p.data, orig_len(p), &mut p.parsed) {
+            Ok(()) => {
+                if !p.parsed.as_ref().is_some_and(Parsed::is_ip) {
+                    c.non_ip = c.non_ip.saturating_add(1);
+                }
+                p.malformed = None;
+                p.verdict = Verdict::Forward(cfg.default_egress);
+            }
+            Err(m) => {
+                c.malformed.record(m);
+                p.malformed = Some(m);
+                p.verdict = match cfg.malformed {
+                    MalformedPolicy::Drop => Verdict::Drop(DropReason::Malformed(m)),
+                    MalformedPolicy::Pass => Verdict::Forward(cfg.default_egress),
+                };
+            }
+        }
+    }
+}
+
+/// The last step of every batch: counts each packet's final verdict
+/// (`forwarded`, `marked`, `dropped` by reason), which keeps
+/// `received == forwarded + dropped`.
+pub fn count_verdicts(batch: &Batch, c: &mut PipelineCounters) {
+    for p in batch.packets() {
+        match p.verdict {
+            Verdict::Forward(_) => c.forwarded = c.forwarded.saturating_add(1),
+            Verdict::Mark(_) => {
+                c.forwarded = c.forwarded.saturating_add(1);
+                c.marked = c.marked.saturating_add(1);
+            }
+            Verdict::Drop(r) => c.dropped.record(r),
+        }
+    }
+}
+
+/// A harness for stages in any order: parse -> stages -> counters. Tests
+/// and benches of single stages use it; the router's fixed chain is
+/// [`crate::chain::Chain`].
 pub struct Pipeline {
     config: PipelineConfig,
     stages: Vec<Box<dyn Stage>>,
@@ -612,44 +687,11 @@ impl Pipeline {
     /// Parses, runs every stage over, and counts one batch. The batch keeps
     /// its verdicts for the caller (tx); clear it before refilling.
     pub fn process(&mut self, batch: &mut Batch, now: Timestamp) {
-        let cfg = self.config;
-        let c = &mut self.counters;
-        c.received = c.received.saturating_add(batch.len() as u64);
-        let orig_len = |p: &Packet| cfg.strict_lengths.then_some(p.orig_len as usize);
-        for p in batch.packets_mut() {
-            // In place: the summary is written into the slot, not copied there.
-            match parse_into(p.link_type, &p.data, orig_len(p), &mut p.parsed) {
-                Ok(()) => {
-                    if !p.parsed.as_ref().is_some_and(Parsed::is_ip) {
-                        c.non_ip = c.non_ip.saturating_add(1);
-                    }
-                    p.malformed = None;
-                    p.verdict = Verdict::Forward(cfg.default_egress);
-                }
-                Err(m) => {
-                    c.malformed.record(m);
-                    p.malformed = Some(m);
-                    p.verdict = match cfg.malformed {
-                        MalformedPolicy::Drop => Verdict::Drop(DropReason::Malformed(m)),
-                        MalformedPolicy::Pass => Verdict::Forward(cfg.default_egress),
-                    };
-                }
-            }
-        }
+        parse_batch(&self.config, batch, &mut self.counters);
         for s in &mut self.stages {
             s.process(batch, now);
         }
-        let c = &mut self.counters;
-        for p in batch.packets() {
-            match p.verdict {
-                Verdict::Forward(_) => c.forwarded = c.forwarded.saturating_add(1),
-                Verdict::Mark(_) => {
-                    c.forwarded = c.forwarded.saturating_add(1);
-                    c.marked = c.marked.saturating_add(1);
-                }
-                Verdict::Drop(r) => c.dropped.record(r),
-            }
-        }
+        count_verdicts(batch, &mut self.counters);
     }
 
     /// Tells every stage the input has ended at `now`.

@@ -1,7 +1,7 @@
 //! Multicast memberships shared between the live router's workers, without
 //! sockets: two worker pipelines built as `dataplane run` builds them
 //! (`runtime::build_workers`), each batch run as a worker runs it
-//! (`WorkerPipeline::process`: the other workers' events, the batch, this
+//! (`runtime::share::process`: the other workers' events, the batch, this
 //! batch's events out). A join, a leave and a refresh seen by one worker
 //! act on the other; and, as a property, replicas that receive the same
 //! events in any order (each sender's in its own order) end with the same
@@ -10,11 +10,13 @@
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
+use dataplane::chain::Chain;
 use dataplane::clock::Timestamp;
 use dataplane::config::RouterConfig;
+use dataplane::io::memory::MemoryPorts;
 use dataplane::pipeline::{DropReason, PortSet, Verdict};
-use dataplane::runtime::share::EXPIRY_GRACE;
-use dataplane::runtime::{WorkerPipeline, build_workers};
+use dataplane::runtime::build_workers;
+use dataplane::runtime::share::{self, EXPIRY_GRACE, MembershipLink};
 use dataplane::stage::multicast::{
     GROUP_MEMBERSHIP_INTERVAL_NS, GroupKey, MembershipEvent, MulticastConfig, MulticastCounters,
     MulticastStage, group_key,
@@ -50,16 +52,15 @@ name = "c0"
 seed = 11
 "#;
 
+/// A worker's chain and its end of the membership exchange.
+type WorkerPipeline = (Chain, Option<MembershipLink>);
+
 fn workers() -> Vec<WorkerPipeline> {
     let cfg = RouterConfig::from_toml_str(CONFIG, "workers.toml").unwrap();
     let w = build_workers(&cfg, cfg.workers.resolved_count()).unwrap();
     assert_eq!(w.len(), 2);
     for (i, w) in w.iter().enumerate() {
-        assert_eq!(
-            w.link.as_ref().map(|l| l.id()),
-            Some(i),
-            "worker {i} linked"
-        );
+        assert_eq!(w.1.as_ref().map(|l| l.id()), Some(i), "worker {i} linked");
     }
     w
 }
@@ -67,12 +68,19 @@ fn workers() -> Vec<WorkerPipeline> {
 /// One batch on worker `w` at `now`, as the runtime runs it.
 fn step(w: &mut WorkerPipeline, frames: &[(u8, Vec<u8>)], now: u64) -> Vec<Verdict> {
     let mut b = batch(frames, now);
-    w.process(&mut b, Timestamp::from_nanos(now));
+    let mut sink = MemoryPorts::new(3);
+    share::process(
+        &mut w.0,
+        w.1.as_ref(),
+        &mut b,
+        Timestamp::from_nanos(now),
+        &mut sink,
+    );
     verdicts(&b)
 }
 
 fn stage(w: &WorkerPipeline) -> &MulticastStage {
-    w.pipeline.stage::<MulticastStage>().unwrap()
+    w.0.multicast().unwrap()
 }
 
 fn counters(w: &WorkerPipeline) -> MulticastCounters {
@@ -175,7 +183,7 @@ fn refresh_seen_by_one_worker_rearms_the_timer_on_both() {
 fn one_worker_shares_nothing() {
     let cfg = RouterConfig::from_toml_str(CONFIG, "workers.toml").unwrap();
     let mut w = build_workers(&cfg, 1).unwrap();
-    assert!(w[0].link.is_none());
+    assert!(w[0].1.is_none());
     step(&mut w[0], &[(B, igmp_v2(0x16, G))], SEC);
     assert_eq!(counters(&w[0]).events_sent, 0);
     // Expiry at the timer itself, no grace.

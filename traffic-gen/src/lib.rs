@@ -1,9 +1,12 @@
-//! Bloomplane traffic generator: replays captures (or a synthetic Zipf
-//! workload) through the embedded dataplane with tcpreplay-style pacing,
-//! measures per-packet processing latency into HdrHistograms, and reports
-//! the pipeline counters and the heavy flows.
+//! Bloomplane traffic generator: replays captures (or a synthetic
+//! workload) through the embedded router (the chain `dataplane run` builds
+//! from a router.toml, in capture time) with tcpreplay-style pacing,
+//! measures latency into HdrHistograms, and reports every counter, per port
+//! and per stage, and the heavy flows.
 //!
-//! * [`replay`] — dispatcher, pinned workers, pacing, the merged [`replay::Report`].
+//! * [`replay`] — dispatcher, pinned workers over capture ports, the merged
+//!   [`replay::Report`].
+//! * [`pacing`] — tcpreplay's pacing: a drift-free schedule, passes.
 //! * [`live`] — the same captures and pacing out of a live interface, with
 //!   end-to-end loss, reordering and latency measured on another.
 //! * [`synth`] — Zipf workloads with known ground truth, written as pcaps.
@@ -16,6 +19,7 @@
 //!   and drop-tail in virtual time.
 
 pub mod live;
+pub mod pacing;
 pub mod replay;
 pub mod scenario;
 pub mod synth;

@@ -80,7 +80,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use dataplane::io::capture::CaptureReader;
-use dataplane::runtime::socket::{
+use dataplane::io::socket::{
     PortError, READ_BUFFER, find_interface, getsockopt_int, setsockopt_int,
 };
 use dataplane::wire::{IpVersion, LinkType, parse};

@@ -7,13 +7,15 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use dataplane::pipeline::{MalformedPolicy, PipelineConfig};
-use dataplane::stage::heavy::{HeavyConfig, Threshold};
+use dataplane::config::{RouterConfig, ThresholdConfig};
+use dataplane::pipeline::MalformedPolicy;
 use dataplane::stage::sfb::SfbConfig;
 use dataplane::wire::icarus::FilterWidth;
 use indicatif::{ProgressBar, ProgressStyle};
 use traffic_gen::live::{Endpoint, LiveConfig, run_live};
-use traffic_gen::replay::{Input, Pacing, ReplayConfig, replay, write_hgrm};
+use traffic_gen::replay::{
+    DEFAULT_ROUTER, Input, Pacing, ReplayConfig, default_router, replay, write_hgrm,
+};
 use traffic_gen::scenario::{self, SfbScenarioConfig, markdown_table, run_sfb_scenario};
 use traffic_gen::synth::{SynthConfig, write_pcap};
 use traffic_gen::synth_icarus::{self, HopRange, IcarusSynthConfig};
@@ -28,8 +30,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Replay pcap/pcapng files (or, with none, a synthetic Zipf workload)
-    /// through the embedded dataplane and report counters, latency and
+    /// Replay pcap/pcapng files (or, with none, a synthetic workload)
+    /// through the embedded router (--config FILE, or the built-in one) in
+    /// capture time and report counters per port and stage, latency and
     /// heavy flows.
     Replay(ReplayArgs),
     /// Write a synthetic Zipf workload as a pcap, with its ground truth in
@@ -209,7 +212,9 @@ struct SynthArgs {
     /// Frame size in bytes (default: per-flow sizes between 64 and 1500).
     #[arg(long)]
     size: Option<u16>,
-    /// RNG seed.
+    /// Seed: the synthetic workload's RNG, and (replay) every hash key the
+    /// router config leaves to chance, so the same input, config and seed
+    /// give the same run.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Every frame distinct (packet number in the IPv4 identification and
@@ -326,8 +331,25 @@ fn run_synth_icarus(s: &SynthCmd) -> Result<()> {
 
 #[derive(Debug, Args)]
 struct ReplayArgs {
-    /// Capture files (pcap, pcapng, gzip); none: a synthetic Zipf workload.
+    /// Capture files (pcap, pcapng, gzip); none: a synthetic workload.
     files: Vec<PathBuf>,
+    /// The router to run (a router.toml, as `dataplane run --config` takes);
+    /// default: the built-in router (see --print-config).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print the built-in router's configuration and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// The interface the frames of a plain pcap arrive on (pcapng
+    /// interfaces map to the router's by name, else by index); default: the
+    /// first interface.
+    #[arg(long, value_name = "NAME")]
+    ingress: Option<String>,
+    /// Write what leaves each port as DIR/<interface>.pcap (departure
+    /// times, the bytes as sent).
+    #[arg(long, short = 'w', value_name = "DIR")]
+    write: Option<PathBuf>,
+
     /// Worker threads, pinned to cores.
     #[arg(long, default_value_t = 1)]
     workers: usize,
@@ -349,10 +371,12 @@ struct ReplayArgs {
     /// Send the input N times.
     #[arg(long = "loop", value_name = "N", default_value_t = 1)]
     loops: u32,
-    /// Heavy-flow threshold as a share of the epoch's bytes, in percent.
-    #[arg(long, default_value_t = 0.1)]
-    heavy_percent: f64,
-    /// Epoch length in milliseconds of capture time (default: one epoch).
+    /// Heavy-flow threshold as a share of the epoch's bytes, in percent
+    /// (overrides the config's `heavy.threshold`).
+    #[arg(long)]
+    heavy_percent: Option<f64>,
+    /// Heavy-flow epoch length in milliseconds of capture time (overrides
+    /// the config's `heavy.epoch_ms`).
     #[arg(long, value_name = "MS")]
     epoch_ms: Option<u64>,
     /// Forward malformed frames instead of dropping them (counted either way).
@@ -361,7 +385,9 @@ struct ReplayArgs {
     /// Heavy flows shown per epoch on the terminal.
     #[arg(long, default_value_t = 10)]
     top: usize,
-    /// Write the latency distribution (.hgrm percentile format, microseconds).
+    /// Write the latency distributions (.hgrm percentile format,
+    /// microseconds): FILE's stem with -processing, -sojourn and -through
+    /// (embedded), or FILE itself (live, with --rx).
     #[arg(long, value_name = "FILE")]
     hgrm: Option<PathBuf>,
     /// Write the whole report as JSON.
@@ -378,7 +404,8 @@ struct ReplayArgs {
         help_heading = "Live replay",
         conflicts_with_all = [
             "workers", "no_pin", "heavy_percent", "epoch_ms", "pass_malformed", "top",
-            "heavy_jsonl", "flows", "packets", "zipf_s", "size", "seed",
+            "heavy_jsonl", "flows", "packets", "zipf_s", "size", "seed", "config",
+            "ingress", "write",
         ]
     )]
     tx: Option<String>,
@@ -456,36 +483,61 @@ fn progress_bar(total: Option<u64>) -> Option<ProgressBar> {
 }
 
 fn run_replay(a: &ReplayArgs) -> Result<()> {
+    if a.print_config {
+        print!("{DEFAULT_ROUTER}");
+        return Ok(());
+    }
     if let Some(tx) = &a.tx {
         return run_live_replay(a, tx);
     }
-    if !(a.heavy_percent.is_finite() && a.heavy_percent > 0.0 && a.heavy_percent <= 100.0) {
-        bail!(
-            "--heavy-percent must be in (0, 100], got {}",
-            a.heavy_percent
-        );
+    let mut router = match &a.config {
+        Some(p) => RouterConfig::load(p)?,
+        None => default_router(),
+    };
+    if a.heavy_percent.is_some() || a.epoch_ms.is_some() {
+        let h = router.heavy.get_or_insert_with(Default::default);
+        if let Some(pct) = a.heavy_percent {
+            if !(pct.is_finite() && pct > 0.0 && pct <= 100.0) {
+                bail!("--heavy-percent must be in (0, 100], got {pct}");
+            }
+            h.threshold = ThresholdConfig::Share(pct / 100.0);
+        }
+        if let Some(ms) = a.epoch_ms {
+            if ms == 0 {
+                bail!("--epoch-ms must be at least 1");
+            }
+            h.epoch_ms = Some(ms);
+        }
     }
-    let pacing = a.pacing();
-    let defaults = ReplayConfig::default();
     let cfg = ReplayConfig {
+        router,
         workers: a.workers,
         pin: !a.no_pin,
-        pacing,
+        pacing: a.pacing(),
         loops: a.loops,
-        pipeline: PipelineConfig {
-            malformed: if a.pass_malformed {
-                MalformedPolicy::Pass
-            } else {
-                MalformedPolicy::Drop
-            },
-            ..PipelineConfig::default()
+        malformed: if a.pass_malformed {
+            MalformedPolicy::Pass
+        } else {
+            MalformedPolicy::Drop
         },
-        heavy: HeavyConfig {
-            threshold: Threshold::ByteShare(a.heavy_percent / 100.0),
-            epoch_ns: a.epoch_ms.map(|ms| ms.saturating_mul(1_000_000)),
-            ..defaults.heavy
-        },
+        ingress: a.ingress.clone(),
+        write: a.write.clone(),
+        seed: a.synth.seed,
     };
+    // Output files are created before the run, so a bad path fails at once.
+    let create = |p: &PathBuf| {
+        std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))
+    };
+    let json = a
+        .json
+        .as_ref()
+        .map(|p| create(p).map(|f| (p, f)))
+        .transpose()?;
+    let heavy_jsonl = a
+        .heavy_jsonl
+        .as_ref()
+        .map(|p| create(p).map(|f| (p, f)))
+        .transpose()?;
     let input = if a.files.is_empty() {
         Input::Synth(a.synth.config())
     } else {
@@ -503,22 +555,16 @@ fn run_replay(a: &ReplayArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     report.write_text(&mut out, a.top)?;
     if let Some(p) = &a.hgrm {
-        let mut f =
-            std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;
-        report
-            .write_hgrm(&mut f)
-            .with_context(|| format!("{}: write failed", p.display()))?;
+        for f in report.write_hgrms(p)? {
+            writeln!(out, "wrote {}", f.display())?;
+        }
     }
-    if let Some(p) = &a.json {
-        let f =
-            std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;
+    if let Some((p, f)) = json {
         serde_json::to_writer_pretty(std::io::BufWriter::new(f), &report)
             .with_context(|| format!("{}: write failed", p.display()))?;
     }
-    if let Some(p) = &a.heavy_jsonl {
-        let mut f = std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?,
-        );
+    if let Some((p, f)) = heavy_jsonl {
+        let mut f = std::io::BufWriter::new(f);
         for e in &report.heavy {
             e.write_json_lines(&mut f)
                 .with_context(|| format!("{}: write failed", p.display()))?;

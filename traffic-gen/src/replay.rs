@@ -1,200 +1,101 @@
-//! Replay into the embedded dataplane: one dispatcher thread reads captures
-//! (or a synthetic stream), paces them as tcpreplay would, and hands packets
-//! to `workers` pinned worker threads over bounded crossbeam channels. A
-//! packet goes to the worker chosen by a hash of its flow key, so a flow
-//! always meets the same worker and no state is shared between workers;
-//! each worker runs its own [`Pipeline`] with a [`HeavyStage`] and its own
-//! latency histogram, and the reports are merged at the end.
+//! Replay into the embedded router: the very chain `dataplane run` builds
+//! from a router.toml ([`dataplane::chain::Chain`]), run by the very worker
+//! loop ([`dataplane::runtime::Worker`]), on capture ports in capture time.
 //!
-//! Packets travel in chunks of up to [`BATCH_SIZE`] with reused buffers
-//! (workers send emptied chunks back), so the steady state allocates
-//! nothing per packet. A chunk is sent when full, and before the dispatcher
-//! sleeps to pace, so pacing never holds packets back.
+//! One dispatcher thread reads the captures (or generates the synthetic
+//! workload), gives each frame its ingress port (a pcapng interface maps to
+//! the configured interface of the same name, else to the one of the same
+//! index; a plain pcap's frames arrive on `--ingress`, by default the first
+//! interface), paces them as tcpreplay would, and hands them to `workers`
+//! pinned worker threads in chunks over bounded crossbeam channels. A
+//! frame goes to the worker chosen by a hash of its flow key, so a flow
+//! always meets the same worker. Each worker's [`ChunkPorts`] feeds the
+//! chunks to its worker loop, on the frames' own clock: egress shapers and
+//! SFB queues drain at their configured rates against capture time,
+//! multicast groups are learned from the capture's IGMP/MLD, heavy-flow
+//! epochs follow capture time. What leaves a port is counted, and with
+//! `--write DIR` written to `DIR/<interface>.pcap` at its departure time.
+//! At the end of the input every queue is sent out at the times its shaper
+//! releases it, so nothing is left queued.
 //!
-//! Latency is per packet: from the moment the worker takes the packet (it
-//! starts filling the batch) to its verdict (the pipeline returned), in ns,
-//! recorded into an HdrHistogram (3 significant digits) per worker.
+//! # Determinism
+//!
+//! With one worker (the default), the same capture, config and seed give
+//! the same verdicts, counters, heavy flows and byte-identical `--write`
+//! captures: every stage runs on capture time, and the hash keys a config
+//! leaves to chance are seeded from `--seed` ([`RouterConfig::fill_seeds`]).
+//! With `n` workers, each flow's fate is still decided by one worker on its
+//! own packets in capture order, so heavy flows, Icarus and, for ports
+//! without a queue, every copy are the same; but each worker has its own
+//! queue per shaped port (as the live router does), which changes SFB's
+//! decisions, and multicast memberships learned by one worker reach the
+//! others between batches whose order depends on thread timing. The
+//! written captures are merged per port in departure-time order.
+//!
+//! # Latency
+//!
+//! Three distributions (see [`dataplane::runtime::worker`]): processing
+//! (wall clock, per packet), egress sojourn and through-router (capture
+//! time, per copy).
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
+use dataplane::chain::Chain;
 use dataplane::clock::Timestamp;
-use dataplane::io::capture::CaptureReader;
-use dataplane::pipeline::{BATCH_SIZE, Batch, Pipeline, PipelineConfig, PipelineCounters};
-use dataplane::stage::heavy::{EpochReport, HeavyConfig, HeavyCounters, HeavyStage, merge_epochs};
+use dataplane::config::RouterConfig;
+use dataplane::io::capture::{CaptureReader, CaptureWriter};
+use dataplane::io::memory::MemoryPorts;
+use dataplane::io::port::{Ports, RxCounters};
+use dataplane::pipeline::{BATCH_SIZE, Batch, MalformedPolicy, PipelineConfig, PortSet};
+use dataplane::runtime::share::MembershipLink;
+use dataplane::runtime::{Latencies, LatencyReport, Stats, Worker, build_workers};
+use dataplane::stage::egress::{Transmit, TxFrame};
+use dataplane::stage::heavy::{EpochReport, Threshold, merge_epochs};
 use dataplane::wire::{LinkType, parse};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use serde::Serialize;
 
+pub use crate::pacing::{Pacing, PassClock, Schedule, wait_until};
+pub use dataplane::runtime::Latency;
+pub use dataplane::runtime::worker::new_histogram;
+
 use crate::synth::{Synth, SynthConfig};
+
+/// The built-in router `replay` runs without `--config` (printed by
+/// `--print-config`).
+pub const DEFAULT_ROUTER: &str = include_str!("default-router.toml");
+
+/// The built-in router, parsed.
+///
+/// # Panics
+/// Never: the text is part of the program and a test checks it.
+pub fn default_router() -> RouterConfig {
+    RouterConfig::from_toml_str(DEFAULT_ROUTER, "built-in router").expect("the built-in router")
+}
 
 /// What to replay.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
     /// Capture files, in order.
     Files(Vec<PathBuf>),
-    /// A synthetic Zipf stream generated on the fly.
+    /// A synthetic Zipf stream generated on the fly, arriving on the
+    /// ingress port.
     Synth(SynthConfig),
 }
 
-/// How fast to send, as tcpreplay's options.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Pacing {
-    /// As fast as possible (`--topspeed`).
-    TopSpeed,
-    /// The capture's own timing scaled: 2.0 is twice as fast (`--multiplier`).
-    Multiplier(f64),
-    /// Packets per second (`--pps`).
-    Pps(f64),
-    /// Megabits per second of wire length (`--mbps`).
-    Mbps(f64),
-}
-
-impl Pacing {
-    /// A short description for reports: `topspeed`, `multiplier 2`, `1000 pps`, `10 Mbps`.
-    pub fn describe(self) -> String {
-        match self {
-            Pacing::TopSpeed => "topspeed".into(),
-            Pacing::Multiplier(m) => format!("multiplier {m}"),
-            Pacing::Pps(p) => format!("{p} pps"),
-            Pacing::Mbps(m) => format!("{m} Mbps"),
-        }
-    }
-
-    /// Checks that a rate is a positive finite number.
-    pub fn validate(self) -> Result<()> {
-        match self {
-            Pacing::Multiplier(x) | Pacing::Pps(x) | Pacing::Mbps(x)
-                if !(x.is_finite() && x > 0.0) =>
-            {
-                bail!("pacing rate must be a positive number, got {x}")
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-/// The send schedule of a paced stream, shared by the embedded and the live
-/// replay: each packet's due time is an offset from the stream's start
-/// computed from the packet's own position (its capture time, its index, or
-/// the bytes before it), never from the previous packet's actual send time,
-/// so lateness (a long sleep, a slow send) never accumulates: a late sender
-/// catches up by sending the next packets at once.
-///
-/// Call [`next_offset`](Self::next_offset) once per packet in send order.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Schedule {
-    pacing: Pacing,
-    first_ts: Option<u64>,
-    packets: u64,
-    bits: u64,
-}
-
-/// Offsets are capped here (about 31 years), so that adding one to an
-/// `Instant` cannot overflow.
-const MAX_OFFSET_NS: u64 = 1_000_000_000 * 1_000_000_000;
-
-impl Schedule {
-    /// A schedule that starts with its first packet at offset 0.
-    pub fn new(pacing: Pacing) -> Self {
-        Schedule {
-            pacing,
-            first_ts: None,
-            packets: 0,
-            bits: 0,
-        }
-    }
-
-    /// The offset from the start, in ns, at which the next packet (capture
-    /// time `ts_ns`, `wire_len` bytes) is due; `None` at top speed (send at
-    /// once). Multiplier: capture time since the first packet divided by the
-    /// multiplier (a capture time before the first packet is due at once);
-    /// pps: index / rate; Mbps: bits of the packets before this one / rate.
-    pub fn next_offset(&mut self, ts_ns: u64, wire_len: u32) -> Option<u64> {
-        let first = *self.first_ts.get_or_insert(ts_ns);
-        let ns = match self.pacing {
-            Pacing::TopSpeed => None,
-            Pacing::Multiplier(m) => Some(ts_ns.saturating_sub(first) as f64 / m),
-            Pacing::Pps(p) => Some(self.packets as f64 * 1e9 / p),
-            Pacing::Mbps(r) => Some(self.bits as f64 * 1e3 / r),
-        };
-        self.packets += 1;
-        self.bits = self.bits.saturating_add(u64::from(wire_len) * 8);
-        // `as` saturates: NaN -> 0, beyond u64 -> u64::MAX.
-        ns.map(|ns| (ns.max(0.0) as u64).min(MAX_OFFSET_NS))
-    }
-}
-
-/// Capture time across passes (`--loop`): pass 0 keeps the capture's times;
-/// every later pass is shifted to start 1 us after the latest time of the
-/// passes before it, so time keeps increasing from pass to pass (and the
-/// multiplier schedule plays the passes back to back).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PassClock {
-    last_out: Option<u64>,
-    shift: Option<i128>,
-}
-
-impl PassClock {
-    /// A clock before the first pass.
-    pub fn new() -> Self {
-        PassClock::default()
-    }
-
-    /// Starts the next pass: its first packet sets the shift.
-    pub fn start_pass(&mut self) {
-        self.shift = None;
-    }
-
-    /// The shifted time of a packet captured at `ts_ns` in the current pass.
-    pub fn map(&mut self, ts_ns: u64) -> u64 {
-        let last_out = self.last_out;
-        let s = *self.shift.get_or_insert_with(|| match last_out {
-            None => 0,
-            Some(l) => i128::from(l) + 1_000 - i128::from(ts_ns),
-        });
-        let t = (i128::from(ts_ns) + s).clamp(0, i128::from(u64::MAX)) as u64;
-        self.last_out = Some(last_out.map_or(t, |l| l.max(t)));
-        t
-    }
-}
-
-/// Sleeps until shortly before `deadline`, then spins until it; returns the
-/// last time read, at or after `deadline` (one clock read when the deadline
-/// has already passed). Sleeping only to 100 us before keeps the wake-up's
-/// lateness (timer slack, scheduling) out of the send time. The spin yields
-/// the CPU between clock reads: alone on a core that costs a system call
-/// per round, but where other threads share it (on a small machine, the
-/// router and receiver being measured) they run instead of waiting for the
-/// spinner's time slice to end, which measured 100x lower median latency
-/// through the live lab on 2 cores.
-pub fn wait_until(deadline: Instant) -> Instant {
-    let mut now = Instant::now();
-    if now >= deadline {
-        return now;
-    }
-    let wait = deadline - now;
-    if wait > Duration::from_micros(200) {
-        thread::sleep(wait - Duration::from_micros(100));
-    }
-    loop {
-        now = Instant::now();
-        if now >= deadline {
-            return now;
-        }
-        thread::yield_now();
-    }
-}
-
 /// Replay settings.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ReplayConfig {
+    /// The router (`--config`, or [`default_router`]).
+    pub router: RouterConfig,
     /// Worker threads (at least 1).
     pub workers: usize,
     /// Pin workers to cores.
@@ -204,101 +105,39 @@ pub struct ReplayConfig {
     /// Times to send the input (at least 1); each pass is shifted in
     /// capture time to follow the previous one.
     pub loops: u32,
-    /// The pipeline.
-    pub pipeline: PipelineConfig,
-    /// The heavy-flow stage.
-    pub heavy: HeavyConfig,
+    /// Malformed frames: dropped (default) or passed to no port, counted
+    /// either way.
+    pub malformed: MalformedPolicy,
+    /// The interface frames of a plain pcap (or the synthetic stream)
+    /// arrive on; `None`: the first.
+    pub ingress: Option<String>,
+    /// Write each port's departures as `DIR/<interface>.pcap`.
+    pub write: Option<PathBuf>,
+    /// Seeds the hash keys the config leaves to chance.
+    pub seed: u64,
 }
 
-impl Default for ReplayConfig {
-    fn default() -> Self {
+impl ReplayConfig {
+    /// One worker, pinned, at top speed, once, through `router`.
+    pub fn new(router: RouterConfig) -> Self {
         ReplayConfig {
+            router,
             workers: 1,
             pin: true,
             pacing: Pacing::TopSpeed,
             loops: 1,
-            pipeline: PipelineConfig::default(),
-            heavy: HeavyConfig {
-                seed: Some(0x5eed_b10b),
-                ..HeavyConfig::default()
-            },
+            malformed: MalformedPolicy::Drop,
+            ingress: None,
+            write: None,
+            seed: 1,
         }
     }
 }
 
-/// Latency percentiles in ns.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Latency {
-    /// Packets measured.
-    pub count: u64,
-    /// Median.
-    pub p50: u64,
-    /// 90th percentile.
-    pub p90: u64,
-    /// 99th percentile.
-    pub p99: u64,
-    /// 99.9th percentile.
-    pub p999: u64,
-    /// Largest.
-    pub max: u64,
-    /// Mean.
-    pub mean: f64,
-}
-
-impl Latency {
-    /// The percentiles of `h`.
-    pub fn of(h: &Histogram<u64>) -> Self {
-        Latency {
-            count: h.len(),
-            p50: h.value_at_quantile(0.5),
-            p90: h.value_at_quantile(0.9),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            max: h.max(),
-            mean: h.mean(),
-        }
-    }
-}
-
-/// The pipeline counters in a serialisable form.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Counters {
-    /// Packets in.
-    pub received: u64,
-    /// Forwarded (marked included).
-    pub forwarded: u64,
-    /// Marked.
-    pub marked: u64,
-    /// Dropped, total.
-    pub dropped: u64,
-    /// Dropped by reason (non-zero only).
-    pub dropped_by_reason: BTreeMap<String, u64>,
-    /// Malformed by reason (non-zero only), whatever the policy.
-    pub malformed: BTreeMap<String, u64>,
-    /// Non-IP frames.
-    pub non_ip: u64,
-}
-
-impl From<&PipelineCounters> for Counters {
-    fn from(c: &PipelineCounters) -> Self {
-        Counters {
-            received: c.received,
-            forwarded: c.forwarded,
-            marked: c.marked,
-            dropped: c.dropped.total(),
-            dropped_by_reason: c
-                .dropped
-                .nonzero()
-                .map(|(r, n)| (r.name().to_string(), n))
-                .collect(),
-            malformed: c
-                .malformed
-                .iter()
-                .filter(|&(_, n)| n != 0)
-                .map(|(r, n)| (r.to_string(), n))
-                .collect(),
-            non_ip: c.non_ip,
-        }
+impl Default for ReplayConfig {
+    /// [`ReplayConfig::new`] with the built-in router.
+    fn default() -> Self {
+        ReplayConfig::new(default_router())
     }
 }
 
@@ -311,8 +150,8 @@ pub struct WorkerSummary {
     pub core: Option<usize>,
     /// Packets it processed.
     pub packets: u64,
-    /// Its latency.
-    pub latency_ns: Latency,
+    /// Its latency percentiles.
+    pub latency: LatencyReport,
 }
 
 /// The whole report.
@@ -326,40 +165,40 @@ pub struct Report {
     pub loops: u32,
     /// Pacing.
     pub pacing: String,
-    /// Packets sent.
+    /// Packets sent into the router.
     pub packets: u64,
-    /// Wire bytes sent.
+    /// Their wire bytes.
     pub bytes: u64,
+    /// Capture time from the first packet to the last departure, s.
+    pub capture_span_s: f64,
     /// Wall time, s.
     pub elapsed_s: f64,
-    /// Packets per second achieved.
+    /// Packets per second achieved (wall clock).
     pub pps: f64,
-    /// Megabits per second achieved (wire length).
+    /// Megabits per second achieved (wire length, wall clock).
     pub mbps: f64,
-    /// Pipeline counters, all workers.
-    pub counters: Counters,
-    /// Heavy-stage counters, all workers.
-    pub heavy_counters: HeavyCounters,
-    /// Per-packet processing latency, all workers.
-    pub latency_ns: Latency,
+    /// Every counter, all workers: per port, per stage, latency.
+    pub router: Stats,
     /// Heavy flows per epoch, merged.
     pub heavy: Vec<EpochReport>,
     /// Per worker.
     pub per_worker: Vec<WorkerSummary>,
-    /// The merged histogram (ns).
+    /// The capture written per port (`--write`).
+    pub written: Vec<PathBuf>,
+    /// The merged latency histograms (ns).
     #[serde(skip)]
-    pub histogram: Histogram<u64>,
+    pub latency: Latencies,
 }
 
 impl Report {
     /// The human-readable summary printed on the terminal.
     pub fn write_text(&self, w: &mut impl Write, top: usize) -> std::io::Result<()> {
-        let c = &self.counters;
         writeln!(
             w,
-            "replayed {} packets ({} bytes) from {} in {:.3} s with {} worker(s), {}: {:.0} pps, {:.1} Mbps",
+            "replayed {} packets ({} bytes, {:.3} s of capture time) from {} in {:.3} s with {} worker(s), {}: {:.0} pps, {:.1} Mbps",
             self.packets,
             self.bytes,
+            self.capture_span_s,
             self.inputs.join(", "),
             self.elapsed_s,
             self.workers,
@@ -367,20 +206,7 @@ impl Report {
             self.pps,
             self.mbps
         )?;
-        writeln!(
-            w,
-            "pipeline: received {} forwarded {} marked {} dropped {} non-ip {}",
-            c.received, c.forwarded, c.marked, c.dropped, c.non_ip
-        )?;
-        for (r, n) in &c.dropped_by_reason {
-            writeln!(w, "  dropped {r}: {n}")?;
-        }
-        let l = &self.latency_ns;
-        writeln!(
-            w,
-            "latency (ns, take -> verdict): p50 {} p90 {} p99 {} p99.9 {} max {} count {}",
-            l.p50, l.p90, l.p99, l.p999, l.max, l.count
-        )?;
+        write!(w, "{}", self.router.render())?;
         for e in &self.heavy {
             writeln!(
                 w,
@@ -414,17 +240,49 @@ impl Report {
                 writeln!(w, "  ... {} more (see --json)", e.flows.len() - top)?;
             }
         }
+        for p in &self.written {
+            writeln!(w, "wrote {}", p.display())?;
+        }
         Ok(())
     }
 
-    /// The latency distribution in HdrHistogram's `.hgrm` percentile format
-    /// (values in microseconds, 5 ticks per half distance).
-    pub fn write_hgrm(&self, w: &mut impl Write) -> std::io::Result<()> {
-        write_hgrm(&self.histogram, w)
+    /// Writes the three latency distributions as `.hgrm` files next to
+    /// `path`: `STEM-processing.EXT`, `STEM-sojourn.EXT`,
+    /// `STEM-through.EXT`; returns their paths.
+    ///
+    /// # Errors
+    /// The file that could not be written.
+    pub fn write_hgrms(&self, path: &Path) -> Result<Vec<PathBuf>> {
+        let mut out = Vec::new();
+        for (what, h) in [
+            ("processing", &self.latency.processing),
+            ("sojourn", &self.latency.sojourn),
+            ("through", &self.latency.through),
+        ] {
+            let p = suffixed(path, what);
+            let mut f = std::fs::File::create(&p)
+                .with_context(|| format!("{}: cannot create", p.display()))?;
+            write_hgrm(h, &mut f).with_context(|| format!("{}: write failed", p.display()))?;
+            out.push(p);
+        }
+        Ok(out)
     }
 }
 
-/// Writes `h` (ns) as an `.hgrm` percentile distribution in microseconds.
+/// `dir/stem.ext` -> `dir/stem-WHAT.ext`.
+pub fn suffixed(p: &Path, what: &str) -> PathBuf {
+    let stem = p
+        .file_stem()
+        .map_or_else(|| "latency".into(), |s| s.to_string_lossy().into_owned());
+    let name = match p.extension() {
+        Some(e) => format!("{stem}-{what}.{}", e.to_string_lossy()),
+        None => format!("{stem}-{what}"),
+    };
+    p.with_file_name(name)
+}
+
+/// Writes `h` (ns) as an `.hgrm` percentile distribution in microseconds
+/// (HdrHistogram's format, 5 ticks per half distance).
 pub fn write_hgrm(h: &Histogram<u64>, w: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         w,
@@ -463,10 +321,10 @@ pub fn write_hgrm(h: &Histogram<u64>, w: &mut impl Write) -> std::io::Result<()>
     )
 }
 
-/// Up to [`BATCH_SIZE`] packets in one reusable buffer.
+/// Up to [`BATCH_SIZE`] frames in one reusable buffer.
 #[derive(Debug)]
 struct Chunk {
-    meta: Vec<(u64, u32, LinkType, usize, usize)>,
+    meta: Vec<(u64, u32, LinkType, u8, usize, usize)>,
     bytes: Vec<u8>,
 }
 
@@ -477,11 +335,11 @@ impl Chunk {
             bytes: Vec::with_capacity(BATCH_SIZE * 2048),
         }
     }
-    fn push(&mut self, ts: u64, orig_len: u32, link: LinkType, data: &[u8]) {
+    fn push(&mut self, ts: u64, orig_len: u32, link: LinkType, ingress: u8, data: &[u8]) {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(data);
         self.meta
-            .push((ts, orig_len, link, start, self.bytes.len()));
+            .push((ts, orig_len, link, ingress, start, self.bytes.len()));
     }
     fn clear(&mut self) {
         self.meta.clear();
@@ -489,69 +347,155 @@ impl Chunk {
     }
 }
 
-struct WorkerResult {
-    counters: PipelineCounters,
-    heavy: Vec<EpochReport>,
-    heavy_counters: HeavyCounters,
-    hist: Histogram<u64>,
-    core: Option<usize>,
-    packets: u64,
+/// Where a worker's departures are written (`--write`): one pcap per port.
+#[derive(Debug)]
+struct Writers {
+    files: Vec<(PathBuf, CaptureWriter)>,
+    error: Option<anyhow::Error>,
 }
 
-/// An empty latency histogram: 1 ns .. 100 s, 3 significant digits.
-pub fn new_histogram() -> Histogram<u64> {
-    // 1 ns .. 100 s at 3 significant digits; values above are clamped.
-    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("constant bounds are valid")
+impl Writers {
+    fn send(&mut self, f: &TxFrame<'_>) {
+        if self.error.is_some() {
+            return;
+        }
+        let Some((path, w)) = self.files.get_mut(usize::from(f.port)) else {
+            return;
+        };
+        if let Err(e) = w.write(f.departs.as_nanos(), f.wire_len, f.frame) {
+            self.error = Some(anyhow!("{}: {e}", path.display()));
+        }
+    }
+
+    fn finish(self) -> Result<Vec<PathBuf>> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let mut out = Vec::new();
+        for (p, w) in self.files {
+            w.finish().map_err(|e| anyhow!("{}: {e}", p.display()))?;
+            out.push(p);
+        }
+        Ok(out)
+    }
+}
+
+/// A replay worker's ports: the chunks the dispatcher sends, on their own
+/// clock (capture time); what leaves is counted and, with `--write`,
+/// written.
+#[derive(Debug)]
+pub struct ChunkPorts {
+    mem: MemoryPorts,
+    rx: Receiver<Chunk>,
+    free: Sender<Chunk>,
+    writers: Option<Writers>,
+    last_departure: Timestamp,
+}
+
+impl ChunkPorts {
+    fn take(&mut self, chunk: Chunk) {
+        self.mem.compact();
+        for &(ts, orig_len, link, ingress, s, e) in &chunk.meta {
+            self.mem.push(
+                Timestamp::from_nanos(ts),
+                ingress,
+                link,
+                orig_len,
+                &chunk.bytes[s..e],
+            );
+        }
+        let mut chunk = chunk;
+        chunk.clear();
+        let _ = self.free.send(chunk);
+    }
+}
+
+impl Transmit for ChunkPorts {
+    fn send(&mut self, f: &TxFrame<'_>) -> bool {
+        self.last_departure = self.last_departure.max(f.departs);
+        if let Some(w) = &mut self.writers {
+            w.send(f);
+        }
+        self.mem.send(f)
+    }
+}
+
+impl Ports for ChunkPorts {
+    fn recv(&mut self, batch: &mut Batch) -> usize {
+        if self.mem.pending() == 0
+            && let Ok(c) = self.rx.try_recv()
+        {
+            self.take(c);
+        }
+        self.mem.recv(batch)
+    }
+
+    fn now(&mut self) -> Timestamp {
+        self.mem.now()
+    }
+
+    fn wait(&mut self, _until: Option<Timestamp>) -> bool {
+        if self.mem.pending() > 0 {
+            return true;
+        }
+        match self.rx.recv() {
+            Ok(c) => {
+                self.take(c);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn real_time(&self) -> bool {
+        false
+    }
+
+    fn rx_counters(&self) -> &[RxCounters] {
+        self.mem.rx_counters()
+    }
+}
+
+/// What a worker thread hands back.
+struct WorkerResult {
+    stats: Stats,
+    latency: Latencies,
+    heavy: Vec<EpochReport>,
+    core: Option<usize>,
+    packets: u64,
+    last_departure: Timestamp,
+    written: Result<Vec<PathBuf>>,
 }
 
 fn worker(
-    rx: Receiver<Chunk>,
-    free: Sender<Chunk>,
+    id: usize,
+    chain: Chain,
+    link: Option<MembershipLink>,
+    ports: ChunkPorts,
     core: Option<core_affinity::CoreId>,
-    cfg: ReplayConfig,
 ) -> WorkerResult {
     let pinned = core
         .filter(|c| core_affinity::set_for_current(*c))
         .map(|c| c.id);
-    let mut pipeline = Pipeline::new(cfg.pipeline).with_stage(HeavyStage::new(cfg.heavy));
-    let mut batch = Batch::new();
-    let mut hist = new_histogram();
-    let mut now = Timestamp::ZERO;
-    let mut packets = 0u64;
-    for mut chunk in rx {
-        let t0 = Instant::now();
-        batch.clear();
-        for &(ts, orig_len, link, s, e) in &chunk.meta {
-            batch.push(
-                Timestamp::from_nanos(ts),
-                orig_len,
-                link,
-                &chunk.bytes[s..e],
-            );
-        }
-        now = now.max(batch.latest_ts().unwrap_or_default());
-        pipeline.process(&mut batch, now);
-        let ns = u64::try_from(t0.elapsed().as_nanos())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let _ = hist.record_n(ns.min(hist.high()), batch.len() as u64);
-        packets += batch.len() as u64;
-        chunk.clear();
-        let _ = free.send(chunk);
-    }
-    pipeline.finish(now);
-    let counters = pipeline.counters().clone();
-    let (heavy, heavy_counters) = match pipeline.stage_mut::<HeavyStage>() {
-        Some(s) => (s.take_reports(), *s.counters()),
-        None => (Vec::new(), HeavyCounters::default()),
-    };
+    let mut w = Worker::new(id, chain, ports, link);
+    w.run(&AtomicBool::new(false), &mut |_, _, _| {});
+    let stats = Stats::of(&w, pinned);
+    let heavy = w
+        .chain_mut()
+        .heavy_mut()
+        .map(|h| h.take_reports())
+        .unwrap_or_default();
+    let packets = stats.pipeline.received;
+    let (_, ports, latency) = w.into_parts();
+    let written = ports.writers.map_or(Ok(Vec::new()), Writers::finish);
     WorkerResult {
-        counters,
+        stats,
+        latency,
         heavy,
-        heavy_counters,
-        hist,
         core: pinned,
         packets,
+        last_departure: ports.last_departure,
+        written,
     }
 }
 
@@ -573,7 +517,6 @@ fn worker_of(link: LinkType, data: &[u8], workers: usize) -> usize {
 }
 
 struct Dispatcher<'a> {
-    cfg: ReplayConfig,
     txs: Vec<Sender<Chunk>>,
     free: Receiver<Chunk>,
     pending: Vec<Chunk>,
@@ -581,6 +524,7 @@ struct Dispatcher<'a> {
     schedule: Schedule,
     sent: u64,
     bytes: u64,
+    first_ts: Option<u64>,
     progress: Option<&'a ProgressBar>,
 }
 
@@ -607,7 +551,7 @@ impl Dispatcher<'_> {
         let Some(offset) = self.schedule.next_offset(ts, wire_len) else {
             return Ok(());
         };
-        let target = self.start + Duration::from_nanos(offset);
+        let target = self.start + std::time::Duration::from_nanos(offset);
         if target > Instant::now() {
             self.flush_all()?;
             wait_until(target);
@@ -615,10 +559,18 @@ impl Dispatcher<'_> {
         Ok(())
     }
 
-    fn send(&mut self, ts: u64, orig_len: u32, link: LinkType, data: &[u8]) -> Result<()> {
+    fn send(
+        &mut self,
+        ts: u64,
+        orig_len: u32,
+        link: LinkType,
+        ingress: u8,
+        data: &[u8],
+    ) -> Result<()> {
         self.pace(ts, orig_len)?;
+        self.first_ts.get_or_insert(ts);
         let w = worker_of(link, data, self.txs.len());
-        self.pending[w].push(ts, orig_len, link, data);
+        self.pending[w].push(ts, orig_len, link, ingress, data);
         if self.pending[w].meta.len() >= BATCH_SIZE {
             self.flush(w)?;
         }
@@ -633,10 +585,27 @@ impl Dispatcher<'_> {
     }
 }
 
-/// Replays `input` through `cfg.workers` embedded dataplanes and returns the
+/// The port a plain capture's frames arrive on.
+fn default_ingress(cfg: &ReplayConfig) -> Result<u8> {
+    match &cfg.ingress {
+        None => Ok(0),
+        Some(name) => cfg.router.port_of(name).ok_or_else(|| {
+            anyhow!(
+                "--ingress {name}: no such interface in the router (have {})",
+                cfg.router
+                    .interfaces
+                    .iter()
+                    .map(|i| i.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }),
+    }
+}
+
+/// Replays `input` through `cfg.workers` embedded routers and returns the
 /// merged report. Errors name the file and the reason.
 pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>) -> Result<Report> {
-    let cfg = *cfg;
     if cfg.workers == 0 {
         bail!("--workers must be at least 1");
     }
@@ -644,34 +613,73 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
         bail!("--loop must be at least 1");
     }
     cfg.pacing.validate()?;
+    let ingress = default_ingress(cfg)?;
     // Open every file first, so a bad name fails before any work.
     if let Input::Files(files) = input {
         for f in files {
             CaptureReader::open(f).map_err(|e| anyhow!("{e}"))?;
         }
     }
+    let mut router = cfg.router.clone();
+    router.fill_seeds(cfg.seed);
+    let ports = router.interfaces.len();
+    let names: Vec<String> = router.interfaces.iter().map(|i| i.name.clone()).collect();
+    if let Some(dir) = &cfg.write {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--write {}: cannot create the directory", dir.display()))?;
+    }
     let cores = if cfg.pin {
         core_affinity::get_core_ids().unwrap_or_default()
     } else {
         Vec::new()
     };
+    let chains = build_workers(&router, cfg.workers).map_err(|e| anyhow!("{e}"))?;
     let (free_tx, free_rx) = unbounded::<Chunk>();
     let mut txs = Vec::new();
     let mut handles = Vec::new();
-    for i in 0..cfg.workers {
+    for (i, (mut chain, link)) in chains.into_iter().enumerate() {
+        chain.set_parse_config(PipelineConfig {
+            malformed: cfg.malformed,
+            default_egress: PortSet::EMPTY,
+            ..PipelineConfig::default()
+        });
+        let writers = match &cfg.write {
+            None => None,
+            Some(dir) => Some(Writers {
+                files: names
+                    .iter()
+                    .map(|n| {
+                        let p = if cfg.workers == 1 {
+                            dir.join(format!("{n}.pcap"))
+                        } else {
+                            dir.join(format!(".{n}.worker{i}.pcap"))
+                        };
+                        CaptureWriter::create(&p, LinkType::Ethernet, 65535)
+                            .map(|w| (p.clone(), w))
+                            .map_err(|e| anyhow!("{e}"))
+                    })
+                    .collect::<Result<_>>()?,
+                error: None,
+            }),
+        };
         let (tx, rx) = bounded::<Chunk>(64);
         txs.push(tx);
-        let free = free_tx.clone();
+        let ports = ChunkPorts {
+            mem: MemoryPorts::new(ports),
+            rx,
+            free: free_tx.clone(),
+            writers,
+            last_departure: Timestamp::ZERO,
+        };
         let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
         let h = thread::Builder::new()
             .name(format!("worker-{i}"))
-            .spawn(move || worker(rx, free, core, cfg))
+            .spawn(move || worker(i, chain, link, ports, core))
             .context("cannot start a worker thread")?;
         handles.push(h);
     }
     drop(free_tx);
     let mut d = Dispatcher {
-        cfg,
         pending: (0..cfg.workers).map(|_| Chunk::new()).collect(),
         txs,
         free: free_rx,
@@ -679,14 +687,14 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
         schedule: Schedule::new(cfg.pacing),
         sent: 0,
         bytes: 0,
+        first_ts: None,
         progress,
     };
     let started = Instant::now();
-    let result = feed(input, &mut d);
+    let result = feed(input, cfg, ingress, &mut d);
     let flushed = d.flush_all();
-    let sent = d.sent;
-    let bytes = d.bytes;
-    drop(d); // closes the channels: workers finish their epochs
+    let (sent, bytes, first_ts) = (d.sent, d.bytes, d.first_ts);
+    drop(d); // closes the channels: workers finish
     let mut results = Vec::new();
     for h in handles {
         results.push(h.join().map_err(|_| anyhow!("a worker thread panicked"))?);
@@ -695,33 +703,38 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
     flushed?;
     let elapsed = started.elapsed().as_secs_f64();
 
-    let mut counters = PipelineCounters::default();
-    let mut hist = new_histogram();
-    let mut heavy_counters = HeavyCounters::default();
+    let mut latency = Latencies::default();
     let mut shards = Vec::new();
     let mut per_worker = Vec::new();
+    let mut all = Vec::new();
+    let mut last_departure = Timestamp::ZERO;
+    let mut written = Vec::new();
     for (i, r) in results.into_iter().enumerate() {
-        counters.merge(&r.counters);
-        let _ = hist.add(&r.hist);
-        let hc = &mut heavy_counters;
-        let o = r.heavy_counters;
-        hc.packets += o.packets;
-        hc.bytes += o.bytes;
-        hc.skipped += o.skipped;
-        hc.detections += o.detections;
-        hc.evictions += o.evictions;
-        hc.overflow += o.overflow;
-        hc.epochs = hc.epochs.max(o.epochs);
+        latency.merge(&r.latency);
         per_worker.push(WorkerSummary {
             worker: i,
             core: r.core,
             packets: r.packets,
-            latency_ns: Latency::of(&r.hist),
+            latency: LatencyReport::of(&r.latency),
         });
         shards.push(r.heavy);
+        all.push(r.stats);
+        last_departure = last_departure.max(r.last_departure);
+        written.push(r.written?);
     }
-    let heavy = merge_epochs(&shards, cfg.heavy.threshold);
-    heavy_counters.reported = heavy.iter().map(|e| e.flows.len() as u64).sum();
+    let mut stats = Stats::merged(&all);
+    stats.set_latency(&latency);
+    let threshold = router
+        .heavy_config()
+        .map_or(Threshold::ByteShare(0.001), |h| h.threshold);
+    let heavy = merge_epochs(&shards, threshold);
+    if let Some(h) = &mut stats.heavy {
+        h.reported = heavy.iter().map(|e| e.flows.len() as u64).sum();
+    }
+    let written = match &cfg.write {
+        Some(dir) if cfg.workers > 1 => merge_written(dir, &names, written)?,
+        _ => written.into_iter().flatten().collect(),
+    };
     let inputs = match input {
         Input::Files(f) => f.iter().map(|p| p.display().to_string()).collect(),
         Input::Synth(s) => vec![format!(
@@ -729,6 +742,7 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
             s.flows, s.packets, s.zipf_s, s.seed
         )],
     };
+    let span = first_ts.map_or(0, |f| last_departure.as_nanos().saturating_sub(f));
     Ok(Report {
         inputs,
         workers: cfg.workers,
@@ -736,24 +750,71 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
         pacing: cfg.pacing.describe(),
         packets: sent,
         bytes,
+        capture_span_s: span as f64 / 1e9,
         elapsed_s: elapsed,
         pps: sent as f64 / elapsed.max(1e-9),
         mbps: bytes as f64 * 8.0 / 1e6 / elapsed.max(1e-9),
-        counters: Counters::from(&counters),
-        heavy_counters,
-        latency_ns: Latency::of(&hist),
+        router: stats,
         heavy,
         per_worker,
-        histogram: hist,
+        written,
+        latency,
     })
+}
+
+/// The next record of each worker's capture, by (time, worker).
+type Heads = BTreeMap<(u64, usize), (u32, Vec<u8>)>;
+
+/// Moves reader `i`'s next record into `heads`.
+fn pull(r: &mut CaptureReader, i: usize, heads: &mut Heads) -> Result<()> {
+    if let Some(rec) = r.next_record().map_err(|e| anyhow!("{e}"))? {
+        heads.insert((rec.ts_ns, i), (rec.orig_len, rec.data.to_vec()));
+    }
+    Ok(())
+}
+
+/// Merges the workers' per-port captures (`written[worker][port]`) into
+/// `dir/<interface>.pcap` in departure-time order (ties: the lower
+/// worker first), removing the workers' files.
+fn merge_written(dir: &Path, names: &[String], written: Vec<Vec<PathBuf>>) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for (port, name) in names.iter().enumerate() {
+        let path = dir.join(format!("{name}.pcap"));
+        let mut w =
+            CaptureWriter::create(&path, LinkType::Ethernet, 65535).map_err(|e| anyhow!("{e}"))?;
+        let mut readers = Vec::new();
+        for files in &written {
+            if let Some(p) = files.get(port) {
+                readers.push(CaptureReader::open(p).map_err(|e| anyhow!("{e}"))?);
+            }
+        }
+        // The heads of every worker's file, merged by (time, worker).
+        let mut heads: Heads = BTreeMap::new();
+        for (i, r) in readers.iter_mut().enumerate() {
+            pull(r, i, &mut heads)?;
+        }
+        while let Some(((ts, i), (orig_len, data))) = heads.pop_first() {
+            w.write(ts, orig_len, &data)
+                .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+            pull(&mut readers[i], i, &mut heads)?;
+        }
+        w.finish().map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        for files in &written {
+            if let Some(p) = files.get(port) {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        out.push(path);
+    }
+    Ok(out)
 }
 
 /// Sends every pass of the input; capture time of pass `k > 0` is shifted to
 /// start 1 us after the previous pass ended ([`PassClock`]), so `now` keeps
 /// increasing.
-fn feed(input: &Input, d: &mut Dispatcher<'_>) -> Result<()> {
+fn feed(input: &Input, cfg: &ReplayConfig, ingress: u8, d: &mut Dispatcher<'_>) -> Result<()> {
     let mut clock = PassClock::new();
-    for _ in 0..d.cfg.loops {
+    for _ in 0..cfg.loops {
         clock.start_pass();
         match input {
             Input::Files(files) => {
@@ -763,7 +824,7 @@ fn feed(input: &Input, d: &mut Dispatcher<'_>) -> Result<()> {
                         match r.next_record() {
                             Ok(Some(rec)) => {
                                 let ts = clock.map(rec.ts_ns);
-                                d.send(ts, rec.orig_len, rec.link_type, rec.data)?;
+                                d.send(ts, rec.orig_len, rec.link_type, ingress, rec.data)?;
                             }
                             Ok(None) => break,
                             Err(e) => return Err(anyhow!("{e}")),
@@ -771,11 +832,11 @@ fn feed(input: &Input, d: &mut Dispatcher<'_>) -> Result<()> {
                     }
                 }
             }
-            Input::Synth(cfg) => {
-                let mut s = Synth::new(*cfg)?;
+            Input::Synth(s) => {
+                let mut s = Synth::new(*s)?;
                 while let Some((ts, data)) = s.next() {
                     let ts = clock.map(ts);
-                    d.send(ts, data.len() as u32, LinkType::Ethernet, data)?;
+                    d.send(ts, data.len() as u32, LinkType::Ethernet, ingress, data)?;
                 }
             }
         }
@@ -800,8 +861,24 @@ mod tests {
     }
 
     #[test]
+    fn default_router_is_valid() {
+        let r = default_router();
+        assert_eq!(r.interfaces.len(), 3);
+        assert!(r.heavy.is_some() && r.icarus.is_some() && r.multicast_config().is_some());
+        assert_eq!(r.sfb_stages().len(), 1);
+    }
+
+    #[test]
     fn merged_report_equals_single_worker_report() {
-        let one = replay(&synth(), &ReplayConfig::default(), None).unwrap();
+        let one = replay(
+            &synth(),
+            &ReplayConfig {
+                pin: false,
+                ..ReplayConfig::default()
+            },
+            None,
+        )
+        .unwrap();
         let three = replay(
             &synth(),
             &ReplayConfig {
@@ -812,20 +889,23 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(one.counters, three.counters);
-        assert_eq!(one.latency_ns.count, three.latency_ns.count);
-        assert_eq!(one.latency_ns.count, 100_000);
-        assert_eq!(one.heavy.len(), 1);
-        assert_eq!(three.heavy.len(), 1);
-        let (a, b) = (&one.heavy[0], &three.heavy[0]);
-        assert_eq!(
-            (a.start_ns, a.end_ns, a.bytes, a.packets),
-            (b.start_ns, b.end_ns, b.bytes, b.packets)
-        );
-        let ka: HashSet<String> = a.flows.iter().map(|f| f.flow.clone()).collect();
-        let kb: HashSet<String> = b.flows.iter().map(|f| f.flow.clone()).collect();
-        assert!(!ka.is_empty());
-        assert_eq!(ka, kb);
+        let (a, b) = (&one.router, &three.router);
+        assert!(a.is_consistent() && b.is_consistent());
+        assert_eq!(a.pipeline.received, 100_000);
+        assert_eq!(b.pipeline.received, 100_000);
+        assert_eq!(a.icarus, b.icarus, "Icarus is per packet");
+        assert_eq!(a.heavy.map(|h| h.bytes), b.heavy.map(|h| h.bytes));
+        assert_eq!(one.latency.processing.len(), 100_000);
+        assert_eq!(three.latency.processing.len(), 100_000);
+        assert_eq!(one.heavy.len(), three.heavy.len());
+        let flows = |r: &Report| -> HashSet<String> {
+            r.heavy
+                .iter()
+                .flat_map(|e| e.flows.iter().map(|f| format!("{} {}", e.epoch, f.flow)))
+                .collect()
+        };
+        assert!(!flows(&one).is_empty());
+        assert_eq!(flows(&one), flows(&three));
         assert!(three.per_worker.iter().all(|w| w.packets > 0));
     }
 
@@ -839,124 +919,20 @@ mod tests {
         let cfg = ReplayConfig {
             loops: 2,
             pacing: Pacing::Pps(50_000.0),
+            pin: false,
             ..ReplayConfig::default()
         };
         let r = replay(&input, &cfg, None).unwrap();
         assert_eq!(r.packets, 1000);
-        assert_eq!(r.counters.received, 1000);
+        assert_eq!(r.router.pipeline.received, 1000);
         // 1000 packets at 50 kpps take at least ~20 ms.
         assert!(r.elapsed_s >= 0.015, "{}", r.elapsed_s);
-        let e = &r.heavy[0];
-        assert_eq!(e.packets, 1000);
+        let packets: u64 = r.heavy.iter().map(|e| e.packets).sum();
+        assert_eq!(packets, 1000);
         let mut hgrm = Vec::new();
-        r.write_hgrm(&mut hgrm).unwrap();
+        write_hgrm(&r.latency.processing, &mut hgrm).unwrap();
         let text = String::from_utf8(hgrm).unwrap();
         assert!(text.contains("Total count    =         1000"), "{text}");
-    }
-
-    /// The offsets of `packets` (capture time, length) over `loops` passes.
-    fn offsets(pacing: Pacing, packets: &[(u64, u32)], loops: u32) -> Vec<Option<u64>> {
-        let mut sched = Schedule::new(pacing);
-        let mut clock = PassClock::new();
-        let mut out = Vec::new();
-        for _ in 0..loops {
-            clock.start_pass();
-            for &(ts, len) in packets {
-                out.push(sched.next_offset(clock.map(ts), len));
-            }
-        }
-        out
-    }
-
-    const CAPTURE: [(u64, u32); 4] = [
-        (5_000_000_000, 100),
-        (5_000_001_000, 200),
-        (5_000_004_000, 1500),
-        (5_000_010_000, 64),
-    ];
-
-    #[test]
-    fn schedule_topspeed_sends_at_once() {
-        assert!(
-            offsets(Pacing::TopSpeed, &CAPTURE, 3)
-                .iter()
-                .all(Option::is_none)
-        );
-    }
-
-    #[test]
-    fn schedule_multiplier_follows_capture_time_across_loops() {
-        let got = offsets(Pacing::Multiplier(2.0), &CAPTURE, 2);
-        // Pass 2 starts 1 us after pass 1's last packet (10 us): at 11 us.
-        let want = [0, 1_000, 4_000, 10_000, 11_000, 12_000, 15_000, 21_000].map(|us| Some(us / 2));
-        assert_eq!(got, want);
-        // Slower than real time; a capture going back in time is sent at once.
-        let got = offsets(
-            Pacing::Multiplier(0.5),
-            &[(100, 60), (50, 60), (300, 60)],
-            1,
-        );
-        assert_eq!(got, [Some(0), Some(0), Some(400)]);
-    }
-
-    #[test]
-    fn schedule_pps_is_index_over_rate_without_drift() {
-        // 3 pps: offsets are n/3 s rounded down, never an accumulated sum of
-        // rounded gaps (which would drift by up to 1 ns per packet).
-        let many: Vec<(u64, u32)> = (0..3000).map(|i| (i, 60)).collect();
-        let got = offsets(Pacing::Pps(3.0), &many, 1);
-        for (n, o) in got.iter().enumerate() {
-            let want = (n as u128 * 1_000_000_000 / 3) as u64;
-            let o = o.unwrap();
-            assert!(o.abs_diff(want) <= 1, "packet {n}: {o} vs {want}");
-        }
-        // Loops continue the count.
-        let got = offsets(Pacing::Pps(1000.0), &CAPTURE, 2);
-        let want: Vec<Option<u64>> = (0..8).map(|n| Some(n * 1_000_000)).collect();
-        assert_eq!(got, want);
-    }
-
-    #[test]
-    fn schedule_mbps_is_bits_before_over_rate() {
-        // 8 Mbit/s = 1 byte per us: a packet is due when the bytes before it
-        // have gone out.
-        let got = offsets(Pacing::Mbps(8.0), &CAPTURE, 2);
-        let want = [0, 100, 300, 1800, 1864, 1964, 2164, 3664].map(|us| Some(us * 1_000));
-        assert_eq!(got, want);
-    }
-
-    #[test]
-    fn schedule_offsets_are_capped() {
-        let mut s = Schedule::new(Pacing::Multiplier(1e-12));
-        assert_eq!(s.next_offset(0, 60), Some(0));
-        assert_eq!(s.next_offset(u64::MAX, 60), Some(MAX_OFFSET_NS));
-        assert!(
-            Instant::now()
-                .checked_add(Duration::from_nanos(MAX_OFFSET_NS))
-                .is_some()
-        );
-    }
-
-    #[test]
-    fn pacing_rates_must_be_positive() {
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            assert!(Pacing::Pps(bad).validate().is_err());
-            assert!(Pacing::Mbps(bad).validate().is_err());
-            assert!(Pacing::Multiplier(bad).validate().is_err());
-        }
-        assert!(Pacing::TopSpeed.validate().is_ok());
-        assert!(Pacing::Pps(1.0).validate().is_ok());
-    }
-
-    #[test]
-    fn wait_until_is_not_early() {
-        let start = Instant::now();
-        for k in 1..=20u64 {
-            let deadline = start + Duration::from_micros(50 * k);
-            let t = wait_until(deadline);
-            assert!(t >= deadline);
-            assert!(Instant::now() >= deadline);
-        }
     }
 
     #[test]
@@ -969,6 +945,23 @@ mod tests {
         .unwrap_err();
         assert!(
             format!("{err:#}").contains("/nonexistent/x.pcap"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn unknown_ingress_is_named() {
+        let err = replay(
+            &synth(),
+            &ReplayConfig {
+                ingress: Some("eth9".into()),
+                ..ReplayConfig::default()
+            },
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("--ingress eth9: no such interface"),
             "{err:#}"
         );
     }

@@ -60,13 +60,17 @@ fn synth_then_replay_with_reports() {
     assert!(stdout.contains("p99.9"), "{stdout}");
     assert!(stdout.contains("heavy flows"), "{stdout}");
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert_eq!(report["counters"]["received"], 100000);
-    assert_eq!(report["latency_ns"]["count"], 100000);
-    let hgrm = std::fs::read_to_string(&hgrm).unwrap();
-    assert!(
-        hgrm.contains("Percentile") && hgrm.contains("#[Max"),
-        "{hgrm}"
-    );
+    assert_eq!(report["router"]["pipeline"]["received"], 100000);
+    assert_eq!(report["router"]["latency"]["processing"]["count"], 100000);
+    for what in ["processing", "sojourn", "through"] {
+        let path = d.join(format!("r-{what}.hgrm"));
+        let hgrm = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            hgrm.contains("Percentile") && hgrm.contains("#[Max"),
+            "{}: {hgrm}",
+            path.display()
+        );
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
 

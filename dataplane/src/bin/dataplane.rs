@@ -141,8 +141,7 @@ fn run(
         }
     }
     eprintln!("dataplane: stopping: draining and writing the final report");
-    let per_worker = router.shutdown()?;
-    let merged = Stats::merged(&per_worker);
+    let (per_worker, merged) = router.shutdown()?;
     for w in &per_worker {
         eprint!("{}", w.render());
     }

@@ -11,10 +11,10 @@
 //! worker looks at its inbox (empty: two atomic loads) and takes the
 //! events its stage queued.
 //!
-//! [`process`] is the one place a live worker runs a batch: the inbox is
-//! applied first, so the batch's data sees every join another worker sent
-//! before it began; then the batch; then the joins and leaves the batch
-//! taught are sent at once. A join is thus in force on the worker that saw
+//! The worker loop ([`super::worker`]) applies the inbox before each batch,
+//! so the batch's data sees every join another worker sent before it
+//! began; then runs the batch; then sends the joins and leaves the batch
+//! taught at once. A join is thus in force on the worker that saw
 //! it from the batch that carries it, and on every other worker from the
 //! first batch that worker begins after that one ended.
 //!
@@ -26,9 +26,11 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::chain::Chain;
 use crate::clock::Timestamp;
-use crate::pipeline::{Batch, Pipeline};
-use crate::stage::multicast::{MembershipEvent, MulticastStage};
+use crate::pipeline::Batch;
+use crate::stage::egress::Transmit;
+use crate::stage::multicast::MembershipEvent;
 
 /// How long after its timer a membership still stands on a worker, so that
 /// a refresh learned by another worker at about that time, and still in
@@ -75,10 +77,10 @@ impl MembershipLink {
         usize::from(self.id)
     }
 
-    /// Makes `pipeline`'s multicast stage this worker's replica (id, and
-    /// [`EXPIRY_GRACE`]). `false` if the pipeline has no multicast stage.
-    pub fn attach(&self, pipeline: &mut Pipeline) -> bool {
-        let Some(m) = pipeline.stage_mut::<MulticastStage>() else {
+    /// Makes `chain`'s multicast stage this worker's replica (id, and
+    /// [`EXPIRY_GRACE`]). `false` if the chain has no multicast stage.
+    pub fn attach(&self, chain: &mut Chain) -> bool {
+        let Some(m) = chain.multicast_mut() else {
             return false;
         };
         let grace = u64::try_from(EXPIRY_GRACE.as_nanos()).unwrap_or(u64::MAX);
@@ -89,11 +91,11 @@ impl MembershipLink {
     /// Applies every event the other workers have sent so far; returns how
     /// many. The stage publishes the changes to its data path at the start
     /// of its next batch.
-    pub fn receive(&self, pipeline: &mut Pipeline) -> usize {
+    pub fn receive(&self, chain: &mut Chain) -> usize {
         if self.inbox.is_empty() {
             return 0;
         }
-        let Some(m) = pipeline.stage_mut::<MulticastStage>() else {
+        let Some(m) = chain.multicast_mut() else {
             return 0;
         };
         let control = m.control_mut();
@@ -107,8 +109,8 @@ impl MembershipLink {
 
     /// Sends the events the stage learned since the last call to every
     /// other worker; returns how many. A worker that has exited is skipped.
-    pub fn send(&self, pipeline: &mut Pipeline) -> usize {
-        let Some(m) = pipeline.stage_mut::<MulticastStage>() else {
+    pub fn send(&self, chain: &mut Chain) -> usize {
+        let Some(m) = chain.multicast_mut() else {
             return 0;
         };
         let control = m.control_mut();
@@ -126,48 +128,52 @@ impl MembershipLink {
     }
 }
 
-/// Runs one batch through a worker's pipeline the way a live worker does:
+/// Runs one batch through a worker's chain the way the worker loop does:
 /// the other workers' events, the batch, then this batch's events out.
 /// Without a link (one worker, or no multicast stage) it is
-/// [`Pipeline::process`].
+/// [`Chain::process`].
 pub fn process(
-    pipeline: &mut Pipeline,
+    chain: &mut Chain,
     link: Option<&MembershipLink>,
     batch: &mut Batch,
     now: Timestamp,
+    tx: &mut impl Transmit,
 ) {
-    match link {
-        Some(l) => {
-            l.receive(pipeline);
-            pipeline.process(batch, now);
-            l.send(pipeline);
-        }
-        None => pipeline.process(batch, now),
+    if let Some(l) = link {
+        l.receive(chain);
+    }
+    chain.process(batch, now, tx);
+    if let Some(l) = link {
+        l.send(chain);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::PipelineConfig;
-    use crate::stage::multicast::{MulticastConfig, group_key};
+    use crate::config::RouterConfig;
+    use crate::stage::multicast::{MulticastStage, group_key};
 
-    fn mc(p: &mut Pipeline) -> &mut MulticastStage {
-        p.stage_mut::<MulticastStage>().unwrap()
+    fn mc(p: &mut Chain) -> &mut MulticastStage {
+        p.multicast_mut().unwrap()
     }
 
-    fn pipeline() -> Pipeline {
-        let cfg = MulticastConfig {
-            seed: Some(1),
-            ..MulticastConfig::with_ports(2)
-        };
-        Pipeline::new(PipelineConfig::default()).with_stage(MulticastStage::new(&cfg).unwrap())
+    fn chain(multicast: bool) -> Chain {
+        let mut text = String::from("[[interfaces]]\nname = \"a\"\n[[interfaces]]\nname = \"b\"\n");
+        if multicast {
+            text.push_str("[multicast]\nseed = 1\n");
+        }
+        Chain::build(&RouterConfig::from_toml_str(&text, "test").unwrap()).unwrap()
+    }
+
+    fn pipeline() -> Chain {
+        chain(true)
     }
 
     #[test]
     fn every_event_reaches_every_other_worker_once() {
         let links = links(3);
-        let mut p: Vec<Pipeline> = (0..3).map(|_| pipeline()).collect();
+        let mut p: Vec<Chain> = (0..3).map(|_| pipeline()).collect();
         for (l, p) in links.iter().zip(&mut p) {
             assert!(l.attach(p));
         }
@@ -194,7 +200,7 @@ mod tests {
 
     #[test]
     fn no_multicast_stage_no_sharing() {
-        let mut p = Pipeline::new(PipelineConfig::default());
+        let mut p = chain(false);
         let l = links(2);
         assert!(!l[0].attach(&mut p));
         assert_eq!((l[0].receive(&mut p), l[0].send(&mut p)), (0, 0));

@@ -312,6 +312,21 @@ pub struct HeavyCounters {
     pub reported: u64,
 }
 
+impl HeavyCounters {
+    /// Adds another worker's counters (epochs: the larger; a merged report
+    /// sets `reported` from the merged epochs).
+    pub fn merge(&mut self, o: &HeavyCounters) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.skipped += o.skipped;
+        self.detections += o.detections;
+        self.evictions += o.evictions;
+        self.overflow += o.overflow;
+        self.epochs = self.epochs.max(o.epochs);
+        self.reported += o.reported;
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Tracked {
     detected_ns: u64,

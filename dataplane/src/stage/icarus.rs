@@ -705,13 +705,13 @@ impl Icarus {
     }
 }
 
-/// The pipeline adapter: the hop rule on every live IP packet of a batch,
-/// in place; packets on a loop are dropped with [`DropReason::Loop`] under
-/// [`LoopAction::Drop`].
-///
-/// The pipeline's packets expose their bytes as a slice, so this stage
-/// does not insert or strip (that changes the frame's length): edges call
-/// [`Icarus::ingress`] / [`Icarus::egress`] on the frame's `Vec<u8>`.
+/// The stage: on every live IP packet of a batch, the edge insertion when
+/// it arrived on an insertion edge ([`Icarus::ingress`]: the frame grows,
+/// its `orig_len` with it, and it is parsed again), then the hop rule, in
+/// place; packets on a loop are dropped with [`DropReason::Loop`] under
+/// [`LoopAction::Drop`]. Stripping happens per copy in the egress stage
+/// ([`crate::stage::egress`]), since only the copies leaving a stripping
+/// edge lose the option.
 #[derive(Debug, Clone)]
 pub struct IcarusStage {
     core: Icarus,
@@ -722,6 +722,29 @@ impl IcarusStage {
     pub fn new(config: IcarusConfig) -> Self {
         IcarusStage {
             core: Icarus::new(config),
+        }
+    }
+
+    /// Runs one batch (see the type's docs).
+    pub fn process(&mut self, batch: &mut Batch) {
+        let insert = self.core.config().insert_on_ingress;
+        for p in batch.packets_mut() {
+            if !p.is_live() {
+                continue;
+            }
+            let Some(l3) = p.parsed.filter(|q| q.is_ip()).map(|q| q.l3_offset) else {
+                continue;
+            };
+            let port = p.ingress;
+            let o = if port < 64 && insert & (1 << port) != 0 {
+                let core = &mut self.core;
+                p.edit(|f| core.ingress(f, l3, port))
+            } else {
+                self.core.hop(p.data_mut(), l3)
+            };
+            if self.core.drops(o) {
+                p.drop_for(DropReason::Loop);
+            }
         }
     }
 
@@ -742,18 +765,7 @@ impl Stage for IcarusStage {
     }
 
     fn process(&mut self, batch: &mut Batch, _now: Timestamp) {
-        for p in batch.packets_mut() {
-            if !p.is_live() {
-                continue;
-            }
-            let Some(l3) = p.parsed.filter(|q| q.is_ip()).map(|q| q.l3_offset) else {
-                continue;
-            };
-            let o = self.core.hop(p.data_mut(), l3);
-            if self.core.drops(o) {
-                p.drop_for(DropReason::Loop);
-            }
-        }
+        IcarusStage::process(self, batch);
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -535,8 +535,10 @@ impl Scratch {
 }
 
 /// The blocked layout's false-positive rate (Putze, Sanders, Singler 2007):
-/// `sum_i Poisson(i; n / blocks) * (1 - (1 - 1/512)^(i k))^k` (see
-/// [`poisson_mix`] for how it is summed).
+/// `sum_i Poisson(i; n / blocks) * (1 - (1 - 1/512)^(i k))^k`, summed in
+/// log space over the loads within `12 sqrt(lambda) + 30` of the mean, in
+/// a number of steps bounded whatever `n` is (a load too large for any
+/// clear bit to be left gives 1 at once).
 pub fn blocked_fpr(n: f64, blocks: u64, k: usize) -> f64 {
     let ln_keep = (1.0 - 1.0 / BLOCK_BITS as f64).ln() * k as f64;
     poisson_mix(n / blocks as f64, ln_keep, k as f64)

@@ -1,5 +1,7 @@
-//! Live ports: one `AF_PACKET` socket per (worker, interface), handed to
-//! pnet for receive and transmit.
+//! Live ports: one `AF_PACKET` socket per (worker, interface), bound by
+//! pnet, read and written with `recvfrom(2)` and `send(2)` on its
+//! descriptor; [`SocketPorts`] is a worker's set of them under the
+//! [`Ports`] interface.
 //!
 //! pnet 0.35 (`pnet_datalink::linux::channel`) binds the socket, sets
 //! promiscuous membership and `PACKET_FANOUT` from its `Config`
@@ -36,7 +38,12 @@ use std::time::Duration;
 
 use pnet::datalink::{self, Channel, DataLinkReceiver, DataLinkSender, FanoutOption, FanoutType};
 
+use crate::clock::{MonotonicClock, Timestamp};
 use crate::config::InterfaceConfig;
+use crate::io::port::{Ports, RxCounters};
+use crate::pipeline::Batch;
+use crate::stage::egress::{Transmit, TxFrame};
+use crate::wire::LinkType;
 
 /// The largest frame read (a veth may hand over 64 KiB GRO frames when
 /// offloads are on).
@@ -79,10 +86,10 @@ pub struct Port {
     pub name: String,
     /// The socket (owned by pnet; kept for `poll` and [`Port::recv`]).
     pub fd: RawFd,
-    /// Transmit half.
-    pub tx: Box<dyn DataLinkSender>,
-    /// pnet's receive half, unused (it hides the packet type) but kept:
-    /// pnet's two halves share the socket and close it when both are gone.
+    /// pnet's halves, unused (its receiver hides the packet type, its
+    /// sender polls before every send) but kept: they share the socket and
+    /// close it when both are gone.
+    _tx: Box<dyn DataLinkSender>,
     _rx: Box<dyn DataLinkReceiver>,
     /// The receive buffer the kernel granted (`SO_RCVBUF` as read back).
     pub recv_buffer: usize,
@@ -286,7 +293,7 @@ pub fn open_port(cfg: &InterfaceConfig, group: u16) -> Result<Port, PortError> {
         Ok(Channel::Ethernet(tx, rx)) => Ok(Port {
             name,
             fd: raw,
-            tx,
+            _tx: tx,
             _rx: rx,
             recv_buffer,
         }),
@@ -303,20 +310,180 @@ pub fn open_port(cfg: &InterfaceConfig, group: u16) -> Result<Port, PortError> {
     }
 }
 
-/// Waits up to `timeout` for any of `fds` to be readable (EINTR counts as
-/// a timeout).
-pub fn poll_readable(fds: &mut Vec<libc::pollfd>, ports: &[Port], timeout: Duration) {
-    fds.clear();
-    fds.extend(ports.iter().map(|p| libc::pollfd {
-        fd: p.fd,
-        events: libc::POLLIN,
-        revents: 0,
-    }));
-    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `fds` is a live, initialised array of `fds.len()` pollfd
-    // structs for the duration of the call; the descriptors are open (pnet
-    // owns them and `ports` borrows pnet's halves).
-    unsafe {
-        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms);
+/// Longest wait in `ppoll` when every port is idle (shorter when a queued
+/// copy is due sooner).
+pub const IDLE_POLL: Duration = Duration::from_millis(10);
+
+/// A worker's live ports: one [`Port`] per interface, read round robin (a
+/// batch from one port at a time), monotonic time.
+pub struct SocketPorts {
+    ports: Vec<Port>,
+    clock: MonotonicClock,
+    next: usize,
+    rx: Vec<RxCounters>,
+    rx_buf: Box<[u8]>,
+    pollfds: Vec<libc::pollfd>,
+}
+
+impl std::fmt::Debug for SocketPorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SocketPorts")
+            .field("ports", &self.ports)
+            .field("rx", &self.rx)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SocketPorts {
+    /// The worker's ports (port `i` is `ports[i]`), on `clock` (shared by
+    /// the workers, so their times compare).
+    pub fn new(ports: Vec<Port>, clock: MonotonicClock) -> Self {
+        let n = ports.len();
+        SocketPorts {
+            ports,
+            clock,
+            next: 0,
+            rx: vec![RxCounters::default(); n],
+            rx_buf: vec![0; READ_BUFFER].into_boxed_slice(),
+            pollfds: Vec::with_capacity(n),
+        }
+    }
+
+    /// The ports.
+    pub fn ports(&self) -> &[Port] {
+        &self.ports
+    }
+
+    /// Reads up to the batch's room from port `i`; returns how many.
+    fn fill(&mut self, i: usize, batch: &mut Batch) -> usize {
+        let mut n = 0;
+        while !batch.is_full() {
+            let len = match self.ports[i].recv(&mut self.rx_buf) {
+                Ok(Received::Frame(len)) => len,
+                Ok(Received::Empty) => break,
+                Ok(Received::Outgoing) => {
+                    self.rx[i].rx_outgoing_dropped += 1;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.rx[i].rx_errors += 1;
+                    break;
+                }
+            };
+            let rx = &mut self.rx[i];
+            rx.rx_packets += 1;
+            rx.rx_bytes += len as u64;
+            let now = self.clock.now();
+            batch.push_from(
+                now,
+                len as u32,
+                LinkType::Ethernet,
+                i as u8,
+                &self.rx_buf[..len],
+            );
+            n += 1;
+        }
+        n
+    }
+}
+
+impl Transmit for SocketPorts {
+    /// `send(2)` on the port's socket; on a full socket buffer it waits up
+    /// to 10 ms for room once, then counts a send error.
+    fn send(&mut self, f: &TxFrame<'_>) -> bool {
+        let Some(p) = self.ports.get(usize::from(f.port)) else {
+            return false;
+        };
+        for attempt in 0..2 {
+            // SAFETY: `p.fd` is the open packet socket pnet's halves own for
+            // as long as `p` lives; `f.frame` is a live byte slice and its
+            // exact length is passed.
+            let n = unsafe {
+                libc::send(
+                    p.fd,
+                    f.frame.as_ptr().cast(),
+                    f.frame.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n >= 0 {
+                return true;
+            }
+            let err = io::Error::last_os_error();
+            let full = matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS));
+            if !full || attempt == 1 {
+                return false;
+            }
+            let mut pfd = libc::pollfd {
+                fd: p.fd,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            // SAFETY: `pfd` is one live pollfd for the duration of the call.
+            unsafe { libc::poll(&mut pfd, 1, 10) };
+        }
+        false
+    }
+}
+
+impl Ports for SocketPorts {
+    fn recv(&mut self, batch: &mut Batch) -> usize {
+        let n = self.ports.len();
+        for k in 0..n {
+            let i = (self.next + k) % n;
+            let got = self.fill(i, batch);
+            if got > 0 {
+                self.next = (i + 1) % n;
+                return got;
+            }
+        }
+        0
+    }
+
+    fn now(&mut self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Waits in `ppoll(2)` for any port to be readable, for at most
+    /// [`IDLE_POLL`] and never past `until` (nanosecond precision:
+    /// `poll(2)` counts whole milliseconds, which would wake a shaped queue
+    /// late or spin). EINTR counts as a timeout.
+    fn wait(&mut self, until: Option<Timestamp>) -> bool {
+        let now = self.clock.now();
+        let timeout = until.map_or(IDLE_POLL, |t| {
+            IDLE_POLL.min(Duration::from_nanos(t.nanos_since(now)))
+        });
+        self.pollfds.clear();
+        self.pollfds.extend(self.ports.iter().map(|p| libc::pollfd {
+            fd: p.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: timeout.subsec_nanos().into(),
+        };
+        // SAFETY: `pollfds` is a live, initialised array of `len()` pollfd
+        // structs and `ts` a live timespec for the duration of the call; a
+        // null signal mask leaves the mask alone. The descriptors are open
+        // (pnet owns them for as long as `self.ports` lives).
+        unsafe {
+            libc::ppoll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            );
+        }
+        true
+    }
+
+    fn real_time(&self) -> bool {
+        true
+    }
+
+    fn rx_counters(&self) -> &[RxCounters] {
+        &self.rx
     }
 }

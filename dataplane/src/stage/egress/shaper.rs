@@ -35,27 +35,24 @@
 //! [`Departure::sojourn_ns`] is their difference, and [`EgressStats`] keeps
 //! the count, sum and maximum.
 //!
-//! # Speed
+//! # Layout
 //!
-//! In `sfb/enqueue-dequeue` (see `stage::sfb`'s module docs) the queue's
-//! part is about 70 of 290 instructions per packet. What keeps it there:
-//! the FIFO is a power-of-two ring of `Copy` slots (one head, one length;
-//! an `SfbQueue` keeps its tags in the same slots, so it has no second
-//! ring to keep in step); the head's departure time is computed when the
-//! packet becomes the head, so a dequeue that finds nothing due is one
-//! comparison; a backlogged head (ready when the previous packet left,
-//! less than a nanosecond's credit left) gets its wait from its length's
-//! split by the rate, cached for the last length, with one subtraction and
-//! a carry instead of a division on the chain from one departure to the
-//! next (the general case divides with a reciprocal multiply); and the
-//! counters are plain adds, the backlog being `bytes_in - bytes_out` (a field of its own, written 8 bytes wide
-//! by a dequeue next to a counter the compiler paired with it into one
-//! 16-byte store on enqueue, stalled the following enqueue's load). The
-//! departure times equal a 128-bit reference model of the bucket (property
-//! test `departures_equal_the_reference`). Computing each packet's
-//! departure at enqueue instead (a FIFO's departures follow from its
-//! arrivals) was slower: 24 ns against 22.6, with the departure no longer
-//! inlined and a wider slot.
+//! The queue sits on SFB's per-packet path, so its shape is chosen for
+//! instructions and stalls: the FIFO is a power-of-two ring of `Copy`
+//! slots (one head, one length; an `SfbQueue` keeps its tags in the same
+//! slots, so it has no second ring to keep in step); the head's departure
+//! time is computed when the packet becomes the head, so a dequeue that
+//! finds nothing due is one comparison; a backlogged head (ready when the
+//! previous packet left, less than a nanosecond's credit left) gets its
+//! wait from its length's split by the rate, cached for the last length,
+//! with one subtraction and a carry instead of a division on the chain from
+//! one departure to the next (the general case divides with a reciprocal
+//! multiply); the counters are plain adds, and the backlog is
+//! `bytes_in - bytes_out` rather than a field a dequeue writes next to a
+//! counter an enqueue reads (a store the compiler paired with its
+//! neighbour into one wide store stalled the next load). The departure
+//! times equal a 128-bit reference model of the bucket (property test
+//! `departures_equal_the_reference`).
 
 use serde::Deserialize;
 

@@ -1,0 +1,215 @@
+//! The router's chain of stages: one typed struct, built once from a
+//! [`RouterConfig`], the same for the live router and for replay.
+//!
+//! A batch takes this way through [`Chain::process`]:
+//!
+//! 1. **parse** ([`crate::pipeline::parse_batch`]): every frame parsed in
+//!    place; malformed frames counted by reason and dropped (or passed);
+//! 2. **Icarus** ([`IcarusStage`]): on an insertion edge, an empty filter
+//!    inserted; then the hop rule: a packet whose filter already holds this
+//!    node's mask is on a loop and dropped;
+//! 3. **heavy flows** ([`HeavyStage`]): bytes and packets per flow into the
+//!    sketch and the flow memory, epochs closed on time;
+//! 4. **wires** ([`Wires`]): unicast egress ports from the config's wires;
+//! 5. **multicast** ([`MulticastStage`]): IGMP/MLD learned and consumed,
+//!    multicast data given the ports whose filters hold its group;
+//! 6. **egress** ([`Egress`]): every copy out of its port, through the
+//!    port's SFB queue and shaper when it has one, Icarus stripped on
+//!    stripping edges, handed to a [`Transmit`];
+//! 7. **count** ([`crate::pipeline::count_verdicts`]): `received ==
+//!    forwarded + dropped` by reason.
+//!
+//! A stage the config leaves out is `None` and costs one branch per
+//! batch. Every stage takes `now` (the batch's time) from the caller:
+//! monotonic time live, capture time on replay, so a replay is
+//! deterministic. [`Chain::tick`] runs the time-driven work when no packet
+//! comes (heavy-flow epochs, SFB's rehash clock, multicast expiry, queue
+//! departures); [`Chain::finish`] ends the input.
+
+use std::fmt;
+
+use crate::clock::Timestamp;
+use crate::config::RouterConfig;
+use crate::pipeline::{
+    Batch, PipelineConfig, PipelineCounters, PortSet, Stage, count_verdicts, parse_batch,
+};
+use crate::stage::egress::{Egress, PortConfigError, PortSpec, Transmit};
+use crate::stage::heavy::HeavyStage;
+use crate::stage::icarus::IcarusStage;
+use crate::stage::multicast::{MulticastError, MulticastStage};
+use crate::stage::wires::Wires;
+
+/// Why a chain could not be built from a config (which validation should
+/// have refused already).
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    /// The multicast settings.
+    #[error("{0}")]
+    Multicast(#[from] MulticastError),
+    /// An interface's SFB settings.
+    #[error("{0}")]
+    Sfb(#[from] PortConfigError),
+}
+
+/// The router's stages in their order (see the module docs).
+pub struct Chain {
+    parse: PipelineConfig,
+    icarus: Option<IcarusStage>,
+    heavy: Option<HeavyStage>,
+    wires: Wires,
+    multicast: Option<MulticastStage>,
+    egress: Egress,
+    counters: PipelineCounters,
+}
+
+impl fmt::Debug for Chain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Chain")
+            .field("icarus", &self.icarus.is_some())
+            .field("heavy", &self.heavy.is_some())
+            .field("multicast", &self.multicast.is_some())
+            .field("ports", &self.egress.ports())
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Chain {
+    /// The chain `cfg` describes: its stages, wires, multicast filters and
+    /// egress queues. Malformed frames are dropped.
+    ///
+    /// # Errors
+    /// Settings a stage refuses (a validated config has none).
+    pub fn build(cfg: &RouterConfig) -> Result<Chain, ChainError> {
+        let icarus = cfg.icarus_config();
+        let strip = icarus.map_or(0, |c| c.strip_on_egress);
+        let mut queues: Vec<_> = vec![None; cfg.interfaces.len()];
+        for s in cfg.sfb_stages() {
+            if let Some(q) = queues.get_mut(usize::from(s.port)) {
+                *q = Some((s.sfb, s.egress));
+            }
+        }
+        let specs = cfg
+            .interfaces
+            .iter()
+            .zip(queues)
+            .enumerate()
+            .map(|(i, (ifc, queue))| PortSpec {
+                name: ifc.name.clone(),
+                queue,
+                strip: strip & 1u64.checked_shl(i as u32).unwrap_or(0) != 0,
+            })
+            .collect();
+        let egress = Egress::new(specs)?;
+        let multicast = cfg.multicast_config();
+        Ok(Chain {
+            parse: PipelineConfig {
+                default_egress: PortSet::EMPTY,
+                ..PipelineConfig::default()
+            },
+            icarus: icarus.map(IcarusStage::new),
+            heavy: cfg.heavy_config().map(HeavyStage::new),
+            wires: Wires::new(cfg.unicast_routes(), multicast.is_some()),
+            multicast: multicast.as_ref().map(MulticastStage::new).transpose()?,
+            egress,
+            counters: PipelineCounters::default(),
+        })
+    }
+
+    /// The parse settings (malformed frames, strict lengths).
+    pub fn parse_config(&self) -> &PipelineConfig {
+        &self.parse
+    }
+
+    /// Sets the parse settings (the default egress of a packet no stage
+    /// routes stays empty unless set here).
+    pub fn set_parse_config(&mut self, cfg: PipelineConfig) {
+        self.parse = cfg;
+    }
+
+    /// One batch through every stage at `now`; copies leave through `tx`.
+    /// The batch keeps its verdicts.
+    pub fn process(&mut self, batch: &mut Batch, now: Timestamp, tx: &mut impl Transmit) {
+        parse_batch(&self.parse, batch, &mut self.counters);
+        if let Some(s) = &mut self.icarus {
+            s.process(batch);
+        }
+        if let Some(s) = &mut self.heavy {
+            Stage::process(s, batch, now);
+        }
+        self.wires.process(batch);
+        if let Some(s) = &mut self.multicast {
+            Stage::process(s, batch, now);
+        }
+        self.egress.process(batch, now, tx);
+        count_verdicts(batch, &mut self.counters);
+    }
+
+    /// The time-driven work at `now` with no packet: heavy-flow epochs
+    /// closed, SFB's rehash clock and multicast expiry advanced (an empty
+    /// batch through the stages), queued copies released by `now` sent.
+    pub fn tick(&mut self, empty: &mut Batch, now: Timestamp, tx: &mut impl Transmit) {
+        empty.clear();
+        self.process(empty, now, tx);
+    }
+
+    /// The input has ended at `now`: the open heavy-flow epoch is closed.
+    /// The queues are left as they are (see [`Egress::drain_all`] and
+    /// [`Egress::discard_all`]).
+    pub fn finish(&mut self, now: Timestamp) {
+        if let Some(s) = &mut self.heavy {
+            Stage::finish(s, now);
+        }
+    }
+
+    /// The counters so far.
+    pub fn counters(&self) -> &PipelineCounters {
+        &self.counters
+    }
+
+    /// The counters, writable (a live shutdown moves discarded copies from
+    /// forwarded to dropped).
+    pub fn counters_mut(&mut self) -> &mut PipelineCounters {
+        &mut self.counters
+    }
+
+    /// The Icarus stage, when on.
+    pub fn icarus(&self) -> Option<&IcarusStage> {
+        self.icarus.as_ref()
+    }
+
+    /// The heavy-flow stage, when on.
+    pub fn heavy(&self) -> Option<&HeavyStage> {
+        self.heavy.as_ref()
+    }
+
+    /// The heavy-flow stage, writable (to take its reports).
+    pub fn heavy_mut(&mut self) -> Option<&mut HeavyStage> {
+        self.heavy.as_mut()
+    }
+
+    /// The wires.
+    pub fn wires(&self) -> &Wires {
+        &self.wires
+    }
+
+    /// The multicast stage, when on.
+    pub fn multicast(&self) -> Option<&MulticastStage> {
+        self.multicast.as_ref()
+    }
+
+    /// The multicast stage, writable (membership events between workers).
+    pub fn multicast_mut(&mut self) -> Option<&mut MulticastStage> {
+        self.multicast.as_mut()
+    }
+
+    /// The egress stage.
+    pub fn egress(&self) -> &Egress {
+        &self.egress
+    }
+
+    /// The egress stage, writable (queued departures, shutdown).
+    pub fn egress_mut(&mut self) -> &mut Egress {
+        &mut self.egress
+    }
+}

@@ -1,0 +1,484 @@
+//! What a worker reports ([`Stats::of`]), the sum over workers
+//! ([`Stats::merged`]), and the text both tools print ([`Stats::render`]),
+//! per port in the manner of `tc -s qdisc show`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::worker::{Latencies, Worker};
+use crate::io::port::{Ports, RxCounters};
+use crate::pipeline::PipelineCounters;
+use crate::stage::egress::PortSummary;
+use crate::stage::heavy::HeavyCounters;
+use crate::stage::icarus::IcarusCounters;
+use crate::stage::multicast::{InterfaceStats, MulticastCounters};
+use crate::stage::wires::WiresCounters;
+
+/// One port: what came in, what went out, its queue.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct InterfaceReport {
+    /// Egress: name, copies sent, dropped by reason, backlog, SFB.
+    #[serde(flatten)]
+    pub port: PortSummary,
+    /// Ingress counters.
+    #[serde(flatten)]
+    pub rx: RxCounters,
+}
+
+/// The chain's counters in a reportable form.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PipelineSummary {
+    /// Packets handed in.
+    pub received: u64,
+    /// Forwarded (marked included).
+    pub forwarded: u64,
+    /// ECN CE-marked.
+    pub marked: u64,
+    /// Dropped, all reasons.
+    pub dropped: u64,
+    /// Drops per reason (non-zero ones).
+    pub drops: BTreeMap<String, u64>,
+    /// Frames that did not parse, by reason (non-zero ones), whatever
+    /// the policy.
+    pub malformed: BTreeMap<String, u64>,
+    /// Frames that were not IP.
+    pub non_ip: u64,
+}
+
+impl PipelineSummary {
+    /// The summary of `c`.
+    pub fn from_counters(c: &PipelineCounters) -> Self {
+        PipelineSummary {
+            received: c.received,
+            forwarded: c.forwarded,
+            marked: c.marked,
+            dropped: c.dropped.total(),
+            drops: c
+                .dropped
+                .nonzero()
+                .map(|(r, n)| (r.name().to_string(), n))
+                .collect(),
+            malformed: c
+                .malformed
+                .iter()
+                .filter(|&(_, n)| n != 0)
+                .map(|(r, n)| (r.to_string(), n))
+                .collect(),
+            non_ip: c.non_ip,
+        }
+    }
+
+    fn merge(&mut self, o: &PipelineSummary) {
+        self.received += o.received;
+        self.forwarded += o.forwarded;
+        self.marked += o.marked;
+        self.dropped += o.dropped;
+        for (k, v) in &o.drops {
+            *self.drops.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &o.malformed {
+            *self.malformed.entry(k.clone()).or_default() += v;
+        }
+        self.non_ip += o.non_ip;
+    }
+
+    /// `received == forwarded + dropped`.
+    pub fn is_consistent(&self) -> bool {
+        self.received == self.forwarded + self.dropped
+    }
+}
+
+/// Percentiles of a latency distribution, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Latency {
+    /// Samples.
+    pub count: u64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Largest.
+    pub max: u64,
+    /// Mean.
+    pub mean: f64,
+}
+
+impl Latency {
+    /// The percentiles of `h` (all zero when it is empty).
+    pub fn of(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Latency::default();
+        }
+        Latency {
+            count: h.len(),
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+            mean: h.mean(),
+        }
+    }
+}
+
+/// The three distributions of [`Latencies`], as percentiles.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct LatencyReport {
+    /// Taking a batch to its verdicts, wall clock, per packet.
+    pub processing: Latency,
+    /// In an egress queue, per queued copy (the backend's clock).
+    pub sojourn: Latency,
+    /// Arrival to departure, per copy sent (the backend's clock).
+    pub through: Latency,
+}
+
+impl LatencyReport {
+    /// The percentiles of `l`.
+    pub fn of(l: &Latencies) -> Self {
+        LatencyReport {
+            processing: Latency::of(&l.processing),
+            sojourn: Latency::of(&l.sojourn),
+            through: Latency::of(&l.through),
+        }
+    }
+}
+
+/// One interface's multicast figures ([`InterfaceStats`] with the name).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MulticastInterface {
+    /// The interface.
+    pub name: String,
+    /// The figures.
+    #[serde(flatten)]
+    pub stats: InterfaceStats,
+}
+
+/// Every counter of one worker, or of all of them merged.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Stats {
+    /// Worker index (`None` when merged).
+    pub worker: Option<usize>,
+    /// The core the worker is pinned to (`None`: not pinned, or merged).
+    pub core: Option<usize>,
+    /// Per interface, in port order.
+    pub interfaces: Vec<InterfaceReport>,
+    /// The chain.
+    pub pipeline: PipelineSummary,
+    /// Batches processed.
+    pub batches: u64,
+    /// Forwarded packets whose port set was empty (nothing sent).
+    pub no_egress: u64,
+    /// The wires stage.
+    pub wires: WiresCounters,
+    /// The multicast stage, when on.
+    pub multicast: Option<MulticastCounters>,
+    /// The multicast stage's figures per interface (members, cap,
+    /// refusals, filter fill and false-positive estimate), when on.
+    pub multicast_interfaces: Vec<MulticastInterface>,
+    /// The Icarus stage, when on.
+    pub icarus: Option<IcarusCounters>,
+    /// The heavy-flow stage, when on.
+    pub heavy: Option<HeavyCounters>,
+    /// Latency percentiles (merged: exact when the owner merged the
+    /// histograms, [`Stats::set_latency`]; otherwise each percentile is the
+    /// largest worker's, an upper bound).
+    pub latency: LatencyReport,
+}
+
+impl Stats {
+    /// Worker `w`'s counters now (pinned to `core`).
+    pub fn of<P: Ports>(w: &Worker<P>, core: Option<usize>) -> Stats {
+        let chain = w.chain();
+        let now = w.now();
+        let rx = w.io().rx_counters();
+        let interfaces = chain
+            .egress()
+            .summaries(now)
+            .into_iter()
+            .enumerate()
+            .map(|(i, port)| InterfaceReport {
+                port,
+                rx: rx.get(i).copied().unwrap_or_default(),
+            })
+            .collect();
+        let multicast_interfaces = match chain.multicast() {
+            None => Vec::new(),
+            Some(m) => m
+                .interface_stats()
+                .into_iter()
+                .map(|st| MulticastInterface {
+                    name: chain
+                        .egress()
+                        .port_name(st.port)
+                        .unwrap_or_default()
+                        .to_string(),
+                    stats: st,
+                })
+                .collect(),
+        };
+        Stats {
+            worker: Some(w.id()),
+            core,
+            interfaces,
+            pipeline: PipelineSummary::from_counters(chain.counters()),
+            batches: w.batches(),
+            no_egress: chain.egress().no_egress(),
+            wires: *chain.wires().counters(),
+            multicast: chain.multicast().map(|m| m.counters()),
+            multicast_interfaces,
+            icarus: chain.icarus().map(|i| *i.counters()),
+            heavy: chain.heavy().map(|h| *h.counters()),
+            latency: LatencyReport::of(w.latency()),
+        }
+    }
+
+    /// Sets the latency percentiles from merged histograms.
+    pub fn set_latency(&mut self, l: &Latencies) {
+        self.latency = LatencyReport::of(l);
+    }
+
+    /// Merges per-worker stats (`worker` and `core` are dropped).
+    pub fn merged(all: &[Stats]) -> Stats {
+        let mut m = Stats::default();
+        for s in all {
+            if m.interfaces.is_empty() {
+                m.interfaces = s.interfaces.clone();
+                m.multicast_interfaces = s.multicast_interfaces.clone();
+            } else {
+                for (a, b) in m.interfaces.iter_mut().zip(&s.interfaces) {
+                    a.port.merge(&b.port);
+                    a.rx.merge(&b.rx);
+                }
+                for (a, b) in m
+                    .multicast_interfaces
+                    .iter_mut()
+                    .zip(&s.multicast_interfaces)
+                {
+                    a.stats.merge(&b.stats);
+                }
+            }
+            m.pipeline.merge(&s.pipeline);
+            m.batches += s.batches;
+            m.no_egress += s.no_egress;
+            m.wires.routed += s.wires.routed;
+            m.wires.no_route += s.wires.no_route;
+            m.wires.multicast += s.wires.multicast;
+            if let Some(i) = &s.icarus {
+                m.icarus.get_or_insert_with(Default::default).merge(i);
+            }
+            if let Some(h) = &s.heavy {
+                m.heavy.get_or_insert_with(Default::default).merge(h);
+            }
+            if let Some(c) = &s.multicast {
+                m.multicast.get_or_insert_with(Default::default).merge(c);
+            }
+            for (a, b) in [
+                (&mut m.latency.processing, &s.latency.processing),
+                (&mut m.latency.sojourn, &s.latency.sojourn),
+                (&mut m.latency.through, &s.latency.through),
+            ] {
+                let n = a.count + b.count;
+                if n > 0 {
+                    a.mean = (a.mean * a.count as f64 + b.mean * b.count as f64) / n as f64;
+                }
+                a.count = n;
+                a.p50 = a.p50.max(b.p50);
+                a.p90 = a.p90.max(b.p90);
+                a.p99 = a.p99.max(b.p99);
+                a.p999 = a.p999.max(b.p999);
+                a.max = a.max.max(b.max);
+            }
+        }
+        m
+    }
+
+    /// Whether every packet and every copy is accounted for: the chain's
+    /// `received == forwarded + dropped`, and per port `copies == sent +
+    /// send_errors + dropped + backlog + shutdown_dropped`.
+    pub fn is_consistent(&self) -> bool {
+        self.pipeline.is_consistent() && self.interfaces.iter().all(|i| i.port.is_consistent())
+    }
+
+    /// Human-readable lines: the chain, per port (`tc -s qdisc` style for
+    /// queued ports), per stage, latency.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let who = match (self.worker, self.core) {
+            (Some(w), Some(c)) => format!("worker {w} (core {c})"),
+            (Some(w), None) => format!("worker {w}"),
+            _ => "all workers".to_string(),
+        };
+        let _ = writeln!(s, "== {who}");
+        let pl = &self.pipeline;
+        let _ = writeln!(
+            s,
+            "  pipeline received {} forwarded {} marked {} dropped {} non_ip {}",
+            pl.received, pl.forwarded, pl.marked, pl.dropped, pl.non_ip
+        );
+        for (r, n) in &pl.drops {
+            let _ = writeln!(s, "    dropped {r} {n}");
+        }
+        for (r, n) in &pl.malformed {
+            let _ = writeln!(s, "    malformed {r} {n}");
+        }
+        for i in &self.interfaces {
+            render_port(&mut s, i);
+        }
+        let _ = writeln!(
+            s,
+            "  stage wires routed {} no_route {} multicast {}",
+            self.wires.routed, self.wires.no_route, self.wires.multicast
+        );
+        if let Some(m) = &self.multicast {
+            let _ = writeln!(
+                s,
+                "  stage multicast data {} forwarded {} copies {} suppressed {} control {} joins {} refused {} leaves {} records {} over_budget {} events sent {} applied {} superseded {}",
+                m.data_packets,
+                m.forwarded,
+                m.copies,
+                m.suppressed,
+                m.control,
+                m.joins,
+                m.joins_refused,
+                m.leaves,
+                m.records,
+                m.records_over_budget,
+                m.events_sent,
+                m.events_applied,
+                m.events_superseded
+            );
+        }
+        for i in &self.multicast_interfaces {
+            let st = &i.stats;
+            let _ = writeln!(
+                s,
+                "    multicast {} members {} learned {}/{} refused {} fill {:.4} fpr {:.6}",
+                i.name, st.members, st.learned, st.max_learned, st.refused, st.fill, st.fpr
+            );
+        }
+        if let Some(i) = &self.icarus {
+            let _ = writeln!(
+                s,
+                "  stage icarus loops {} marked_hops {} inserted {} stripped {} no_room {} without_option {}",
+                i.loops_detected,
+                i.marked_hops,
+                i.inserted,
+                self.interfaces
+                    .iter()
+                    .map(|x| x.port.counters.stripped)
+                    .sum::<u64>(),
+                i.no_room,
+                i.passed_without_option
+            );
+        }
+        if let Some(h) = &self.heavy {
+            let _ = writeln!(
+                s,
+                "  stage heavy packets {} bytes {} detections {} reported {} overflow {}",
+                h.packets, h.bytes, h.detections, h.reported, h.overflow
+            );
+        }
+        for (what, l) in [
+            ("processing", &self.latency.processing),
+            ("sojourn", &self.latency.sojourn),
+            ("through", &self.latency.through),
+        ] {
+            if l.count > 0 {
+                let _ = writeln!(
+                    s,
+                    "  latency {what:<10} p50 {} p90 {} p99 {} p99.9 {} max {} ({} samples)",
+                    fmt_ns(l.p50),
+                    fmt_ns(l.p90),
+                    fmt_ns(l.p99),
+                    fmt_ns(l.p999),
+                    fmt_ns(l.max),
+                    l.count
+                );
+            }
+        }
+        s
+    }
+}
+
+/// A port's lines.
+fn render_port(s: &mut String, i: &InterfaceReport) {
+    let p = &i.port;
+    let c = &p.counters;
+    let _ = writeln!(
+        s,
+        "  port {} rx {} pkts {} B ({} err, {} outgoing dropped)  sent {} pkts {} B ({} err) hairpin {}",
+        p.name,
+        i.rx.rx_packets,
+        i.rx.rx_bytes,
+        i.rx.rx_errors,
+        i.rx.rx_outgoing_dropped,
+        c.sent,
+        c.sent_bytes,
+        c.send_errors,
+        c.hairpin
+    );
+    let Some(sfb) = &p.sfb else {
+        return;
+    };
+    let rate = match p.rate_bps {
+        Some(0) | None => "unshaped".to_string(),
+        Some(r) => format!("rate {}", fmt_rate(r)),
+    };
+    let drops: u64 = c.dropped.total();
+    let _ = writeln!(
+        s,
+        "    qdisc sfb {rate}: Sent {} bytes {} pkt (dropped {}, shutdown {}) backlog {}b {}p",
+        c.sent_bytes, c.sent, drops, c.shutdown_dropped, p.backlog_bytes, p.backlog_packets
+    );
+    let prob = |v: u16| f64::from(v) / 65535.0;
+    let _ = writeln!(
+        s,
+        "      earlydrop {} penaltydrop {} bucketdrop {} queuedrop {} childdrop {} marked {}",
+        sfb.earlydrop, sfb.penaltydrop, sfb.bucketdrop, sfb.queuedrop, sfb.childdrop, sfb.marked
+    );
+    let _ = writeln!(
+        s,
+        "      maxqlen {} maxprob {:.5} avgprob {:.5} sojourn mean {:.3} ms max {:.3} ms",
+        sfb.maxqlen,
+        prob(sfb.maxprob),
+        prob(sfb.avgprob),
+        c.mean_sojourn_ms(),
+        c.sojourn_max_ns as f64 / 1e6
+    );
+    for f in &sfb.penalised {
+        let _ = writeln!(
+            s,
+            "      penalised {} admitted {} dropped {}",
+            f.flow, f.admitted, f.dropped
+        );
+    }
+}
+
+/// `1.5ms`, `12us`, `250ns`, `2.00s`.
+pub fn fmt_ns(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns}ns"),
+        1_000..1_000_000 => format!("{:.1}us", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2}ms", ns as f64 / 1e6),
+        _ => format!("{:.2}s", ns as f64 / 1e9),
+    }
+}
+
+/// `20Mbit`, `1Gbit`, `64Kbit`, `800bit` (tc's units).
+pub fn fmt_rate(bps: u64) -> String {
+    match bps {
+        _ if bps >= 1_000_000_000 && bps.is_multiple_of(1_000_000) => {
+            format!("{}Gbit", bps as f64 / 1e9)
+        }
+        _ if bps >= 1_000_000 => format!("{}Mbit", bps as f64 / 1e6),
+        _ if bps >= 1_000 => format!("{}Kbit", bps as f64 / 1e3),
+        _ => format!("{bps}bit"),
+    }
+}

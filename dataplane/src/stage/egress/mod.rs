@@ -1,0 +1,1185 @@
+//! The egress stage: every copy a packet sends out of a port, through the
+//! port's queue when it has one.
+//!
+//! It is the last stage of the router's chain ([`crate::chain::Chain`]),
+//! the same for the live router and for replay. For every live packet and
+//! every port of its verdict but its ingress port (a copy back out of the
+//! ingress is counted as `hairpin` and not sent):
+//!
+//! * a port **without a queue** sends the copy at once, at the packet's
+//!   arrival time;
+//! * a port **with a queue** (an `sfb` table in the config) copies the
+//!   frame into a buffer from the stage's pool and offers it to the port's
+//!   [`SfbQueue`] (Stochastic Fair Blue in front of a token-bucket shaped
+//!   FIFO, [`shaper`]) at the packet's arrival time, all of a batch's
+//!   copies for that port in one [`SfbQueue::offer_batch`], the path the
+//!   `sfb/enqueue-dequeue` benchmark measures. SFB's decision becomes the
+//!   packet's verdict: a drop removes the port from the packet's ports (the
+//!   packet is dropped for that reason when no port is left, so the chain
+//!   counts it); a mark sets ECN CE on the queued copy (the IPv4 checksum
+//!   fixed) and turns the verdict into [`Verdict::Mark`]. A queued copy is
+//!   sent when the shaper releases it, at the release time.
+//!
+//! A copy leaving a port in the Icarus `strip_on` list loses its Icarus
+//! option first (the other copies of the packet keep theirs).
+//!
+//! Copies go to a [`Transmit`]: a live socket, a capture file per port, or
+//! memory. Each [`TxFrame`] carries the arrival and departure times, so the
+//! owner can measure the time through the router and in the queue.
+//!
+//! # Time
+//!
+//! The stage never reads a clock: a batch's `now` and each packet's arrival
+//! time come from the owner (monotonic time live, capture time on replay).
+//! A queued copy is offered at its packet's time (clamped to stay between
+//! the port's previous arrival and `now`), so the queue drains between two
+//! arrivals exactly as the shaper says, and departures are reported at the
+//! time the shaper released them, however late the owner asks. On replay
+//! the result is therefore deterministic.
+//!
+//! # Buffers
+//!
+//! Queued copies live in a pool of buffers handed out by index with a free
+//! list: once the pool has grown to the queues' high-water mark, nothing is
+//! allocated per packet.
+//!
+//! # Accounting
+//!
+//! Per port, every copy handed to it is sent, failed to send, dropped by a
+//! reason, still queued, or dropped at shutdown:
+//! `copies == sent + send_errors + dropped + backlog + shutdown_dropped`
+//! ([`PortCounters::is_consistent`]). At a live router's shutdown the owner
+//! sends what is due until its deadline, then [`Egress::discard_all`] drops
+//! the rest; those packets were counted as forwarded by the chain, so the
+//! stage reports how many of them were a packet's only copy
+//! ([`Egress::shutdown_discarded`]) for the owner to move from forwarded to
+//! dropped. On replay [`Egress::drain_all`] sends everything at the times
+//! the shaper releases it instead.
+
+pub mod shaper;
+
+use serde::Serialize;
+
+pub use shaper::{Departure, EgressConfig, EgressQueue, EgressStats};
+
+use crate::clock::Timestamp;
+use crate::flow::FlowKey;
+use crate::pipeline::{Batch, DropCounters, DropReason, PortSet, Verdict};
+use crate::stage::sfb::{Arrival, Enqueued, PortKeys, SfbConfig, SfbConfigError, SfbQueue};
+use crate::wire::{Parsed, icarus, set_ce};
+
+/// A copy leaving a port.
+#[derive(Debug, Clone, Copy)]
+pub struct TxFrame<'a> {
+    /// The port.
+    pub port: u8,
+    /// The bytes.
+    pub frame: &'a [u8],
+    /// The length on the wire (more than `frame` when a capture cut it).
+    pub wire_len: u32,
+    /// When its packet arrived.
+    pub arrived: Timestamp,
+    /// When it leaves: the arrival for a port without a queue, the time
+    /// the shaper released it for a queued one.
+    pub departs: Timestamp,
+    /// Whether it came out of the port's queue.
+    pub queued: bool,
+}
+
+/// Where departing copies go: a socket, a capture file, memory.
+pub trait Transmit {
+    /// Sends one copy; `false` when it could not leave (counted as a send
+    /// error).
+    fn send(&mut self, tx: &TxFrame<'_>) -> bool;
+}
+
+/// A port whose SFB settings were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("interfaces[{port}].sfb.{}: {}", err.key, err.reason)]
+pub struct PortConfigError {
+    /// The port.
+    pub port: usize,
+    /// What is wrong.
+    pub err: SfbConfigError,
+}
+
+/// One port of the stage (port `i` is the `i`-th spec).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PortSpec {
+    /// The interface name, for reports.
+    pub name: String,
+    /// SFB and the shaper when the port has a queue; `None`: copies leave
+    /// at once.
+    pub queue: Option<(SfbConfig, EgressConfig)>,
+    /// Strip the Icarus option from copies leaving here (an edge port).
+    pub strip: bool,
+}
+
+/// One port's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PortCounters {
+    /// Copies handed to the port.
+    pub copies: u64,
+    /// Copies sent.
+    pub sent: u64,
+    /// Bytes of those copies (wire length).
+    pub sent_bytes: u64,
+    /// Copies the port's socket or file refused.
+    pub send_errors: u64,
+    /// Copies the queue took.
+    pub enqueued: u64,
+    /// Copies SFB or the queue refused, by reason.
+    #[serde(serialize_with = "serialize_drops")]
+    pub dropped: DropCounters,
+    /// Copies still queued at a live shutdown's deadline, dropped.
+    pub shutdown_dropped: u64,
+    /// Copies not sent back out of their ingress port.
+    pub hairpin: u64,
+    /// Copies whose Icarus option was removed.
+    pub stripped: u64,
+    /// Sum over queued copies that left of their time in the queue, ns.
+    pub sojourn_sum_ns: u64,
+    /// The longest of those, ns.
+    pub sojourn_max_ns: u64,
+}
+
+fn serialize_drops<S: serde::Serializer>(d: &DropCounters, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(d.nonzero().map(|(r, n)| (r.name(), n)))
+}
+
+impl PortCounters {
+    /// `copies == sent + send_errors + dropped + backlog + shutdown_dropped`
+    /// with `backlog` copies still queued.
+    pub fn is_consistent(&self, backlog: u64) -> bool {
+        self.copies
+            == self.sent + self.send_errors + self.dropped.total() + backlog + self.shutdown_dropped
+    }
+
+    /// Adds another worker's counters for the same port.
+    pub fn merge(&mut self, o: &PortCounters) {
+        self.copies += o.copies;
+        self.sent += o.sent;
+        self.sent_bytes += o.sent_bytes;
+        self.send_errors += o.send_errors;
+        self.enqueued += o.enqueued;
+        self.dropped.merge(&o.dropped);
+        self.shutdown_dropped += o.shutdown_dropped;
+        self.hairpin += o.hairpin;
+        self.stripped += o.stripped;
+        self.sojourn_sum_ns = self.sojourn_sum_ns.wrapping_add(o.sojourn_sum_ns);
+        self.sojourn_max_ns = self.sojourn_max_ns.max(o.sojourn_max_ns);
+    }
+
+    /// Mean time in the queue of the queued copies that left, ms.
+    pub fn mean_sojourn_ms(&self) -> f64 {
+        let n = self.enqueued.saturating_sub(self.shutdown_dropped);
+        if n == 0 {
+            0.0
+        } else {
+            self.sojourn_sum_ns as f64 / n as f64 / 1e6
+        }
+    }
+}
+
+/// A flow in an SFB penalty box.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PenalisedSummary {
+    /// The flow (`src:port -> dst:port proto`).
+    pub flow: String,
+    /// Packets the penalty bucket admitted.
+    pub admitted: u64,
+    /// Packets it dropped.
+    pub dropped: u64,
+}
+
+/// A queue's SFB figures, as `tc -s qdisc show` prints sch_sfb's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SfbSummary {
+    /// Drops of non-ECN packets SFB would have marked (and of any packet
+    /// above probability 1/2).
+    pub earlydrop: u64,
+    /// Penalty-box drops.
+    pub penaltydrop: u64,
+    /// Full-bin drops.
+    pub bucketdrop: u64,
+    /// Queue-limit drops.
+    pub queuedrop: u64,
+    /// Refused by the shaper's queue.
+    pub childdrop: u64,
+    /// CE marks.
+    pub marked: u64,
+    /// Largest bin count.
+    pub maxqlen: u16,
+    /// Largest marking probability, Q0.16.
+    pub maxprob: u16,
+    /// Mean marking probability, Q0.16.
+    pub avgprob: u16,
+    /// Flows recently in the penalty box (at most 16).
+    pub penalised: Vec<PenalisedSummary>,
+}
+
+/// Penalised flows kept in a merged summary.
+const MAX_PENALISED: usize = 16;
+
+impl SfbSummary {
+    /// Adds another worker's figures for the same port (counts add up,
+    /// the largest bin and probabilities take the larger).
+    pub fn merge(&mut self, o: &SfbSummary) {
+        self.earlydrop += o.earlydrop;
+        self.penaltydrop += o.penaltydrop;
+        self.bucketdrop += o.bucketdrop;
+        self.queuedrop += o.queuedrop;
+        self.childdrop += o.childdrop;
+        self.marked += o.marked;
+        self.maxqlen = self.maxqlen.max(o.maxqlen);
+        self.maxprob = self.maxprob.max(o.maxprob);
+        self.avgprob = self.avgprob.max(o.avgprob);
+        let room = MAX_PENALISED.saturating_sub(self.penalised.len());
+        self.penalised
+            .extend(o.penalised.iter().take(room).cloned());
+    }
+}
+
+/// One port's report.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PortSummary {
+    /// The interface.
+    pub name: String,
+    /// Its counters.
+    #[serde(flatten)]
+    pub counters: PortCounters,
+    /// Copies queued now.
+    pub backlog_packets: u64,
+    /// Bytes queued now.
+    pub backlog_bytes: u64,
+    /// The rate the port's queue drains at, bit/s (`None`: no queue; 0:
+    /// a queue that is not shaped).
+    pub rate_bps: Option<u64>,
+    /// SFB's figures, when the port has a queue.
+    pub sfb: Option<SfbSummary>,
+}
+
+impl PortSummary {
+    /// Adds another worker's report for the same port.
+    pub fn merge(&mut self, o: &PortSummary) {
+        self.counters.merge(&o.counters);
+        self.backlog_packets += o.backlog_packets;
+        self.backlog_bytes += o.backlog_bytes;
+        self.rate_bps = self.rate_bps.or(o.rate_bps);
+        match (&mut self.sfb, &o.sfb) {
+            (Some(a), Some(b)) => a.merge(b),
+            (a @ None, Some(b)) => *a = Some(b.clone()),
+            _ => {}
+        }
+    }
+
+    /// Whether every copy is accounted for
+    /// ([`PortCounters::is_consistent`]).
+    pub fn is_consistent(&self) -> bool {
+        self.counters.is_consistent(self.backlog_packets)
+    }
+}
+
+/// Initial capacity of a pooled frame buffer (a full Ethernet frame with
+/// tags); a buffer grows to the largest frame it held and keeps it.
+const FRAME_CAPACITY: usize = 2048;
+
+/// Pool slots made up front (the pool grows past it only while the queues
+/// reach a new high-water mark).
+const POOL_PREALLOC: usize = 256;
+
+/// Slot flag: the copy was its packet's only egress copy.
+const SOLE: u8 = 1;
+/// Slot flag: the copy was CE-marked.
+const MARKED: u8 = 2;
+
+/// Frame buffers handed out by index, with a free list.
+#[derive(Debug, Default)]
+struct FramePool {
+    bufs: Vec<Vec<u8>>,
+    flags: Vec<u8>,
+    free: Vec<u32>,
+}
+
+impl FramePool {
+    fn with_capacity(slots: usize) -> Self {
+        let mut p = FramePool {
+            bufs: Vec::with_capacity(slots),
+            flags: Vec::with_capacity(slots),
+            free: Vec::with_capacity(slots),
+        };
+        for _ in 0..slots {
+            let i = p.grow();
+            p.free.push(i);
+        }
+        p
+    }
+
+    /// A new slot (not on the free list).
+    #[cold]
+    fn grow(&mut self) -> u32 {
+        let i = u32::try_from(self.bufs.len()).unwrap_or(u32::MAX);
+        self.bufs.push(Vec::with_capacity(FRAME_CAPACITY));
+        self.flags.push(0);
+        i
+    }
+
+    /// A free slot, emptied.
+    #[inline]
+    fn take(&mut self) -> u32 {
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => self.grow(),
+        };
+        if let Some(b) = self.bufs.get_mut(i as usize) {
+            b.clear();
+        }
+        i
+    }
+
+    #[inline]
+    fn put(&mut self, i: u32) {
+        self.free.push(i);
+    }
+
+    #[inline]
+    fn buf(&self, i: u32) -> &[u8] {
+        self.bufs.get(i as usize).map_or(&[], |b| b.as_slice())
+    }
+
+    #[inline]
+    fn buf_mut(&mut self, i: u32) -> Option<&mut Vec<u8>> {
+        self.bufs.get_mut(i as usize)
+    }
+
+    #[inline]
+    fn flags(&self, i: u32) -> u8 {
+        self.flags.get(i as usize).copied().unwrap_or(0)
+    }
+
+    #[inline]
+    fn set_flags(&mut self, i: u32, f: u8) {
+        if let Some(x) = self.flags.get_mut(i as usize) {
+            *x = f;
+        }
+    }
+
+    /// Slots made so far (in use or free).
+    fn slots(&self) -> usize {
+        self.bufs.len()
+    }
+}
+
+/// A queued copy: its pool slot and its length on the wire.
+#[derive(Debug, Clone, Copy, Default)]
+struct Held {
+    slot: u32,
+    wire_len: u32,
+}
+
+#[derive(Debug)]
+struct Port {
+    name: String,
+    /// Items are pool slots.
+    queue: Option<SfbQueue<Held>>,
+    /// The latest arrival offered to the queue.
+    last: Timestamp,
+    counters: PortCounters,
+}
+
+/// A copy of the batch being offered to a queue: its packet, and what the
+/// verdict callback needs to mark it.
+#[derive(Debug, Clone, Copy)]
+struct Offered {
+    packet: usize,
+    slot: u32,
+    parsed: Option<Parsed>,
+}
+
+/// The egress stage (see the module docs).
+#[derive(Debug)]
+pub struct Egress {
+    ports: Vec<Port>,
+    /// Ports with a queue.
+    queued: u64,
+    /// Ports that strip the Icarus option.
+    strip: u64,
+    /// Ports that exist.
+    all: u64,
+    pool: FramePool,
+    keys: PortKeys,
+    scratch: Vec<u8>,
+    offered: Vec<Offered>,
+    arrivals: Vec<(Arrival<Held>, Option<FlowKey>)>,
+    outcomes: Vec<Result<Enqueued, DropReason>>,
+    departed: Vec<Departure<Held>>,
+    /// Forwarded packets whose port set was empty (nothing sent).
+    no_egress: u64,
+    /// Discarded at shutdown: sole copies, and of those the marked ones.
+    discarded_sole: u64,
+    discarded_sole_marked: u64,
+}
+
+impl Egress {
+    /// One port per spec, port `i` being `specs[i]` (at most 64).
+    ///
+    /// # Errors
+    /// A port's SFB settings, with the port and the key at fault.
+    pub fn new(specs: Vec<PortSpec>) -> Result<Self, PortConfigError> {
+        let mut ports = Vec::with_capacity(specs.len());
+        let (mut queued, mut strip, mut all) = (0u64, 0u64, 0u64);
+        let mut limit = 0usize;
+        for (i, s) in specs
+            .into_iter()
+            .take(usize::from(PortSet::MAX_PORTS))
+            .enumerate()
+        {
+            let bit = 1u64 << i;
+            all |= bit;
+            if s.strip {
+                strip |= bit;
+            }
+            let queue = match s.queue {
+                Some((sfb, egress)) => {
+                    queued |= bit;
+                    limit = limit.saturating_add(sfb.limit.min(egress.limit));
+                    Some(
+                        SfbQueue::new(sfb, egress)
+                            .map_err(|err| PortConfigError { port: i, err })?,
+                    )
+                }
+                None => None,
+            };
+            ports.push(Port {
+                name: s.name,
+                queue,
+                last: Timestamp::ZERO,
+                counters: PortCounters::default(),
+            });
+        }
+        Ok(Egress {
+            ports,
+            queued,
+            strip,
+            all,
+            pool: FramePool::with_capacity(limit.saturating_add(1).min(POOL_PREALLOC)),
+            keys: PortKeys::new(),
+            scratch: Vec::with_capacity(FRAME_CAPACITY),
+            offered: Vec::new(),
+            arrivals: Vec::new(),
+            outcomes: Vec::new(),
+            departed: Vec::new(),
+            no_egress: 0,
+            discarded_sole: 0,
+            discarded_sole_marked: 0,
+        })
+    }
+
+    /// The ports that have a queue.
+    pub fn queued_ports(&self) -> PortSet {
+        PortSet::from_mask(self.queued)
+    }
+
+    /// Number of ports.
+    pub fn ports(&self) -> usize {
+        self.ports.len()
+    }
+
+    /// Port `port`'s interface name.
+    pub fn port_name(&self, port: usize) -> Option<&str> {
+        self.ports.get(port).map(|p| p.name.as_str())
+    }
+
+    /// Forwarded packets whose port set was empty (nothing sent).
+    pub fn no_egress(&self) -> u64 {
+        self.no_egress
+    }
+
+    /// Copies queued and their bytes, over every queue.
+    pub fn backlog(&self) -> (usize, u64) {
+        self.queues().fold((0, 0), |(n, b), q| {
+            (n + q.queue().len(), b + q.queue().backlog_bytes())
+        })
+    }
+
+    /// The earliest time a queued copy is released (`None`: all empty).
+    pub fn next_departure(&self) -> Option<Timestamp> {
+        self.queues()
+            .filter_map(|q| q.queue().next_departure())
+            .min()
+    }
+
+    /// Pool slots made so far (bounded by the queues' limits plus one).
+    pub fn pool_slots(&self) -> usize {
+        self.pool.slots()
+    }
+
+    /// Each port's counters, in port order.
+    pub fn counters(&self) -> impl Iterator<Item = &PortCounters> {
+        self.ports.iter().map(|p| &p.counters)
+    }
+
+    /// The port queues.
+    fn queues(&self) -> impl Iterator<Item = &SfbQueue<Held>> {
+        self.ports.iter().filter_map(|p| p.queue.as_ref())
+    }
+
+    /// Every port's report at `now`: counters, backlog, and for a queued
+    /// port SFB's figures (`tc -s qdisc` style).
+    pub fn summaries(&self, now: Timestamp) -> Vec<PortSummary> {
+        self.ports
+            .iter()
+            .map(|p| {
+                let (backlog_packets, backlog_bytes, rate_bps, sfb) = match &p.queue {
+                    None => (0, 0, None, None),
+                    Some(q) => {
+                        let st = q.sfb().stats(now);
+                        let c = st.counters;
+                        let eq = q.queue();
+                        let sfb = SfbSummary {
+                            earlydrop: c.earlydrop,
+                            penaltydrop: c.penaltydrop,
+                            bucketdrop: c.bucketdrop,
+                            queuedrop: c.queuedrop,
+                            childdrop: c.childdrop,
+                            marked: c.marked,
+                            maxqlen: st.maxqlen,
+                            maxprob: st.maxprob,
+                            avgprob: st.avgprob,
+                            penalised: st
+                                .penalised
+                                .iter()
+                                .map(|f| PenalisedSummary {
+                                    flow: f.flow.to_string(),
+                                    admitted: f.admitted,
+                                    dropped: f.dropped,
+                                })
+                                .collect(),
+                        };
+                        (
+                            eq.len() as u64,
+                            eq.backlog_bytes(),
+                            Some(eq.config().rate_bps),
+                            Some(sfb),
+                        )
+                    }
+                };
+                PortSummary {
+                    name: p.name.clone(),
+                    counters: p.counters.clone(),
+                    backlog_packets,
+                    backlog_bytes,
+                    rate_bps,
+                    sfb,
+                }
+            })
+            .collect()
+    }
+
+    /// Sends every packet of `batch` out of its ports (see the module
+    /// docs); `now` is the batch's time.
+    pub fn process(&mut self, batch: &mut Batch, now: Timestamp, tx: &mut impl Transmit) {
+        self.send_direct(batch, now, tx);
+        let mut q = self.queued;
+        while q != 0 {
+            let port = q.trailing_zeros() as usize;
+            q &= q - 1;
+            self.offer(port, batch, now, tx);
+        }
+    }
+
+    /// Sends every queued copy the shapers released by `now`; returns how
+    /// many.
+    pub fn send_due(&mut self, now: Timestamp, tx: &mut impl Transmit) -> usize {
+        let mut n = 0;
+        for port in 0..self.ports.len() {
+            n += self.drain(port, now, tx);
+        }
+        n
+    }
+
+    /// Sends every queued copy at the time its shaper releases it (the end
+    /// of a replay: capture time runs on until the queues are empty);
+    /// returns how many.
+    pub fn drain_all(&mut self, tx: &mut impl Transmit) -> usize {
+        self.send_due(Timestamp::from_nanos(u64::MAX), tx)
+    }
+
+    /// Drops every queued copy (a live shutdown, after the drain
+    /// deadline); returns how many.
+    pub fn discard_all(&mut self) -> u64 {
+        let mut n = 0;
+        for p in &mut self.ports {
+            let Some(q) = &mut p.queue else { continue };
+            while let Some(d) = q.dequeue(Timestamp::from_nanos(u64::MAX)) {
+                p.counters.shutdown_dropped += 1;
+                let f = self.pool.flags(d.item.slot);
+                if f & SOLE != 0 {
+                    self.discarded_sole += 1;
+                    if f & MARKED != 0 {
+                        self.discarded_sole_marked += 1;
+                    }
+                }
+                self.pool.put(d.item.slot);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Of the copies [`discard_all`](Self::discard_all) dropped, those that
+    /// were their packet's only copy, and how many of those were marked:
+    /// packets the chain counted as forwarded (and marked) that never left.
+    pub fn shutdown_discarded(&self) -> (u64, u64) {
+        (self.discarded_sole, self.discarded_sole_marked)
+    }
+
+    /// The copies for ports without a queue, sent at once.
+    fn send_direct(&mut self, batch: &Batch, now: Timestamp, tx: &mut impl Transmit) {
+        let direct = self.all & !self.queued;
+        for p in batch.packets() {
+            let ports = match p.verdict {
+                Verdict::Forward(ps) | Verdict::Mark(ps) => ps.mask(),
+                Verdict::Drop(_) => continue,
+            };
+            if ports == 0 {
+                self.no_egress += 1;
+                continue;
+            }
+            let ingress = PortSet::single(p.ingress).mask();
+            if ports & ingress & self.all != 0 {
+                self.ports[usize::from(p.ingress)].counters.hairpin += 1;
+            }
+            let mut out = ports & !ingress & direct;
+            while out != 0 {
+                let o = out.trailing_zeros() as usize;
+                out &= out - 1;
+                let strip = self.strip & (1u64 << o) != 0;
+                let port = &mut self.ports[o];
+                port.counters.copies += 1;
+                let (frame, wire_len) = match p.parsed.filter(|x| strip && x.is_ip()) {
+                    Some(x) => {
+                        let s = &mut self.scratch;
+                        s.clear();
+                        s.extend_from_slice(p.data());
+                        if matches!(
+                            icarus::strip(s, x.l3_offset),
+                            Ok(icarus::Stripped::Removed(_) | icarus::Stripped::Neutralised)
+                        ) {
+                            port.counters.stripped += 1;
+                        }
+                        (s.as_slice(), wire_len(p.orig_len, p.data().len(), s.len()))
+                    }
+                    None => (p.data(), p.orig_len),
+                };
+                let t = p.ts.min(now);
+                let f = TxFrame {
+                    port: o as u8,
+                    frame,
+                    wire_len,
+                    arrived: t,
+                    departs: t,
+                    queued: false,
+                };
+                if tx.send(&f) {
+                    port.counters.sent += 1;
+                    port.counters.sent_bytes += u64::from(wire_len);
+                } else {
+                    port.counters.send_errors += 1;
+                }
+            }
+        }
+    }
+
+    /// Offers the batch's copies for queued port `port` (see the module
+    /// docs), then sends what the shaper released by `now`.
+    fn offer(&mut self, port: usize, batch: &mut Batch, now: Timestamp, tx: &mut impl Transmit) {
+        let strip = self.strip & (1u64 << port) != 0;
+        let Some(p) = self.ports.get_mut(port) else {
+            return;
+        };
+        let Some(queue) = &mut p.queue else {
+            return;
+        };
+        queue.sfb_mut().tick(now);
+        if self.keys.gather(batch, port as u8, true) == 0 {
+            self.drain(port, now, tx);
+            return;
+        }
+        self.keys.hash(queue.sfb());
+        self.offered.clear();
+        self.arrivals.clear();
+        let packets = batch.packets();
+        for k in 0..self.keys.len() {
+            let i = self.keys.packet(k);
+            let Some(pk) = packets.get(i) else { continue };
+            p.counters.copies += 1;
+            let slot = self.pool.take();
+            let Some(buf) = self.pool.buf_mut(slot) else {
+                continue;
+            };
+            buf.extend_from_slice(pk.data());
+            if strip
+                && let Some(x) = pk.parsed.filter(|x| x.is_ip())
+                && matches!(
+                    icarus::strip(buf, x.l3_offset),
+                    Ok(icarus::Stripped::Removed(_) | icarus::Stripped::Neutralised)
+                )
+            {
+                p.counters.stripped += 1;
+            }
+            let len = wire_len(pk.orig_len, pk.data().len(), buf.len());
+            let t = pk.ts.min(now).max(p.last);
+            p.last = t;
+            let flow = pk.parsed.and_then(|x| x.flow);
+            self.offered.push(Offered {
+                packet: i,
+                slot,
+                parsed: pk.parsed,
+            });
+            self.arrivals.push((
+                Arrival {
+                    key: self.keys.key(k),
+                    ecn_capable: pk.parsed.is_some_and(|x| x.ecn.is_ect()),
+                    item: Held {
+                        slot,
+                        wire_len: len,
+                    },
+                    len,
+                    now: t,
+                },
+                flow,
+            ));
+        }
+        // A mark is set on the copy as soon as it is decided: the copy may
+        // leave before the batch ends. Departures are only collected here
+        // and sent below.
+        let (pool, offered, outcomes, departed) = (
+            &mut self.pool,
+            &self.offered,
+            &mut self.outcomes,
+            &mut self.departed,
+        );
+        outcomes.clear();
+        queue.offer_batch(
+            self.arrivals.iter().copied(),
+            |k, v| {
+                if v == Ok(Enqueued::Mark)
+                    && let Some(o) = offered.get(k)
+                    && let (Some(x), Some(buf)) = (o.parsed, pool.buf_mut(o.slot))
+                {
+                    set_ce(buf, &x);
+                }
+                outcomes.push(v);
+            },
+            |d| departed.push(d),
+        );
+        let this = 1u64 << port;
+        let packets = batch.packets_mut();
+        for (o, &res) in self.offered.iter().zip(&self.outcomes) {
+            let Some(pk) = packets.get_mut(o.packet) else {
+                continue;
+            };
+            match res {
+                Ok(how) => {
+                    p.counters.enqueued += 1;
+                    let others = match pk.verdict {
+                        Verdict::Forward(ps) | Verdict::Mark(ps) => {
+                            ps.mask() & !this & !PortSet::single(pk.ingress).mask()
+                        }
+                        Verdict::Drop(_) => 0,
+                    };
+                    let mut flags = if others == 0 { SOLE } else { 0 };
+                    if how == Enqueued::Mark {
+                        pk.mark();
+                        flags |= MARKED;
+                    }
+                    self.pool.set_flags(o.slot, flags);
+                }
+                Err(reason) => {
+                    self.pool.put(o.slot);
+                    p.counters.dropped.record(reason);
+                    pk.drop_port(port as u8, reason);
+                }
+            }
+        }
+        self.flush_departed(port, tx);
+        self.drain(port, now, tx);
+    }
+
+    /// Dequeues what port `port`'s shaper released by `now` and sends it.
+    fn drain(&mut self, port: usize, now: Timestamp, tx: &mut impl Transmit) -> usize {
+        let Some(Some(q)) = self.ports.get_mut(port).map(|p| p.queue.as_mut()) else {
+            return 0;
+        };
+        let departed = &mut self.departed;
+        q.drain_until(now, |d| departed.push(d));
+        self.flush_departed(port, tx)
+    }
+
+    /// Sends the departures collected for `port` and frees their buffers.
+    fn flush_departed(&mut self, port: usize, tx: &mut impl Transmit) -> usize {
+        let n = self.departed.len();
+        let Some(p) = self.ports.get_mut(port) else {
+            self.departed.clear();
+            return 0;
+        };
+        for d in self.departed.drain(..) {
+            let f = TxFrame {
+                port: port as u8,
+                frame: self.pool.buf(d.item.slot),
+                wire_len: d.item.wire_len,
+                arrived: d.enqueued,
+                departs: d.departed,
+                queued: true,
+            };
+            let c = &mut p.counters;
+            if tx.send(&f) {
+                c.sent += 1;
+                c.sent_bytes += u64::from(d.item.wire_len);
+            } else {
+                c.send_errors += 1;
+            }
+            let sojourn = d.departed.nanos_since(d.enqueued);
+            c.sojourn_sum_ns = c.sojourn_sum_ns.wrapping_add(sojourn);
+            c.sojourn_max_ns = c.sojourn_max_ns.max(sojourn);
+            self.pool.put(d.item.slot);
+        }
+        n
+    }
+}
+
+/// The wire length of a copy of `copy_len` bytes made from a frame of
+/// `data_len` captured bytes and `orig_len` on the wire.
+fn wire_len(orig_len: u32, data_len: usize, copy_len: usize) -> u32 {
+    let cut = (orig_len as usize).saturating_sub(data_len);
+    u32::try_from(copy_len + cut).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::memory::{MemoryPorts, Sent};
+    use crate::pipeline::{PipelineConfig, PipelineCounters, count_verdicts, parse_batch};
+    use crate::stage::wires::Wires;
+    use crate::wire::LinkType;
+
+    /// Ethernet + IPv4 + UDP to `dst` from source port `sport`, TOS `tos`.
+    fn frame(dst: [u8; 4], sport: u16, tos: u8) -> Vec<u8> {
+        let mut f = vec![
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00, // Ethernet
+            0x45, tos, 0x00, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 0, 0, 0, 0, // IPv4
+            0, 0, 0x07, 0xd0, 0, 8, 0, 0, // UDP
+        ];
+        f[30..34].copy_from_slice(&dst);
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        let sum = !crate::wire::checksum::sum(&f[14..34]);
+        f[24..26].copy_from_slice(&sum.to_be_bytes());
+        f
+    }
+
+    fn ms(n: u64) -> Timestamp {
+        Timestamp::from_nanos(n * 1_000_000)
+    }
+
+    /// Wires, then the egress stage, as the chain runs them; every copy
+    /// kept.
+    struct Rig {
+        wires: Wires,
+        egress: Egress,
+        counters: PipelineCounters,
+        sink: MemoryPorts,
+    }
+
+    impl Rig {
+        /// `routes[i]` out of port `i`; port `p` queued with `(sfb,
+        /// egress)` for each entry of `queues`.
+        fn new(routes: Vec<PortSet>, queues: &[(u8, SfbConfig, EgressConfig)]) -> Rig {
+            let n = routes.len();
+            let specs = (0..n)
+                .map(|i| PortSpec {
+                    name: format!("p{i}"),
+                    queue: queues
+                        .iter()
+                        .find(|q| usize::from(q.0) == i)
+                        .map(|&(_, s, e)| (s, e)),
+                    strip: false,
+                })
+                .collect();
+            Rig {
+                wires: Wires::new(routes, false),
+                egress: Egress::new(specs).unwrap(),
+                counters: PipelineCounters::default(),
+                sink: MemoryPorts::new(n).keep_sent(true),
+            }
+        }
+
+        fn run(&mut self, b: &mut Batch, now: Timestamp) {
+            let cfg = PipelineConfig {
+                default_egress: PortSet::EMPTY,
+                ..PipelineConfig::default()
+            };
+            parse_batch(&cfg, b, &mut self.counters);
+            self.wires.process(b);
+            self.egress.process(b, now, &mut self.sink);
+            count_verdicts(b, &mut self.counters);
+        }
+
+        fn due(&mut self, now: Timestamp) -> Vec<Sent> {
+            self.egress.send_due(now, &mut self.sink);
+            self.sink.take_sent()
+        }
+
+        fn consistent(&self) -> bool {
+            let (n, _) = self.egress.backlog();
+            self.counters.is_consistent()
+                && self
+                    .egress
+                    .summaries(Timestamp::ZERO)
+                    .iter()
+                    .all(|s| s.is_consistent())
+                && n as u64
+                    == self
+                        .egress
+                        .summaries(Timestamp::ZERO)
+                        .iter()
+                        .map(|s| s.backlog_packets)
+                        .sum::<u64>()
+        }
+    }
+
+    /// SFB that never judges (queue far below its thresholds).
+    fn lenient() -> SfbConfig {
+        SfbConfig {
+            seed: Some(1),
+            max: 1000,
+            target: 1000,
+            ..SfbConfig::default()
+        }
+    }
+
+    #[test]
+    fn queued_port_holds_frames_and_paces_them() {
+        // 0 -> {1, 2}; 1 is shaped to 1 byte/us with a 100-byte bucket.
+        let egress = EgressConfig {
+            rate_bps: 8_000_000,
+            burst_bytes: 100,
+            limit: 1000,
+        };
+        let mut r = Rig::new(
+            vec![PortSet::from_mask(0b110), PortSet::EMPTY, PortSet::EMPTY],
+            &[(1, lenient(), egress)],
+        );
+        assert_eq!(r.egress.queued_ports(), PortSet::single(1));
+        let slots = r.egress.pool_slots();
+        let mut b = Batch::new();
+        for round in 0..100u64 {
+            let t0 = ms(round);
+            b.clear();
+            let frames: Vec<Vec<u8>> = (0..10u16).map(|i| frame([10, 0, 0, 2], i, 0)).collect();
+            for f in &frames {
+                b.push_from(t0, f.len() as u32, LinkType::Ethernet, 0, f);
+            }
+            r.run(&mut b, t0);
+            assert!(
+                b.packets()
+                    .iter()
+                    .all(|x| x.verdict == Verdict::Forward(PortSet::from_mask(0b110)))
+            );
+            // Port 2 sent all ten at once, at their arrival; port 1 two (the
+            // bucket holds two 42-byte frames).
+            let sent = r.sink.take_sent();
+            let (to2, mut to1): (Vec<Sent>, Vec<Sent>) =
+                sent.into_iter().partition(|s| s.port == 2);
+            assert_eq!(to2.len(), 10);
+            assert!(to2.iter().all(|s| !s.queued && s.departs == t0));
+            assert_eq!(to1.len(), 2);
+            assert_eq!(r.egress.backlog(), (8, 336));
+            // The third needs 26 more bytes: 26 us; then one per 42 us.
+            assert_eq!(r.egress.next_departure(), Some(t0.add_nanos(26_000)));
+            assert_eq!(r.due(t0.add_nanos(25_999)).len(), 0);
+            to1.extend(r.due(t0.add_nanos(26_000 + 7 * 42_000)));
+            assert_eq!(to1.len(), 10);
+            assert_eq!(r.egress.next_departure(), None);
+            let got: Vec<&Vec<u8>> = to1.iter().map(|s| &s.frame).collect();
+            assert_eq!(got, frames.iter().collect::<Vec<_>>(), "FIFO, unchanged");
+            for (k, s) in to1.iter().enumerate().skip(2) {
+                let due = t0.add_nanos(26_000 + (k as u64 - 2) * 42_000);
+                assert_eq!((s.arrived, s.departs, s.queued), (t0, due, true));
+            }
+        }
+        // Steady state: the pool did not grow.
+        assert_eq!(r.egress.pool_slots(), slots);
+        assert!(r.consistent());
+        assert_eq!(
+            (r.counters.forwarded, r.counters.dropped.total()),
+            (1000, 0)
+        );
+        let c = r.egress.counters().nth(1).unwrap();
+        assert_eq!(
+            (c.copies, c.enqueued, c.sent, c.sent_bytes),
+            (1000, 1000, 1000, 42_000)
+        );
+    }
+
+    #[test]
+    fn marks_and_drops_are_accounted() {
+        // 0 -> {1}, unshaped queue: SFB at a fixed probability of 1/4.
+        let sfb = SfbConfig {
+            increment: 0,
+            decrement: 0,
+            ..lenient()
+        };
+        let egress = EgressConfig {
+            rate_bps: 0,
+            ..EgressConfig::default()
+        };
+        let mut r = Rig::new(
+            vec![PortSet::single(1), PortSet::EMPTY],
+            &[(1, sfb, egress)],
+        );
+        if let Some(q) = &mut r.egress.ports[1].queue {
+            q.sfb_mut().force_probability(0x4000);
+        }
+        let mut b = Batch::new();
+        let mut sent = Vec::new();
+        let (mut ect, mut not_ect) = (0u64, 0u64);
+        for round in 0..40u64 {
+            b.clear();
+            for i in 0..32u16 {
+                // Even source ports ECT(0), odd ones Not-ECT.
+                let f = frame([10, 0, 0, 2], i, if i % 2 == 0 { 0x02 } else { 0 });
+                b.push_from(ms(round), f.len() as u32, LinkType::Ethernet, 0, &f);
+            }
+            r.run(&mut b, ms(round));
+            // The batch's own frames are untouched: only queued copies are
+            // marked.
+            assert!(b.packets().iter().all(|x| x.data()[15] & 3 != 3));
+            sent.extend(r.due(ms(round)));
+            ect += 16;
+            not_ect += 16;
+        }
+        assert!(r.consistent());
+        let c = r.counters.clone();
+        let ce: Vec<&Vec<u8>> = sent
+            .iter()
+            .map(|s| &s.frame)
+            .filter(|f| f[15] & 3 == 3)
+            .collect();
+        let st = r.egress.summaries(ms(40))[1].sfb.clone().unwrap();
+        // Every forwarded packet went out of the queue; every mark is a CE
+        // frame with a right checksum, from an ECT(0) packet.
+        assert_eq!(c.forwarded, sent.len() as u64);
+        assert!(c.marked > 0 && c.marked < ect, "{c:?}");
+        assert_eq!(c.marked, st.marked);
+        assert_eq!(ce.len() as u64, c.marked);
+        for f in &ce {
+            assert_eq!(crate::wire::checksum::sum(&f[14..34]), 0xffff);
+            assert_eq!(u16::from_be_bytes([f[34], f[35]]) % 2, 0);
+        }
+        // Not-ECT packets SFB would have marked are dropped, and counted.
+        let early = c.dropped.get(DropReason::SfbEarly);
+        assert!(early > 0 && early < not_ect, "{c:?}");
+        assert_eq!(early, st.earlydrop);
+        assert_eq!(c.dropped.total(), early);
+        assert_eq!(c.received, ect + not_ect);
+        let pc = r.egress.counters().nth(1).unwrap();
+        assert_eq!(pc.dropped.get(DropReason::SfbEarly), early);
+    }
+
+    #[test]
+    fn queue_drops_keep_other_ports_and_shutdown_counts_sole_copies() {
+        // 0 -> {1, 2}, 3 -> {1}; 1 is a slow queue of 2 packets.
+        let egress = EgressConfig {
+            rate_bps: 8_000,
+            burst_bytes: 0,
+            limit: 2,
+        };
+        let mut r = Rig::new(
+            vec![
+                PortSet::from_mask(0b110),
+                PortSet::EMPTY,
+                PortSet::EMPTY,
+                PortSet::single(1),
+            ],
+            &[(1, lenient(), egress)],
+        );
+        let f = frame([10, 0, 0, 2], 7, 0x02);
+        let mut b = Batch::new();
+        for _ in 0..3 {
+            b.push_from(ms(0), 42, LinkType::Ethernet, 0, &f);
+        }
+        r.run(&mut b, ms(0));
+        let v: Vec<Verdict> = b.packets().iter().map(|x| x.verdict).collect();
+        assert_eq!(v[0], Verdict::Forward(PortSet::from_mask(0b110)));
+        assert_eq!(v[1], Verdict::Forward(PortSet::from_mask(0b110)));
+        // Refused by port 1's queue, still sent out of port 2.
+        assert_eq!(v[2], Verdict::Forward(PortSet::single(2)));
+        assert_eq!(r.counters.dropped.total(), 0);
+        // The queue is full: from port 3 (only port 1), refused and dropped.
+        b.clear();
+        b.push_from(ms(1), 42, LinkType::Ethernet, 3, &f);
+        r.run(&mut b, ms(1));
+        assert_eq!(b.packets()[0].verdict, Verdict::Drop(DropReason::QueueFull));
+        // 42 bytes at 1 kB/s: one frame after 42 ms.
+        r.sink.take_sent();
+        assert_eq!(r.due(ms(42)).len(), 1);
+        b.clear();
+        b.push_from(ms(43), 42, LinkType::Ethernet, 3, &f);
+        r.run(&mut b, ms(43));
+        assert!(b.packets()[0].verdict.is_forwarded());
+        // Shutdown: two frames left, one the only copy of its packet.
+        assert_eq!(r.egress.discard_all(), 2);
+        assert_eq!(r.egress.shutdown_discarded(), (1, 0));
+        assert_eq!(r.egress.backlog(), (0, 0));
+        assert_eq!(r.egress.next_departure(), None);
+        assert!(r.consistent());
+        let s = &r.egress.summaries(ms(50))[1];
+        assert_eq!(s.name, "p1");
+        let sfb = s.sfb.as_ref().unwrap();
+        assert_eq!(sfb.queuedrop + sfb.childdrop, 2);
+        let c = &s.counters;
+        assert_eq!(
+            (c.copies, c.enqueued, c.sent, c.shutdown_dropped),
+            (5, 3, 1, 2)
+        );
+        assert_eq!(c.dropped.get(DropReason::QueueFull), 2);
+    }
+
+    /// A copy back out of its ingress port is not sent but counted; a
+    /// copy out of a stripping edge loses the Icarus option while the copy
+    /// to another port keeps it.
+    #[test]
+    fn hairpins_and_strip_per_copy() {
+        let mut specs: Vec<PortSpec> = (0..3)
+            .map(|i| PortSpec {
+                name: format!("p{i}"),
+                queue: None,
+                strip: i == 2,
+            })
+            .collect();
+        specs[1].queue = Some((lenient(), EgressConfig::default()));
+        let mut egress = Egress::new(specs).unwrap();
+        let mut sink = MemoryPorts::new(3).keep_sent(true);
+        let plain = frame([10, 0, 0, 2], 1, 0);
+        let mut with = plain.clone();
+        let empty = icarus::Filter::empty(icarus::FilterWidth::M128);
+        icarus::insert(&mut with, 14, &empty).unwrap();
+        let mut b = Batch::new();
+        b.push_from(ms(1), with.len() as u32, LinkType::Ethernet, 0, &with);
+        let mut c = PipelineCounters::default();
+        parse_batch(&PipelineConfig::default(), &mut b, &mut c);
+        b.packets_mut()[0].verdict = Verdict::Forward(PortSet::from_mask(0b111));
+        egress.process(&mut b, ms(1), &mut sink);
+        let sent = sink.take_sent();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        let to = |p: u8| sent.iter().find(|s| s.port == p).unwrap();
+        assert_eq!(to(1).frame, with, "port 1 keeps the option");
+        assert_eq!(to(2).frame, plain, "port 2 strips it");
+        assert_eq!(to(2).wire_len as usize, plain.len());
+        let s = egress.summaries(ms(1));
+        assert_eq!(s[0].counters.hairpin, 1);
+        assert_eq!((s[0].counters.copies, s[2].counters.stripped), (0, 1));
+        assert!(s.iter().all(PortSummary::is_consistent));
+    }
+}
