@@ -17,7 +17,7 @@
 //! * `[[interfaces]]` — one per port, in port order (port `i` is the `i`-th
 //!   table): socket options, static multicast groups, and the port's egress
 //!   queue (`[interfaces.egress]` rate and `[interfaces.sfb]`, the
-//!   [`SfbConfig`] of `stage/sfb.rs`);
+//!   [`SfbConfig`] of `stage/sfb/config.rs`);
 //! * `[[wires]]` — unicast forwarding: what arrives on `from` leaves by
 //!   `to` (and back with `bidirectional = true`);
 //! * `[heavy]` — heavy-flow detection ([`HeavyConfig`]) and where its JSON

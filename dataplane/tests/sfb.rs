@@ -8,7 +8,7 @@ use dataplane::pipeline::{Batch, DropReason, Pipeline, PipelineConfig, PortSet, 
 use dataplane::stage::egress::{EgressConfig, EgressQueue};
 use dataplane::stage::sfb::{
     Admit, BinIndex, Enqueued, KeyBatch, SFB_MAX_PROB, Sfb, SfbConfig, SfbDrop, SfbQueue, SfbStage,
-    SfbStageConfig, bench_workload,
+    SfbStageConfig,
 };
 use dataplane::wire::{LinkType, parse};
 
@@ -457,21 +457,6 @@ fn queue_limit_and_child_limit() {
     assert!(q.sfb().counts_are_zero());
 }
 
-#[test]
-fn replay_is_deterministic() {
-    let w = bench_workload(20_000, 64, 3);
-    let run = || {
-        let mut q = w.queue();
-        let (sum, end) = w.run(&mut q, 32, 1_000_000_000);
-        (sum, end, q.sfb().stats(t(end)), *q.queue().stats())
-    };
-    let a = run();
-    assert_eq!(a, run());
-    let c = a.2.counters;
-    eprintln!("workload: {}\n  queue {:?}", a.2, a.3);
-    assert!(c.marked > 0 && c.earlydrop > 0);
-}
-
 /// Ethernet + IPv4 (ECN `ecn`) + UDP `sport` -> 10.0.0.2:2000, `len` payload bytes.
 fn udp_frame(sport: u16, ecn: u8, payload: usize) -> Vec<u8> {
     let total = (20 + 8 + payload) as u16;
@@ -597,43 +582,4 @@ fn stage_marks_drops_and_balances_in_the_pipeline() {
     );
     assert!(util > 0.95, "{util}");
     assert!(p.counters().is_consistent());
-}
-
-#[test]
-#[ignore = "timing report, run with --release --ignored --nocapture"]
-fn sfb_ns_per_packet() {
-    use std::hint::black_box;
-    use std::time::Instant;
-    let w = bench_workload(1 << 18, 1024, 1);
-    let best = |f: &mut dyn FnMut() -> u64| {
-        let mut best = f64::MAX;
-        for _ in 0..15 {
-            let start = Instant::now();
-            black_box(f());
-            best = best.min(start.elapsed().as_secs_f64() * 1e9 / w.len() as f64);
-        }
-        best
-    };
-    // The whole thing: hash, decide, enqueue, dequeue.
-    let full = best(&mut || {
-        let mut q = w.queue();
-        w.run(&mut q, 32, 0).0
-    });
-    // Hashing alone (one KeyBatch per 32 keys).
-    let keys: Vec<[u32; 4]> = (0..w.len() as u32).map(|i| [i, i ^ 77, 5, 6]).collect();
-    let q = w.queue();
-    let mut kb = KeyBatch::new();
-    let hash = best(&mut || {
-        let mut acc = 0u64;
-        for c in keys.chunks(32) {
-            kb.hash(q.sfb(), c);
-            acc ^= kb.key(c.len() - 1).packed(0);
-        }
-        acc
-    });
-    eprintln!(
-        "SFB enqueue+dequeue, batches of 32, 8x16 bins, backend {:?}: {full:.1} ns/packet \
-         (of which batch hashing {hash:.1})",
-        q.sfb().hasher(0).backend()
-    );
 }

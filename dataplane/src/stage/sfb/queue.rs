@@ -1,0 +1,396 @@
+//! [`SfbQueue`]: SFB in front of a shaped [`EgressQueue`], one FIFO holding
+//! each packet with its tag; per-packet [`enqueue`](SfbQueue::enqueue) and
+//! [`dequeue`](SfbQueue::dequeue), and the batched
+//! [`offer_batch`](SfbQueue::offer_batch), each on the fused path or the
+//! general one.
+
+use crate::clock::Timestamp;
+use crate::flow::FlowKey;
+use crate::pipeline::DropReason;
+use crate::stage::egress::{Departure, EgressConfig, EgressQueue};
+
+use super::algorithm::Sfb;
+use super::config::{SfbConfig, SfbConfigError};
+use super::keys::SfbKey;
+
+/// How an admitted packet goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    /// As it came.
+    Forward,
+    /// With ECN CE set.
+    Mark,
+}
+
+/// SFB in front of a shaped [`EgressQueue`]: one egress port's queue.
+#[derive(Debug, Clone)]
+pub struct SfbQueue<T> {
+    sfb: Sfb,
+    queue: EgressQueue<Queued<T>>,
+}
+
+/// An item in an [`SfbQueue`]'s FIFO with its tag: the sets it was counted
+/// in and, per set, its bins (offset words on the fused path, packed
+/// indices otherwise). One FIFO for both keeps one head and one length.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Queued<T> {
+    item: T,
+    /// Per set, the word's bytes (little-endian): on the fused path a
+    /// departure reads its eight slots from here one byte each.
+    words: [[u8; 8]; 2],
+    sets: u8,
+}
+
+impl<T> Queued<T> {
+    /// The words.
+    #[inline(always)]
+    fn words(&self) -> [u64; 2] {
+        self.words.map(u64::from_le_bytes)
+    }
+}
+
+impl<T: Copy + Default> SfbQueue<T> {
+    /// SFB with `sfb`, draining at `egress`'s rate.
+    pub fn new(sfb: SfbConfig, egress: EgressConfig) -> Result<Self, SfbConfigError> {
+        Ok(SfbQueue {
+            sfb: Sfb::new(sfb)?,
+            queue: EgressQueue::new(egress),
+        })
+    }
+
+    /// The SFB state.
+    pub fn sfb(&self) -> &Sfb {
+        &self.sfb
+    }
+
+    /// The SFB state, writable (tick it before hashing a batch).
+    pub fn sfb_mut(&mut self) -> &mut Sfb {
+        &mut self.sfb
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &EgressQueue<Queued<T>> {
+        &self.queue
+    }
+
+    /// Offers a packet of `len` bytes at `now`. Dequeue everything that
+    /// left by `now` first ([`drain_until`](Self::drain_until)) so that the
+    /// limit and the bin counts see the queue as it is at `now`; or use
+    /// [`offer_batch`](Self::offer_batch), which does both for a batch.
+    #[inline]
+    pub fn enqueue(
+        &mut self,
+        key: &SfbKey,
+        flow: Option<&FlowKey>,
+        ecn_capable: bool,
+        item: T,
+        len: u32,
+        now: Timestamp,
+    ) -> Result<Enqueued, DropReason> {
+        let arrival = Arrival {
+            key: *key,
+            ecn_capable,
+            item,
+            len,
+            now,
+        };
+        if self.sfb.fused {
+            offer::<T, true>(&mut self.sfb, &mut self.queue, &arrival, flow)
+        } else {
+            offer::<T, false>(&mut self.sfb, &mut self.queue, &arrival, flow)
+        }
+    }
+
+    /// The head packet if the shaper released it by `now`.
+    #[inline]
+    pub fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
+        if self.sfb.fused {
+            take::<T, true>(&mut self.sfb, &mut self.queue, now)
+        } else {
+            take::<T, false>(&mut self.sfb, &mut self.queue, now)
+        }
+    }
+
+    /// Dequeues every packet released by `now`, handing each to `f`;
+    /// returns how many.
+    #[inline]
+    pub fn drain_until(&mut self, now: Timestamp, mut f: impl FnMut(Departure<T>)) -> usize {
+        let mut k = 0;
+        while let Some(d) = self.dequeue(now) {
+            f(d);
+            k += 1;
+        }
+        k
+    }
+
+    /// A batch of arrivals in time order, each as
+    /// [`drain_until`](Self::drain_until) its time (every departure to
+    /// `departed`) and then [`enqueue`](Self::enqueue): `arrivals` yields
+    /// each arrival and its flow (for the penalty-box listing),
+    /// `verdict(k, ..)` receives the outcome of the `k`-th. Equal, packet
+    /// for packet, to those calls; faster, because the loop is compiled
+    /// for the kernel's backend, which inlines the kernel into it
+    /// ([`kernels::sfb::Kernel::run`]), and the fused path is chosen once.
+    #[inline]
+    pub fn offer_batch(
+        &mut self,
+        arrivals: impl IntoIterator<Item = (Arrival<T>, Option<FlowKey>)>,
+        mut verdict: impl FnMut(usize, Result<Enqueued, DropReason>),
+        mut departed: impl FnMut(Departure<T>),
+    ) {
+        let kernel = self.sfb.kernel;
+        kernel.run(
+            #[inline(always)]
+            || {
+                let arrivals = arrivals.into_iter();
+                if self.sfb.fused {
+                    self.offer_each::<true>(arrivals, &mut verdict, &mut departed);
+                } else {
+                    self.offer_each::<false>(arrivals, &mut verdict, &mut departed);
+                }
+            },
+        );
+    }
+
+    /// [`offer_batch`](Self::offer_batch)'s loop, on the fused path or not.
+    #[inline(always)]
+    fn offer_each<const FUSED: bool>(
+        &mut self,
+        arrivals: impl Iterator<Item = (Arrival<T>, Option<FlowKey>)>,
+        verdict: &mut impl FnMut(usize, Result<Enqueued, DropReason>),
+        departed: &mut impl FnMut(Departure<T>),
+    ) {
+        for (k, (a, flow)) in arrivals.enumerate() {
+            while let Some(d) = take::<T, FUSED>(&mut self.sfb, &mut self.queue, a.now) {
+                departed(d);
+            }
+            let v = offer::<T, FUSED>(&mut self.sfb, &mut self.queue, &a, flow.as_ref());
+            verdict(k, v);
+        }
+    }
+}
+
+/// One arrival offered to an [`SfbQueue`] ([`SfbQueue::offer_batch`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival<T> {
+    /// Its bins (from a [`KeyBatch`] made after the last [`Sfb::tick`]).
+    ///
+    /// [`KeyBatch`]: super::KeyBatch
+    pub key: SfbKey,
+    /// ECT(0) or ECT(1): marked rather than dropped when `p <= 1/2`.
+    pub ecn_capable: bool,
+    /// What to queue.
+    pub item: T,
+    /// Its length in bytes.
+    pub len: u32,
+    /// Its time (at least the previous arrival's).
+    pub now: Timestamp,
+}
+
+/// [`SfbQueue::enqueue`] on SFB and the queue's FIFO; `FUSED` is
+/// `sfb.fused`, a constant so that each path is compiled without the other.
+#[inline(always)]
+fn offer<T: Copy + Default, const FUSED: bool>(
+    sfb: &mut Sfb,
+    queue: &mut EgressQueue<Queued<T>>,
+    a: &Arrival<T>,
+    flow: Option<&FlowKey>,
+) -> Result<Enqueued, DropReason> {
+    debug_assert_eq!(FUSED, sfb.fused);
+    let set = sfb.active & 1;
+    // The active set's bins: offsets on the fused path (whose kernel
+    // raises the counts with the update), packed indices otherwise.
+    let word = if FUSED {
+        sfb.offsets(&a.key)
+    } else {
+        a.key.packed(set)
+    };
+    let offs = FUSED.then_some(word);
+    let (mark, sets, standby) =
+        match sfb.decide(&a.key, offs, flow, a.ecn_capable, queue.len(), a.now) {
+            Ok(d) => (d.mark, d.sets, d.standby),
+            Err(d) => return Err(d.reason()),
+        };
+    // Built in registers: an array written by index and read back whole
+    // would miss store-to-load forwarding.
+    let words = if set == 0 {
+        [word, standby]
+    } else {
+        [standby, word]
+    };
+    let queued = Queued {
+        item: a.item,
+        words: words.map(u64::to_le_bytes),
+        sets,
+    };
+    match queue.enqueue(queued, a.len, a.now) {
+        Ok(()) => {
+            if !FUSED {
+                sfb.adjust(sets, words, true);
+            }
+            Ok(if mark {
+                Enqueued::Mark
+            } else {
+                Enqueued::Forward
+            })
+        }
+        Err(r) => {
+            sfb.child_drop();
+            if FUSED {
+                sfb.lower_fused(sets, &queued.words);
+            }
+            Err(r)
+        }
+    }
+}
+
+/// [`SfbQueue::dequeue`] on SFB and the queue's FIFO (`FUSED` as in
+/// [`offer`]).
+#[inline(always)]
+fn take<T: Copy + Default, const FUSED: bool>(
+    sfb: &mut Sfb,
+    queue: &mut EgressQueue<Queued<T>>,
+    now: Timestamp,
+) -> Option<Departure<T>> {
+    debug_assert_eq!(FUSED, sfb.fused);
+    let d = queue.dequeue_with(now, |q| {
+        if FUSED {
+            sfb.lower_fused(q.sets, &q.words);
+        } else {
+            sfb.adjust(q.sets, q.words(), false);
+        }
+    })?;
+    Some(Departure {
+        item: d.item.item,
+        len: d.len,
+        enqueued: d.enqueued,
+        departed: d.departed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use kernels::{Backend, splitmix64};
+
+    use super::*;
+    use crate::stage::sfb::KeyBatch;
+
+    /// The fused path (offset words, counts raised by the kernel and taken
+    /// back on a drop) decides every packet as the general path does and
+    /// leaves the same bins, through swaps, double buffering, the penalty
+    /// box, early drops and marks, bucket drops and child drops, on every
+    /// backend's kernel.
+    #[test]
+    fn fused_batched_and_general_paths_agree() {
+        let sfb = SfbConfig {
+            seed: Some(7),
+            rehash_ms: 40,
+            db_ms: 15,
+            limit: 200,
+            increment: 1500,
+            decrement: 40,
+            target: 6,
+            max: 12,
+            ..SfbConfig::default()
+        };
+        // A queue shorter than SFB's limit: admitted packets are refused.
+        let egress = EgressConfig {
+            rate_bps: 40_000_000,
+            burst_bytes: 3000,
+            limit: 150,
+        };
+        for backend in Backend::available_list() {
+            let mut fused = SfbQueue::<u32>::new(sfb, egress).unwrap();
+            fused.sfb = fused.sfb.on_backend(backend).unwrap();
+            let mut general = fused.clone();
+            general.sfb.fused = false;
+            // The fused path again, through `offer_batch`.
+            let mut batched = fused.clone();
+            assert!(fused.sfb.fused);
+            let mut s = 99u64;
+            let flows: Vec<[u32; 4]> = (0..300u32).map(|f| [f, 7, f * 31, 17]).collect();
+            let mut kb = KeyBatch::new();
+            let mut t = 0u64;
+            let mut keys = Vec::new();
+            for batch in 0..400 {
+                t += 1_000_000;
+                fused.sfb_mut().tick(Timestamp::from_nanos(t));
+                general.sfb_mut().tick(Timestamp::from_nanos(t));
+                keys.clear();
+                for _ in 0..32 {
+                    let r = splitmix64(&mut s);
+                    // Three flows send half the packets: they reach p = 1.
+                    let f = if r & 1 == 0 {
+                        (r >> 8) % 3
+                    } else {
+                        (r >> 8) % 300
+                    };
+                    keys.push(flows[f as usize]);
+                }
+                kb.hash(fused.sfb(), &keys);
+                let ecns: Vec<bool> = keys.iter().map(|_| splitmix64(&mut s) & 1 == 0).collect();
+                // Arrivals spread over the batch at random gaps, so that
+                // departures fall between them.
+                let mut at = t;
+                let times: Vec<u64> = (0..keys.len())
+                    .map(|_| {
+                        at += splitmix64(&mut s) % 30_000;
+                        at
+                    })
+                    .collect();
+                let now = |i: usize| Timestamp::from_nanos(times[i]);
+                let (mut deps, mut verdicts) = (Vec::new(), Vec::new());
+                for (i, &ecn) in ecns.iter().enumerate() {
+                    let mut a = Vec::new();
+                    let mut b = Vec::new();
+                    fused.drain_until(now(i), |d| a.push(d.clone()));
+                    general.drain_until(now(i), |d| b.push(d.item));
+                    assert_eq!(a.iter().map(|d| d.item).collect::<Vec<_>>(), b);
+                    deps.extend(a);
+                    let key = kb.key(i);
+                    let x = fused.enqueue(&key, None, ecn, i as u32, 1000, now(i));
+                    let y = general.enqueue(&key, None, ecn, i as u32, 1000, now(i));
+                    assert_eq!(x, y, "{backend:?} batch {batch} packet {i}");
+                    verdicts.push((i, x));
+                }
+                let (mut bdeps, mut bverdicts) = (Vec::new(), Vec::new());
+                batched.sfb_mut().tick(Timestamp::from_nanos(t));
+                batched.offer_batch(
+                    (0..keys.len()).map(|i| {
+                        let a = Arrival {
+                            key: kb.key(i),
+                            ecn_capable: ecns[i],
+                            item: i as u32,
+                            len: 1000,
+                            now: now(i),
+                        };
+                        (a, None)
+                    }),
+                    |i, v| bverdicts.push((i, v)),
+                    |d| bdeps.push(d),
+                );
+                assert_eq!(bverdicts, verdicts, "{backend:?} batch {batch}");
+                assert_eq!(bdeps, deps, "{backend:?} batch {batch}");
+                assert_eq!(
+                    fused.sfb.kbins, general.sfb.kbins,
+                    "{backend:?} batch {batch}"
+                );
+                assert_eq!(batched.sfb.kbins, fused.sfb.kbins);
+                assert_eq!(fused.sfb.counters, general.sfb.counters);
+                assert_eq!(batched.sfb.counters, fused.sfb.counters);
+                assert_eq!(batched.queue.stats(), fused.queue.stats());
+            }
+            let c = fused.sfb.counters;
+            assert!(
+                c.earlydrop > 0 && c.marked > 0 && c.penaltydrop > 0,
+                "{c:?}"
+            );
+            assert!(c.bucketdrop > 0 && c.childdrop > 0, "{c:?}");
+            assert!(fused.sfb.generation > 3, "swapped {}", fused.sfb.generation);
+            let end = Timestamp::from_nanos(u64::MAX);
+            fused.drain_until(end, |_| {});
+            general.drain_until(end, |_| {});
+            assert!(fused.sfb.counts_are_zero() && general.sfb.counts_are_zero());
+        }
+    }
+}

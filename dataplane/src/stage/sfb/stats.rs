@@ -1,0 +1,108 @@
+//! What SFB reports: its event counters, the flows in the penalty box, and
+//! the `tc -s qdisc`-style snapshot ([`SfbStats`]).
+
+use core::fmt;
+
+use crate::clock::Timestamp;
+use crate::flow::FlowKey;
+
+use super::config::SFB_MAX_PROB;
+
+/// SFB's event counters (`tc -s qdisc` shows these).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SfbCounters {
+    /// Probabilistic drops.
+    pub earlydrop: u64,
+    /// Penalty-box drops.
+    pub penaltydrop: u64,
+    /// Drops at a full bin.
+    pub bucketdrop: u64,
+    /// Drops at the queue limit.
+    pub queuedrop: u64,
+    /// Packets admitted by SFB and refused by the queue.
+    pub childdrop: u64,
+    /// Packets marked CE.
+    pub marked: u64,
+}
+
+/// A flow in the penalty box.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PenalisedFlow {
+    /// The flow.
+    pub flow: FlowKey,
+    /// Its first penalised packet (since it was listed).
+    pub since: Timestamp,
+    /// Its latest penalised packet.
+    pub last: Timestamp,
+    /// Packets the penalty bucket admitted.
+    pub admitted: u64,
+    /// Packets the penalty bucket dropped.
+    pub dropped: u64,
+}
+
+/// A snapshot of SFB's state as `tc -s qdisc show` reports it, plus the
+/// flows in the penalty box. `Display` prints it like `tc`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SfbStats {
+    /// Event counters.
+    pub counters: SfbCounters,
+    /// Largest bin count in the active set.
+    pub maxqlen: u16,
+    /// Largest probability in the active set, Q0.16.
+    pub maxprob: u16,
+    /// Mean probability over the active set, Q0.16 (integer mean, as the kernel).
+    pub avgprob: u16,
+    /// Flows recently penalised, most recent first.
+    pub penalised: Vec<PenalisedFlow>,
+}
+
+impl fmt::Display for SfbStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.counters;
+        let p = |v: u16| f64::from(v) / f64::from(SFB_MAX_PROB);
+        writeln!(
+            f,
+            "  earlydrop {} penaltydrop {} bucketdrop {} queuedrop {} childdrop {} marked {}",
+            c.earlydrop, c.penaltydrop, c.bucketdrop, c.queuedrop, c.childdrop, c.marked
+        )?;
+        write!(
+            f,
+            "  maxqlen {} maxprob {:.5} avgprob {:.5}",
+            self.maxqlen,
+            p(self.maxprob),
+            p(self.avgprob)
+        )?;
+        if !self.penalised.is_empty() {
+            write!(f, "\n  penalty box {} flows", self.penalised.len())?;
+            for e in &self.penalised {
+                write!(
+                    f,
+                    "\n    {} admitted {} dropped {} since {}",
+                    e.flow, e.admitted, e.dropped, e.since
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stage::sfb::{Sfb, SfbConfig};
+
+    #[test]
+    fn stats_display_like_tc() {
+        let sfb = Sfb::new(SfbConfig {
+            seed: Some(1),
+            ..SfbConfig::default()
+        })
+        .unwrap();
+        let s = sfb.stats(Timestamp::ZERO).to_string();
+        assert_eq!(
+            s,
+            "  earlydrop 0 penaltydrop 0 bucketdrop 0 queuedrop 0 childdrop 0 marked 0\n  \
+             maxqlen 0 maxprob 0.00000 avgprob 0.00000"
+        );
+    }
+}
