@@ -84,7 +84,7 @@ impl Chain {
         let icarus = cfg.icarus_config();
         let strip = icarus.map_or(0, |c| c.strip_on_egress);
         let mut queues: Vec<_> = vec![None; cfg.interfaces.len()];
-        for s in cfg.sfb_stages() {
+        for s in cfg.egress_queues() {
             if let Some(q) = queues.get_mut(usize::from(s.port)) {
                 *q = Some((s.sfb, s.egress));
             }

@@ -43,7 +43,7 @@ use crate::stage::egress::EgressConfig;
 use crate::stage::heavy::{HeavyConfig, Threshold};
 use crate::stage::icarus::{FilterParams, IcarusConfig, LoopAction, default_k};
 use crate::stage::multicast::{self, MulticastConfig, MulticastStage};
-use crate::stage::sfb::{SfbConfig, SfbStageConfig};
+use crate::stage::sfb::SfbConfig;
 use crate::wire::icarus::FilterWidth;
 
 /// Linux's `IFNAMSIZ` less the terminating NUL.
@@ -134,6 +134,17 @@ pub struct InterfaceConfig {
     /// leave as they come.
     #[serde(default)]
     pub sfb: Option<SfbConfig>,
+}
+
+/// A port's egress queue: SFB in front of a token-bucket shaped FIFO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// The port.
+    pub port: u8,
+    /// SFB.
+    pub sfb: SfbConfig,
+    /// The shaper and the queue's packet limit.
+    pub egress: EgressConfig,
 }
 
 /// A unicast forwarding rule.
@@ -421,17 +432,17 @@ impl RouterConfig {
         Some(m)
     }
 
-    /// One SFB queue per interface that has an `sfb` table.
-    pub fn sfb_stages(&self) -> Vec<SfbStageConfig> {
+    /// One egress queue per interface that has an `sfb` table (its shaper
+    /// the `egress` table, or the default 1 Gbit/s).
+    pub fn egress_queues(&self) -> Vec<QueueConfig> {
         self.interfaces
             .iter()
             .enumerate()
             .filter_map(|(port, i)| {
-                i.sfb.map(|sfb| SfbStageConfig {
+                i.sfb.map(|sfb| QueueConfig {
                     port: port as u8,
                     sfb,
                     egress: i.egress.unwrap_or_default(),
-                    record_departures: false,
                 })
             })
             .collect()
@@ -743,7 +754,7 @@ bidirectional = true
         let r = c.unicast_routes();
         assert_eq!(r, vec![PortSet::single(1), PortSet::single(0)]);
         assert!(c.heavy_config().is_none() && c.icarus_config().is_none());
-        assert!(c.sfb_stages().is_empty());
+        assert!(c.egress_queues().is_empty());
     }
 
     #[test]
@@ -890,7 +901,7 @@ bidirectional = true
              [icarus]\nnode_id = 7\nfilter_bits = 64\ninsert_on = [\"veth0\"]\nstrip_on = [\"veth1\"]\n"
         );
         let c = parse(&t).unwrap();
-        let s = c.sfb_stages();
+        let s = c.egress_queues();
         assert_eq!(s.len(), 1);
         assert_eq!(
             (s[0].port, s[0].sfb.limit, s[0].egress.rate_bps),

@@ -1,14 +1,17 @@
 //! SFB and the egress shaper against their own APIs: the figures the design
 //! promises (time to probability 1, mark/drop split, misjudged-flow rate,
 //! penalty box, exact shaping), balance of the bin counts across rehashes,
-//! and the pipeline adapter end to end.
+//! and the router's egress stage end to end (marks on the queued copies,
+//! drops per port, the token bucket, the port kept busy).
 
+use dataplane::chain::Chain;
 use dataplane::clock::Timestamp;
-use dataplane::pipeline::{Batch, DropReason, Pipeline, PipelineConfig, PortSet, Verdict};
+use dataplane::config::RouterConfig;
+use dataplane::io::memory::MemoryPorts;
+use dataplane::pipeline::{Batch, DropReason, Verdict};
 use dataplane::stage::egress::{EgressConfig, EgressQueue};
 use dataplane::stage::sfb::{
-    Admit, BinIndex, Enqueued, KeyBatch, SFB_MAX_PROB, Sfb, SfbConfig, SfbDrop, SfbQueue, SfbStage,
-    SfbStageConfig,
+    Admit, BinIndex, Enqueued, KeyBatch, SFB_MAX_PROB, Sfb, SfbConfig, SfbDrop, SfbQueue,
 };
 use dataplane::wire::{LinkType, parse};
 
@@ -483,35 +486,44 @@ fn udp_frame(sport: u16, ecn: u8, payload: usize) -> Vec<u8> {
     f
 }
 
+/// Port `b` shaped to 8 Mbit/s behind SFB (seed 5), `c` unshaped; every
+/// frame from `a` goes out of both.
+const STAGE_ROUTER: &str = r#"
+[[interfaces]]
+name = "a"
+[[interfaces]]
+name = "b"
+[interfaces.egress]
+rate_bps = 8_000_000
+burst_bytes = 3000
+limit = 1000
+[interfaces.sfb]
+seed = 5
+[[interfaces]]
+name = "c"
+[[wires]]
+from = "a"
+to = "b"
+[[wires]]
+from = "a"
+to = "c"
+"#;
+
 #[test]
-fn stage_marks_drops_and_balances_in_the_pipeline() {
+fn egress_stage_marks_drops_and_balances_in_the_chain() {
     // 8 Mbit/s port, 4 flows (2 ECN-capable) each at 4 Mbit/s: 2x overload.
-    let cfg = SfbStageConfig {
-        port: 1,
-        sfb: SfbConfig {
-            seed: Some(5),
-            ..SfbConfig::default()
-        },
-        egress: EgressConfig {
-            rate_bps: 8_000_000,
-            burst_bytes: 3000,
-            limit: 1000,
-        },
-        record_departures: true,
-    };
-    let mut p = Pipeline::new(PipelineConfig {
-        default_egress: PortSet::single(1).union(PortSet::single(2)),
-        ..PipelineConfig::default()
-    })
-    .with_stage(SfbStage::new(cfg).unwrap());
+    let cfg = RouterConfig::from_toml_str(STAGE_ROUTER, "stage.toml").unwrap();
+    let mut chain = Chain::build(&cfg).unwrap();
+    let mut sink = MemoryPorts::new(3).keep_sent(true);
     let frames: Vec<Vec<u8>> = (0..4u16)
         .map(|i| udp_frame(1000 + i, if i & 1 == 0 { 0b10 } else { 0 }, 972))
         .collect();
     let len = frames[0].len() as u32; // 1014 bytes
     let mut batch = Batch::new();
-    let (mut ce_seen, mut dropped_port1, mut seen) = (0u64, 0u64, 0u64);
+    let (mut marked_seen, mut dropped_port1, mut seen) = (0u64, 0u64, 0u64);
     let mut ts = 0u64;
     let mut departures = Vec::new();
+    let mut to_c = 0u64;
     for _ in 0..600 {
         batch.clear();
         for k in 0..32usize {
@@ -520,15 +532,16 @@ fn stage_marks_drops_and_balances_in_the_pipeline() {
             ts += 500_000;
         }
         let now = batch.latest_ts().unwrap();
-        p.process(&mut batch, now);
+        chain.process(&mut batch, now, &mut sink);
         for pk in batch.packets() {
             seen += 1;
             match pk.verdict {
                 Verdict::Mark(ports) => {
                     assert!(ports.contains(1));
+                    // Only the queued copy is marked; the packet is not.
                     let parsed = parse(LinkType::Ethernet, pk.data()).unwrap();
-                    assert_eq!(parsed.ecn, dataplane::wire::Ecn::Ce);
-                    ce_seen += 1;
+                    assert_ne!(parsed.ecn, dataplane::wire::Ecn::Ce);
+                    marked_seen += 1;
                 }
                 // A drop on port 1 leaves the copy to port 2.
                 Verdict::Forward(ports) if !ports.contains(1) => {
@@ -539,47 +552,56 @@ fn stage_marks_drops_and_balances_in_the_pipeline() {
                 Verdict::Drop(r) => panic!("port 2 has no SFB, yet dropped: {r}"),
             }
         }
-        if let Some(s) = p.stage_mut::<SfbStage>() {
-            s.take_departures(&mut departures);
+        for s in sink.take_sent() {
+            if s.port == 1 {
+                departures.push(s);
+            } else {
+                to_c += 1;
+            }
         }
     }
-    p.finish(t(ts));
-    let st = p.stage_mut::<SfbStage>().unwrap();
-    st.take_departures(&mut departures);
-    let stats = st.stats(t(ts));
-    let c = stats.counters;
-    eprintln!("stage over {seen} packets:\n{stats}");
-    assert_eq!(c.marked, ce_seen);
+    chain.egress_mut().drain_all(&mut sink);
+    departures.extend(sink.take_sent().into_iter().filter(|s| s.port == 1));
+    let summary = &chain.egress().summaries(t(ts))[1];
+    let sfb = summary.sfb.clone().unwrap();
+    let c = &summary.counters;
+    eprintln!("egress over {seen} packets: {summary:?}");
+    assert_eq!(to_c, seen, "every packet also left by the unshaped port");
+    assert_eq!(sfb.marked, marked_seen);
+    let ce = departures
+        .iter()
+        .filter(|d| parse(LinkType::Ethernet, &d.frame).unwrap().ecn == dataplane::wire::Ecn::Ce)
+        .count() as u64;
+    assert_eq!(ce, sfb.marked, "the marked copies left CE");
     assert_eq!(
-        c.earlydrop + c.penaltydrop + c.bucketdrop + c.queuedrop + c.childdrop,
+        sfb.earlydrop + sfb.penaltydrop + sfb.bucketdrop + sfb.queuedrop + sfb.childdrop,
         dropped_port1
     );
-    assert!(c.marked > 0 && dropped_port1 > 0);
-    let qs = *st.queue().queue().stats();
-    assert_eq!(qs.dequeued as usize, departures.len());
-    assert_eq!(qs.enqueued, qs.dequeued);
-    assert_eq!(qs.enqueued + dropped_port1, seen);
-    assert!(st.queue().sfb().counts_are_zero());
+    assert!(sfb.marked > 0 && dropped_port1 > 0);
+    assert_eq!(c.sent as usize, departures.len());
+    assert_eq!(c.enqueued, c.sent);
+    assert_eq!(c.enqueued + dropped_port1, seen);
+    assert!(summary.is_consistent() && summary.backlog_packets == 0);
     // The token-bucket bound on every run of up to 64 departures: bytes
     // out in [t_i, t_j] <= burst + rate * (t_j - t_i).
     for i in 0..departures.len() {
         let mut bytes = 0u128;
         for d in &departures[i..(i + 64).min(departures.len())] {
-            bytes += u128::from(d.len);
-            let span = u128::from(d.departed.nanos_since(departures[i].departed));
+            bytes += u128::from(d.wire_len);
+            let span = u128::from(d.departs.nanos_since(departures[i].departs));
             assert!(bytes * 8_000_000_000 <= 3000 * 8_000_000_000 + 8_000_000 * span);
         }
     }
     // And the port stays busy: SFB keeps the 2x overload from idling it.
     let (first, last) = (
-        departures[0].departed,
-        departures[departures.len() - 1].departed,
+        departures[0].departs,
+        departures[departures.len() - 1].departs,
     );
-    let util = qs.bytes_out as f64 * 8.0 / (last.nanos_since(first) as f64 * 8e-3);
+    let util = c.sent_bytes as f64 * 8.0 / (last.nanos_since(first) as f64 * 8e-3);
     eprintln!(
-        "port utilisation {util:.3}, mean sojourn {:.0} us",
-        qs.mean_sojourn_ns() / 1e3
+        "port utilisation {util:.3}, mean sojourn {:.3} ms",
+        c.mean_sojourn_ms()
     );
     assert!(util > 0.95, "{util}");
-    assert!(p.counters().is_consistent());
+    assert!(chain.counters().is_consistent());
 }

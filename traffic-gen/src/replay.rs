@@ -865,7 +865,7 @@ mod tests {
         let r = default_router();
         assert_eq!(r.interfaces.len(), 3);
         assert!(r.heavy.is_some() && r.icarus.is_some() && r.multicast_config().is_some());
-        assert_eq!(r.sfb_stages().len(), 1);
+        assert_eq!(r.egress_queues().len(), 1);
     }
 
     #[test]

@@ -143,7 +143,7 @@ fn overload(path: &Path) -> u64 {
         let flow = (i % 20) as u16;
         let mut f = vec![0u8; FRAME];
         f[12..14].copy_from_slice(&[0x08, 0x00]);
-        let tos = if flow % 2 == 0 { 0x02 } else { 0 };
+        let tos = if flow.is_multiple_of(2) { 0x02 } else { 0 };
         let ip = [
             0x45, tos, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 1, flow as u8,
         ];

@@ -29,7 +29,7 @@
 //! them would let any local process inject frames into the router, and
 //! two routers on the same ports would bounce a frame between them for
 //! ever. [`Port::recv`] reports such a frame as [`Received::Outgoing`];
-//! the worker counts and drops it. [`super::lock`] keeps a second router
+//! the worker counts and drops it. [`crate::runtime::lock`] keeps a second router
 //! off the ports in the first place.
 
 use std::io;

@@ -1,6 +1,6 @@
 //! Multicast group memberships shared between workers.
 //!
-//! Each worker's [`MulticastStage`] is a replica of one membership state
+//! Each worker's [`MulticastStage`](crate::stage::multicast::MulticastStage) is a replica of one membership state
 //! (see "Replicas" in [`crate::stage::multicast`]): the joins and leaves it
 //! learns from the reports its sockets deliver are sent, as
 //! [`MembershipEvent`]s, to every other worker, which applies them between

@@ -13,7 +13,7 @@
 //!
 //! With a [`MembershipLink`] (several workers, multicast on) the other
 //! workers' membership events are applied before each batch and tick, and
-//! this worker's sent after ([`share`](super::share)).
+//! this worker's sent after ([`share`]).
 //!
 //! The loop ends when the stop flag is set (live) or the input has ended
 //! (replay, memory). Then [`Worker::finish`]: on real time, what the

@@ -202,9 +202,8 @@ struct Pending {
 /// Reused across batches: [`gather`](Self::gather), then
 /// [`hash`](Self::hash), then [`packet`](Self::packet) and
 /// [`key`](Self::key) for each of the [`len`](Self::len) packets, in batch
-/// order. Used by [`SfbStage`] and by the live router's egress queues.
-///
-/// [`SfbStage`]: super::SfbStage
+/// order. Used by the router's egress stage
+/// ([`crate::stage::egress`]).
 #[derive(Debug, Clone, Default)]
 pub struct PortKeys {
     k4: Vec<[u32; 4]>,

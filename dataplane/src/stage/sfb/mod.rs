@@ -119,13 +119,15 @@
 //! `childdrop` counts the packets SFB admitted and the queue refused (only
 //! possible when the queue's own limit is below SFB's).
 //!
-//! # Batches and the pipeline
+//! # Batches and the router
 //!
 //! [`KeyBatch`] hashes a batch of flow keys with one `hash_batch` call per
 //! bin set in use; [`SfbQueue`] pairs an [`Sfb`] with its
-//! [`EgressQueue`](crate::stage::egress::EgressQueue); [`SfbStage`] is the
-//! thin pipeline [`Stage`](crate::pipeline::Stage) over one egress port.
-//! The rehash clock is advanced once per batch, at the batch's `now`.
+//! [`EgressQueue`](crate::stage::egress::EgressQueue) and takes a batch's
+//! arrivals in one [`SfbQueue::offer_batch`]. The router's egress stage
+//! ([`crate::stage::egress`]) runs one per queued port, live and on replay,
+//! gathering each batch's copies for it with [`PortKeys`]. The rehash clock
+//! is advanced once per batch, at the batch's `now`.
 //!
 //! # The fused path
 //!
@@ -188,19 +190,16 @@
 // keys.rs       SfbKey, SfbTag, indices from a hash pair, KeyBatch, PortKeys
 // queue.rs      SfbQueue (SFB + the shaped FIFO), Arrival, offer / take, offer_batch
 // stats.rs      SfbCounters, PenalisedFlow, SfbStats
-// stage.rs      SfbStage, the pipeline stage over one port
 
 mod algorithm;
 mod config;
 mod keys;
 mod penalty;
 mod queue;
-mod stage;
 mod stats;
 
 pub use algorithm::{Admit, Bin, Sfb, SfbDrop};
 pub use config::{BinIndex, MAX_LEVELS, MAX_LOG2_BINS, SFB_MAX_PROB, SfbConfig, SfbConfigError};
 pub use keys::{KeyBatch, PortKeys, SfbKey, SfbTag, field_width, row_index, slice_index, slices};
 pub use queue::{Arrival, Enqueued, Queued, SfbQueue};
-pub use stage::{SfbStage, SfbStageConfig};
 pub use stats::{PenalisedFlow, SfbCounters, SfbStats};
