@@ -9,7 +9,7 @@ use std::io::{Cursor, Write};
 use capture_common::*;
 use dataplane::io::capture::{
     CaptureErrorKind, CaptureFormat, CaptureReader, CaptureWriter, FileFormat, MAX_BLOCK_LEN,
-    MAX_RECORD_LEN, OwnedRecord, TimeResolution, read_all,
+    MAX_RECORD_LEN, OwnedRecord, PcapNgWriter, TimeResolution, drain, read_all,
 };
 use dataplane::wire::LinkType;
 
@@ -301,16 +301,202 @@ fn terminal_state_after_error() {
 
 // ---------------------------------------------------------------- pcapng
 
+/// Three named and unnamed interfaces (little-endian): IDB 0 named "r-a"
+/// (microseconds), IDB 1 without options, IDB 2 named "r-c" with a
+/// terminating NUL and if_tsresol 9; an EPB on interface 2, then one on
+/// interface 0.
+const PCAPNG_NAMES: [u8; 192] = [
+    // section header block at byte 0
+    0x0a, 0x0d, 0x0d, 0x0a, // type
+    0x1c, 0x00, 0x00, 0x00, // length 28
+    0x4d, 0x3c, 0x2b, 0x1a, // byte-order magic: little-endian
+    0x01, 0x00, 0x00, 0x00, // version 1.0
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, // section length -1
+    0x1c, 0x00, 0x00, 0x00, // length 28
+    // interface description block 0 at byte 28
+    0x01, 0x00, 0x00, 0x00, // type 1
+    0x20, 0x00, 0x00, 0x00, // length 32
+    0x01, 0x00, 0x00, 0x00, // linktype 1, reserved
+    0x00, 0x00, 0x04, 0x00, // snaplen 262144
+    0x02, 0x00, 0x03, 0x00, // if_name (byte 44), length 3
+    b'r', b'-', b'a', 0x00, // "r-a", padding
+    0x00, 0x00, 0x00, 0x00, // opt_endofopt
+    0x20, 0x00, 0x00, 0x00, // length 32
+    // interface description block 1 at byte 60: no options
+    0x01, 0x00, 0x00, 0x00, // type 1
+    0x14, 0x00, 0x00, 0x00, // length 20
+    0x01, 0x00, 0x00, 0x00, // linktype 1, reserved
+    0x00, 0x00, 0x04, 0x00, // snaplen 262144
+    0x14, 0x00, 0x00, 0x00, // length 20
+    // interface description block 2 at byte 80
+    0x01, 0x00, 0x00, 0x00, // type 1
+    0x28, 0x00, 0x00, 0x00, // length 40
+    0x01, 0x00, 0x00, 0x00, // linktype 1, reserved
+    0x00, 0x00, 0x04, 0x00, // snaplen 262144
+    0x02, 0x00, 0x04, 0x00, // if_name, length 4
+    b'r', b'-', b'c', 0x00, // "r-c" and a terminating NUL
+    0x09, 0x00, 0x01, 0x00, // if_tsresol, length 1
+    0x09, 0x00, 0x00, 0x00, // 10^-9, padding
+    0x00, 0x00, 0x00, 0x00, // opt_endofopt
+    0x28, 0x00, 0x00, 0x00, // length 40
+    // enhanced packet block at byte 120
+    0x06, 0x00, 0x00, 0x00, // type 6
+    0x24, 0x00, 0x00, 0x00, // length 36
+    0x02, 0x00, 0x00, 0x00, // interface 2
+    0x00, 0x00, 0x00, 0x00, // timestamp high
+    0x2a, 0x00, 0x00, 0x00, // timestamp low: 42 ns
+    0x04, 0x00, 0x00, 0x00, // caplen 4
+    0x40, 0x00, 0x00, 0x00, // orig_len 64
+    0xde, 0xad, 0xbe, 0xef, // data
+    0x24, 0x00, 0x00, 0x00, // length 36
+    // enhanced packet block at byte 156
+    0x06, 0x00, 0x00, 0x00, // type 6
+    0x24, 0x00, 0x00, 0x00, // length 36
+    0x00, 0x00, 0x00, 0x00, // interface 0
+    0x00, 0x00, 0x00, 0x00, // timestamp high
+    0x07, 0x00, 0x00, 0x00, // timestamp low: 7 us
+    0x04, 0x00, 0x00, 0x00, // caplen 4
+    0x04, 0x00, 0x00, 0x00, // orig_len 4
+    0x01, 0x02, 0x03, 0x04, // data
+    0x24, 0x00, 0x00, 0x00, // length 36
+];
+
 #[test]
 fn parse_pcapng_literal() {
     let mut r = CaptureReader::from_reader("t", Cursor::new(PCAPNG_LE.to_vec())).unwrap();
     assert_eq!(r.format().file, FileFormat::Pcapng);
     let rec = r.next_record().unwrap().unwrap();
+    assert_eq!(rec.interface, 0);
     assert_eq!(rec.ts_ns, 42);
     assert_eq!(rec.orig_len, 64);
     assert_eq!(rec.link_type, LinkType::Ethernet);
     assert_eq!(rec.data, [0xde, 0xad, 0xbe, 0xef]);
+    // The interface has no if_name.
+    assert_eq!(r.interface_name(0), None);
+    assert_eq!(r.interface_count(), 1);
     assert!(r.next_record().unwrap().is_none());
+}
+
+#[test]
+fn pcapng_interface_names() {
+    let mut r = CaptureReader::from_reader("t", Cursor::new(PCAPNG_NAMES.to_vec())).unwrap();
+    // Interfaces are read with the records that follow them.
+    assert_eq!(r.interface_count(), 0);
+    let rec = r.next_record().unwrap().unwrap().to_owned_record();
+    assert_eq!((rec.interface, rec.ts_ns, rec.orig_len), (2, 42, 64));
+    assert_eq!(rec.data, [0xde, 0xad, 0xbe, 0xef]);
+    assert_eq!(r.interface_count(), 3);
+    assert_eq!(r.interface_name(0), Some("r-a"));
+    assert_eq!(r.interface_name(1), None, "no if_name");
+    assert_eq!(r.interface_name(2), Some("r-c"), "the NUL is dropped");
+    assert_eq!(r.interface_name(3), None, "no such interface");
+    let rec = r.next_record().unwrap().unwrap();
+    assert_eq!((rec.interface, rec.ts_ns), (0, 7_000));
+    assert!(r.next_record().unwrap().is_none());
+}
+
+#[test]
+fn pcapng_names_belong_to_their_section() {
+    let mut f = PCAPNG_NAMES.to_vec();
+    f.extend(shb(true, 1, 0, &[]));
+    f.extend(idb(
+        true,
+        1,
+        0,
+        &[opt(true, 2, b"eth9"), end_opt()].concat(),
+    ));
+    f.extend(epb(true, 0, 5, 4, &[9, 9, 9, 9], &[]));
+    let mut r = CaptureReader::from_reader("t", Cursor::new(f)).unwrap();
+    r.next_record().unwrap().unwrap();
+    r.next_record().unwrap().unwrap();
+    assert_eq!(r.interface_name(2), Some("r-c"));
+    let rec = r.next_record().unwrap().unwrap();
+    assert_eq!((rec.interface, rec.ts_ns), (0, 5_000));
+    assert_eq!(r.interface_count(), 1);
+    assert_eq!(r.interface_name(0), Some("eth9"));
+    assert_eq!(r.interface_name(2), None);
+}
+
+#[test]
+fn pcapng_obsolete_packet_block_names_its_interface() {
+    let mut f = shb(false, 1, 0, &[]);
+    f.extend(idb(false, 1, 0, &opt(false, 2, b"a")));
+    f.extend(idb(false, 1, 0, &opt(false, 2, b"b")));
+    f.extend(opb(false, 1, 3, 4, &[1, 2, 3, 4]));
+    f.extend(spb(false, 4, &[1, 2, 3, 4]));
+    let mut r = CaptureReader::from_reader("t", Cursor::new(f)).unwrap();
+    let (recs, err) = drain(&mut r);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(recs[0].interface, 1);
+    assert_eq!(recs[1].interface, 0, "a simple packet is on interface 0");
+    assert_eq!(r.interface_name(1), Some("b"));
+}
+
+#[test]
+fn pcapng_if_name_length_past_the_block() {
+    // if_name claims 9 bytes: 4 + 12 padded, where 12 remain.
+    let mut f = PCAPNG_NAMES.to_vec();
+    f[46..48].copy_from_slice(&9u16.to_le_bytes());
+    let (recs, shown, offset, kind) = fault(&f);
+    assert!(recs.is_empty());
+    assert_eq!(offset, 44);
+    assert!(matches!(
+        kind,
+        CaptureErrorKind::OptionOverrun {
+            code: Some(2),
+            need: 16,
+            avail: 12,
+            ..
+        }
+    ));
+    assert_eq!(
+        shown,
+        "t.pcap: byte 44: interface description block option 2 needs 16 bytes but only 12 remain in the block"
+    );
+    // The largest length the field holds is refused the same way.
+    f[46..48].copy_from_slice(&u16::MAX.to_le_bytes());
+    let (_, shown, offset, _) = fault(&f);
+    assert_eq!(offset, 44);
+    assert!(shown.ends_with("option 2 needs 65540 bytes but only 12 remain in the block"));
+}
+
+#[test]
+fn pcapng_if_name_not_utf8() {
+    let mut f = PCAPNG_NAMES.to_vec();
+    f[48] = 0xff;
+    let (recs, shown, offset, kind) = fault(&f);
+    assert!(recs.is_empty());
+    assert_eq!(offset, 44);
+    assert!(matches!(kind, CaptureErrorKind::BadOption { code: 2, .. }));
+    assert_eq!(
+        shown,
+        "t.pcap: byte 44: interface description block option 2: if_name is not UTF-8"
+    );
+}
+
+#[test]
+fn pcapng_empty_or_repeated_if_name() {
+    let mut f = shb(false, 1, 0, &[]);
+    f.extend(idb(false, 1, 0, &[opt(false, 2, b""), end_opt()].concat()));
+    f.extend(idb(
+        false,
+        1,
+        0,
+        &[opt(false, 2, b"first"), opt(false, 2, b"second"), end_opt()].concat(),
+    ));
+    f.extend(epb(false, 1, 0, 4, &[1, 2, 3, 4], &[]));
+    let mut r = CaptureReader::from_reader("t", Cursor::new(f)).unwrap();
+    assert_eq!(r.next_record().unwrap().unwrap().interface, 1);
+    assert_eq!(r.interface_name(0), None, "an empty name is none");
+    assert_eq!(r.interface_name(1), Some("first"));
+}
+
+#[test]
+fn pcap_records_are_interface_0() {
+    let mut r = CaptureReader::from_reader("t", Cursor::new(PCAP_LE_US.to_vec())).unwrap();
+    assert_eq!(r.next_record().unwrap().unwrap().interface, 0);
+    assert_eq!(r.interface_count(), 1);
+    assert_eq!(r.interface_name(0), None);
 }
 
 /// SHB, IDB 0 (Ethernet, microseconds), IDB 1 (raw IP, snaplen 8), then
@@ -344,6 +530,8 @@ fn parse_pcapng_every_packet_block_both_orders() {
         assert_eq!(recs[0].ts_ns, 1_500_000_000);
         assert_eq!(recs[0].orig_len, 99);
         assert_eq!(recs[0].data, payload(5, 0));
+        assert_eq!(recs[0].interface, 0);
+        assert_eq!(recs[1].interface, 1);
         assert_eq!(recs[1].link_type, LinkType::RawIp);
         assert_eq!(recs[1].ts_ns, 2_000_000_000);
         assert_eq!(recs[1].data, payload(8, 3));
@@ -700,6 +888,7 @@ fn sample_records() -> Vec<OwnedRecord> {
     (0..20u32)
         .map(|i| OwnedRecord {
             ts_ns: 1_600_000_000_000_000_000 + u64::from(i) * 1_234_567,
+            interface: 0,
             orig_len: 100 + i,
             link_type: LinkType::Ethernet,
             data: payload(i as usize * 7, i as u8),
@@ -775,4 +964,166 @@ fn writer_file_round_trip() {
     std::fs::remove_file(&path).unwrap();
     assert!(err.is_none());
     assert_eq!(back, recs);
+}
+
+// ---------------------------------------------------------------- pcapng writer
+
+/// Records over three interfaces, times in nanoseconds not multiples of a
+/// microsecond, one of them larger than the record limit.
+fn pcapng_sample() -> Vec<OwnedRecord> {
+    (0..30u32)
+        .map(|i| {
+            let len = if i == 7 {
+                MAX_RECORD_LEN as usize + 10
+            } else {
+                i as usize * 5
+            };
+            OwnedRecord {
+                ts_ns: 1_700_000_000_000_000_000 + u64::from(i) * 1_234_567,
+                interface: i % 3,
+                orig_len: len as u32 + i,
+                link_type: LinkType::Ethernet,
+                data: payload(len, i as u8),
+            }
+        })
+        .collect()
+}
+
+const PORTS: [(&str, LinkType); 3] = [
+    ("r-a", LinkType::Ethernet),
+    ("r-b", LinkType::Ethernet),
+    ("r-c", LinkType::Ethernet),
+];
+
+fn write_pcapng(recs: &[OwnedRecord]) -> Vec<u8> {
+    let mut w = PcapNgWriter::from_writer(Vec::new(), &PORTS).unwrap();
+    assert_eq!(w.interface_count(), 3);
+    for r in recs {
+        w.write(r.interface, r.ts_ns, r.orig_len, &r.data).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+#[test]
+fn pcapng_writer_round_trip() {
+    let recs = pcapng_sample();
+    let bytes = write_pcapng(&recs);
+    let mut r = CaptureReader::from_reader("t", Cursor::new(bytes)).unwrap();
+    assert_eq!(r.format().file, FileFormat::Pcapng);
+    let (back, err) = drain(&mut r);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(back.len(), recs.len());
+    for (a, b) in recs.iter().zip(&back) {
+        assert_eq!(b.interface, a.interface);
+        assert_eq!(b.ts_ns, a.ts_ns, "nanoseconds kept");
+        assert_eq!(b.orig_len, a.orig_len);
+        assert_eq!(b.link_type, LinkType::Ethernet);
+        assert_eq!(b.data, a.data[..a.data.len().min(MAX_RECORD_LEN as usize)]);
+    }
+    assert_eq!(r.interface_count(), 3);
+    for (id, (name, _)) in PORTS.iter().enumerate() {
+        assert_eq!(r.interface_name(id as u32), Some(*name));
+    }
+}
+
+#[test]
+fn pcapng_writer_header_bytes() {
+    let w = PcapNgWriter::from_writer(
+        Vec::new(),
+        &[("r-a", LinkType::RawIp), ("", LinkType::Ethernet)],
+    )
+    .unwrap();
+    let bytes = w.finish().unwrap();
+    assert_eq!(bytes[..28], PCAPNG_LE[..28], "the same section header");
+    let idb0: [u8; 40] = [
+        0x01, 0x00, 0x00, 0x00, // type 1
+        0x28, 0x00, 0x00, 0x00, // length 40
+        0x65, 0x00, 0x00, 0x00, // linktype 101, reserved
+        0x00, 0x00, 0x04, 0x00, // snaplen 262144
+        0x02, 0x00, 0x03, 0x00, // if_name, length 3
+        b'r', b'-', b'a', 0x00, // "r-a", padding
+        0x09, 0x00, 0x01, 0x00, // if_tsresol, length 1
+        0x09, 0x00, 0x00, 0x00, // 10^-9, padding
+        0x00, 0x00, 0x00, 0x00, // opt_endofopt
+        0x28, 0x00, 0x00, 0x00, // length 40
+    ];
+    assert_eq!(bytes[28..68], idb0);
+    // An empty name is left out.
+    assert_eq!(bytes[68..72], [1, 0, 0, 0]);
+    assert_eq!(bytes[72..76], 32u32.to_le_bytes());
+    assert_eq!(bytes.len(), 68 + 32);
+}
+
+#[test]
+fn pcapng_writer_rejects_an_unknown_interface() {
+    let mut w = PcapNgWriter::from_writer(Vec::new(), &PORTS).unwrap();
+    w.write(0, 1, 4, &[1, 2, 3, 4]).unwrap();
+    let err = w.write(3, 1, 4, &[1, 2, 3, 4]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "<writer>: byte 184: interface id 3 unknown: the section declares 3 interface(s)"
+    );
+    let long = "x".repeat(70_000);
+    let err =
+        PcapNgWriter::from_writer(Vec::new(), &[(long.as_str(), LinkType::Ethernet)]).unwrap_err();
+    assert!(
+        matches!(err.kind(), CaptureErrorKind::NameTooLong(70_000)),
+        "{err}"
+    );
+}
+
+/// tshark reads what the writer wrote with the same interface names and
+/// times. Skipped (with the reason printed) when tshark is not installed.
+#[test]
+fn pcapng_writer_agrees_with_tshark() {
+    let recs: Vec<OwnedRecord> = pcapng_sample()
+        .into_iter()
+        .filter(|r| r.data.len() < 1000)
+        .collect();
+    let path = std::env::temp_dir().join(format!("capture_formats_{}.pcapng", std::process::id()));
+    let mut w = PcapNgWriter::create(&path, &PORTS).unwrap();
+    for r in &recs {
+        w.write(r.interface, r.ts_ns, r.orig_len, &r.data).unwrap();
+    }
+    w.finish().unwrap();
+    let out = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(&path)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "frame.interface_name",
+            "-e",
+            "frame.time_epoch",
+        ])
+        .output();
+    let (back, err) = read_all(&path);
+    std::fs::remove_file(&path).unwrap();
+    assert!(err.is_none());
+    assert_eq!(back.len(), recs.len());
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            println!("skipped: tshark cannot be run ({e})");
+            return;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), recs.len(), "{text}");
+    for (line, r) in lines.iter().zip(&recs) {
+        let (name, time) = line.split_once('\t').unwrap();
+        assert_eq!(name, PORTS[r.interface as usize].0);
+        // frame.time_epoch prints seconds with nanosecond digits.
+        let (sec, frac) = time.split_once('.').unwrap();
+        let ns = sec.parse::<u64>().unwrap() * 1_000_000_000
+            + format!("{frac:0<9}")[..9].parse::<u64>().unwrap();
+        assert_eq!(ns, r.ts_ns, "{line}");
+    }
 }

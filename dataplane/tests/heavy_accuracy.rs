@@ -221,6 +221,7 @@ fn zipf_records(flows: u32, packets: usize, s: f64, seed: u64) -> Vec<OwnedRecor
             let data = frames[id as usize].clone();
             OwnedRecord {
                 ts_ns: n as u64 * 1000,
+                interface: 0,
                 orig_len: data.len() as u32,
                 link_type: LinkType::Ethernet,
                 data,

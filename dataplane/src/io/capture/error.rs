@@ -195,7 +195,8 @@ pub enum CaptureErrorKind {
     },
 
     /// A pcapng packet block names an interface that no interface
-    /// description block in its section declared.
+    /// description block in its section declared (reading), or a packet
+    /// given to the pcapng writer names an interface it was not made with.
     #[error("interface id {id} unknown: the section declares {count} interface(s)")]
     UnknownInterface {
         /// The interface id found.
@@ -208,4 +209,9 @@ pub enum CaptureErrorKind {
     /// (seconds beyond `u32::MAX`, the year 2106).
     #[error("timestamp {0} ns does not fit a pcap record header")]
     TimestampOutOfRange(u64),
+
+    /// An interface name given to the pcapng writer is longer than an
+    /// option can hold (65535 bytes).
+    #[error("interface name of {0} bytes does not fit a pcapng option (at most 65535)")]
+    NameTooLong(usize),
 }

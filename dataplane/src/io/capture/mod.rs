@@ -1,5 +1,5 @@
 //! Capture files: read classic pcap and pcapng, either of them gzip-compressed,
-//! and write classic pcap.
+//! and write classic pcap and pcapng.
 //!
 //! # Reading
 //!
@@ -31,7 +31,11 @@
 //!   enhanced packet blocks, simple packet blocks (which carry no timestamp:
 //!   `ts_ns` is 0, as libpcap reports) and the obsolete packet block (type
 //!   2). Every other block is skipped by its length without being buffered.
-//!   A new section header starts a new set of interfaces.
+//!   A new section header starts a new set of interfaces. Each record says
+//!   which interface it came from ([`Record::interface`]) and the reader
+//!   names the section's interfaces ([`CaptureReader::interface_name`],
+//!   the `if_name` option, which must be UTF-8), so that a router can map a
+//!   capture's interfaces to its ports by name.
 //!
 //! Every pcapng block length is checked: at least 12 (and the least its
 //! type can hold), a multiple of 4, equal to the trailing copy at the end of
@@ -65,10 +69,14 @@
 //!
 //! [`CaptureWriter`] writes classic pcap, little-endian, with nanosecond
 //! timestamps by default ([`TimeResolution::Micro`] on request).
+//! [`PcapNgWriter`] writes pcapng with several named interfaces and
+//! nanosecond timestamps, each packet on one of them (its module docs say
+//! why it is not the `pcap-file` crate's writer).
 
 mod error;
 mod pcap;
 mod pcapng;
+mod pcapng_writer;
 mod reader;
 mod source;
 mod writer;
@@ -79,6 +87,7 @@ use std::path::Path;
 use crate::wire::LinkType;
 
 pub use error::{CaptureError, CaptureErrorKind};
+pub use pcapng_writer::PcapNgWriter;
 pub use reader::CaptureReader;
 pub use writer::{CaptureWriter, TimeResolution};
 
@@ -116,6 +125,10 @@ pub struct Record<'a> {
     /// Capture time in nanoseconds since the Unix epoch (0 for pcapng simple
     /// packet blocks, which carry no time).
     pub ts_ns: u64,
+    /// The pcapng interface the packet was captured on (its id in the
+    /// current section: [`CaptureReader::interface_name`] names it); 0 for
+    /// classic pcap and for pcapng simple packet blocks.
+    pub interface: u32,
     /// The packet's length on the wire; `data` may be shorter (snaplen).
     pub orig_len: u32,
     /// The link-layer type `data` starts with.
@@ -129,6 +142,7 @@ impl Record<'_> {
     pub fn to_owned_record(&self) -> OwnedRecord {
         OwnedRecord {
             ts_ns: self.ts_ns,
+            interface: self.interface,
             orig_len: self.orig_len,
             link_type: self.link_type,
             data: self.data.to_vec(),
@@ -141,6 +155,8 @@ impl Record<'_> {
 pub struct OwnedRecord {
     /// Capture time in nanoseconds since the Unix epoch.
     pub ts_ns: u64,
+    /// The pcapng interface id (0 for classic pcap), as in [`Record`].
+    pub interface: u32,
     /// The packet's length on the wire.
     pub orig_len: u32,
     /// The link-layer type `data` starts with.
@@ -154,6 +170,7 @@ impl OwnedRecord {
     pub fn as_record(&self) -> Record<'_> {
         Record {
             ts_ns: self.ts_ns,
+            interface: self.interface,
             orig_len: self.orig_len,
             link_type: self.link_type,
             data: &self.data,
@@ -171,6 +188,7 @@ impl From<Record<'_>> for OwnedRecord {
 #[derive(Debug, Clone)]
 struct Meta {
     ts_ns: u64,
+    interface: u32,
     orig_len: u32,
     link_type: LinkType,
     data: Range<usize>,

@@ -132,6 +132,7 @@ pub(super) fn next_record(
     let ts_ns = sec * 1_000_000_000 + if hdr.nanos { frac } else { frac * 1_000 };
     Ok(Some(Meta {
         ts_ns,
+        interface: 0,
         orig_len,
         link_type: hdr.link_type,
         data: 0..n,

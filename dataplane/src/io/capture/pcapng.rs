@@ -11,15 +11,16 @@ use super::{CaptureErrorKind, MAX_BLOCK_LEN, MAX_RECORD_LEN, Meta};
 /// byte orders.
 pub(super) const SHB_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
 const BOM_BE: [u8; 4] = [0x1a, 0x2b, 0x3c, 0x4d];
-const BOM_LE: [u8; 4] = [0x4d, 0x3c, 0x2b, 0x1a];
+pub(super) const BOM_LE: [u8; 4] = [0x4d, 0x3c, 0x2b, 0x1a];
 
-const BT_IDB: u32 = 1;
+pub(super) const BT_IDB: u32 = 1;
 const BT_OPB: u32 = 2;
 const BT_SPB: u32 = 3;
-const BT_EPB: u32 = 6;
+pub(super) const BT_EPB: u32 = 6;
 
 const OPT_ENDOFOPT: u16 = 0;
-const OPT_IF_TSRESOL: u16 = 9;
+pub(super) const OPT_IF_NAME: u16 = 2;
+pub(super) const OPT_IF_TSRESOL: u16 = 9;
 const OPT_IF_TSOFFSET: u16 = 14;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
@@ -54,6 +55,8 @@ impl Interface {
 pub(super) struct PcapngState {
     big_endian: bool,
     interfaces: Vec<Interface>,
+    /// `if_name` of each interface, by id (`None`: no name given).
+    names: Vec<Option<String>>,
 }
 
 /// What one block turned out to be.
@@ -165,6 +168,24 @@ fn walk_options(
         i += need;
     }
     Ok(())
+}
+
+/// An `if_name` value found at `at`: UTF-8 (as pcapng requires of every
+/// string option), trailing NULs dropped (some writers terminate strings);
+/// `None` when nothing is left.
+fn if_name(value: &[u8], at: u64) -> Result<Option<String>, Fault> {
+    let end = value.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let s = std::str::from_utf8(&value[..end]).map_err(|_| {
+        Fault::new(
+            at,
+            CaptureErrorKind::BadOption {
+                block: "interface description block",
+                code: OPT_IF_NAME,
+                reason: "if_name is not UTF-8",
+            },
+        )
+    })?;
+    Ok((!s.is_empty()).then(|| s.to_string()))
 }
 
 /// Units per second for an `if_tsresol` byte, if it fits in 64 bits.
@@ -314,6 +335,7 @@ impl PcapngState {
         })?;
         self.big_endian = be;
         self.interfaces.clear();
+        self.names.clear();
         Ok(())
     }
 
@@ -327,8 +349,10 @@ impl PcapngState {
             units_per_sec: 1_000_000,
             offset_sec: 0,
         };
+        let mut name = None;
         walk_options(&content[8..], base + 8, be, NAME, |code, value, at| {
             match code {
+                OPT_IF_NAME if name.is_none() => name = if_name(value, at)?,
                 OPT_IF_TSRESOL => {
                     let &[r] = value else {
                         return Err(Fault::new(
@@ -361,7 +385,18 @@ impl PcapngState {
             Ok(())
         })?;
         self.interfaces.push(iface);
+        self.names.push(name);
         Ok(())
+    }
+
+    /// The `if_name` of interface `id` of the current section.
+    pub(super) fn interface_name(&self, id: u32) -> Option<&str> {
+        self.names.get(id as usize)?.as_deref()
+    }
+
+    /// How many interfaces the current section has declared so far.
+    pub(super) fn interface_count(&self) -> usize {
+        self.interfaces.len()
     }
 
     /// Looks up an interface by id; the fault points at the id field.
@@ -426,6 +461,7 @@ impl PcapngState {
         )?;
         Ok(Meta {
             ts_ns: iface.ts_ns(raw_ts),
+            interface: id,
             orig_len,
             link_type: iface.link_type,
             data: 20..20 + n,
@@ -453,6 +489,7 @@ impl PcapngState {
         }
         Ok(Meta {
             ts_ns: 0,
+            interface: 0,
             orig_len,
             link_type: iface.link_type,
             data: 4..4 + n,

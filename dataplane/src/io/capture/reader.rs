@@ -174,6 +174,32 @@ impl CaptureReader {
         }
     }
 
+    /// The name (`if_name`) of interface `id` of the current pcapng section,
+    /// as a [`Record::interface`] refers to it; `None` when that interface
+    /// has no name, does not exist, or the file is classic pcap.
+    ///
+    /// Names belong to a section: after a record of a new section, the
+    /// new section's interfaces answer. An `if_name` must be UTF-8 (the
+    /// reader fails at the option otherwise); trailing NULs are dropped, and
+    /// an empty name counts as none. Of several `if_name` options the first
+    /// counts.
+    pub fn interface_name(&self, id: u32) -> Option<&str> {
+        match &self.state {
+            State::Pcap(_) => None,
+            State::Pcapng(st) => st.interface_name(id),
+        }
+    }
+
+    /// How many interfaces records may name: for pcapng, the interfaces the
+    /// current section has declared so far (ids `0..count`); 1 for classic
+    /// pcap (every record is interface 0).
+    pub fn interface_count(&self) -> usize {
+        match &self.state {
+            State::Pcap(_) => 1,
+            State::Pcapng(st) => st.interface_count(),
+        }
+    }
+
     /// The next record, borrowed from the reader's buffer until the next
     /// call. `Ok(None)` at the end of the stream, and after any error (see
     /// the type's docs).
@@ -184,6 +210,7 @@ impl CaptureReader {
         match self.advance() {
             Ok(Some(meta)) => Ok(Some(Record {
                 ts_ns: meta.ts_ns,
+                interface: meta.interface,
                 orig_len: meta.orig_len,
                 link_type: meta.link_type,
                 data: self.buf.get(meta.data).unwrap_or_default(),

@@ -1,4 +1,4 @@
-//! [`CaptureWriter`]: classic pcap out.
+//! [`CaptureWriter`]: classic pcap out; the byte sink every writer uses.
 
 use std::fmt;
 use std::fs::File;
@@ -44,9 +44,7 @@ pub enum TimeResolution {
 /// # Ok(()) }
 /// ```
 pub struct CaptureWriter<W: Write = BufWriter<File>> {
-    out: W,
-    name: String,
-    pos: u64,
+    out: Sink<W>,
     cap: usize,
     resolution: TimeResolution,
 }
@@ -54,12 +52,73 @@ pub struct CaptureWriter<W: Write = BufWriter<File>> {
 impl<W: Write> fmt::Debug for CaptureWriter<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CaptureWriter")
-            .field("name", &self.name)
-            .field("position", &self.pos)
+            .field("name", &self.out.name)
+            .field("position", &self.out.pos)
             .field("cap", &self.cap)
             .field("resolution", &self.resolution)
             .finish_non_exhaustive()
     }
+}
+
+/// The stream under a writer: counts the bytes written, so that every
+/// error names the file and the offset it happened at.
+pub(super) struct Sink<W> {
+    out: W,
+    pub(super) name: String,
+    pub(super) pos: u64,
+}
+
+impl Sink<BufWriter<File>> {
+    /// Creates (or truncates) the file at `path`; errors name it as
+    /// `path.display()` shows it.
+    pub(super) fn create(path: &Path) -> Result<Self, CaptureError> {
+        let name = path.display().to_string();
+        match File::create(path) {
+            Ok(file) => Ok(Sink::new(BufWriter::new(file), name)),
+            Err(e) => Err(CaptureError::new(name, 0, CaptureErrorKind::Io(e))),
+        }
+    }
+}
+
+impl<W: Write> Sink<W> {
+    pub(super) fn new(out: W, name: String) -> Self {
+        Sink { out, name, pos: 0 }
+    }
+
+    /// An error at the current offset.
+    pub(super) fn error(&self, kind: CaptureErrorKind) -> CaptureError {
+        CaptureError::new(self.name.clone(), self.pos, kind)
+    }
+
+    pub(super) fn put(&mut self, bytes: &[u8]) -> Result<(), CaptureError> {
+        if let Err(e) = self.out.write_all(bytes) {
+            return Err(self.error(CaptureErrorKind::Io(e)));
+        }
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    pub(super) fn get_ref(&self) -> &W {
+        &self.out
+    }
+
+    /// Flushes and returns the stream.
+    pub(super) fn finish(mut self) -> Result<W, CaptureError> {
+        if let Err(e) = self.out.flush() {
+            return Err(self.error(CaptureErrorKind::Io(e)));
+        }
+        Ok(self.out)
+    }
+}
+
+/// The captured length for a snapshot length: 0 means no limit, and
+/// nothing exceeds [`MAX_RECORD_LEN`].
+pub(super) fn cap_for(snaplen: u32) -> usize {
+    let cap = match snaplen {
+        0 => MAX_RECORD_LEN,
+        n => n.min(MAX_RECORD_LEN),
+    };
+    cap as usize
 }
 
 impl CaptureWriter<BufWriter<File>> {
@@ -76,10 +135,7 @@ impl CaptureWriter<BufWriter<File>> {
         snaplen: u32,
         resolution: TimeResolution,
     ) -> Result<Self, CaptureError> {
-        let name = path.display().to_string();
-        let file = File::create(path)
-            .map_err(|e| CaptureError::new(name.clone(), 0, CaptureErrorKind::Io(e)))?;
-        Self::start(BufWriter::new(file), name, link_type, snaplen, resolution)
+        Self::start(Sink::create(path)?, link_type, snaplen, resolution)
     }
 }
 
@@ -98,25 +154,23 @@ impl<W: Write> CaptureWriter<W> {
         snaplen: u32,
         resolution: TimeResolution,
     ) -> Result<Self, CaptureError> {
-        Self::start(w, "<writer>".to_string(), link_type, snaplen, resolution)
+        Self::start(
+            Sink::new(w, "<writer>".to_string()),
+            link_type,
+            snaplen,
+            resolution,
+        )
     }
 
     fn start(
-        out: W,
-        name: String,
+        out: Sink<W>,
         link_type: LinkType,
         snaplen: u32,
         resolution: TimeResolution,
     ) -> Result<Self, CaptureError> {
-        let cap = match snaplen {
-            0 => MAX_RECORD_LEN,
-            n => n.min(MAX_RECORD_LEN),
-        } as usize;
         let mut w = CaptureWriter {
             out,
-            name,
-            pos: 0,
-            cap,
+            cap: cap_for(snaplen),
             resolution,
         };
         let magic = match resolution {
@@ -131,29 +185,16 @@ impl<W: Write> CaptureWriter<W> {
         h[16..20].copy_from_slice(&snaplen.to_le_bytes());
         // Only the low 16 bits hold a link type; the rest are reserved.
         h[20..24].copy_from_slice(&(link_type.to_linktype() & 0xffff).to_le_bytes());
-        w.put(&h)?;
+        w.out.put(&h)?;
         Ok(w)
-    }
-
-    fn put(&mut self, bytes: &[u8]) -> Result<(), CaptureError> {
-        self.out
-            .write_all(bytes)
-            .map_err(|e| CaptureError::new(self.name.clone(), self.pos, CaptureErrorKind::Io(e)))?;
-        self.pos += bytes.len() as u64;
-        Ok(())
     }
 
     /// Writes one record: `ts_ns` nanoseconds since the Unix epoch (before
     /// the year 2106), the packet's original length, and its captured
     /// bytes (cut to the snapshot length).
     pub fn write(&mut self, ts_ns: u64, orig_len: u32, data: &[u8]) -> Result<(), CaptureError> {
-        let sec = u32::try_from(ts_ns / 1_000_000_000).map_err(|_| {
-            CaptureError::new(
-                self.name.clone(),
-                self.pos,
-                CaptureErrorKind::TimestampOutOfRange(ts_ns),
-            )
-        })?;
+        let sec = u32::try_from(ts_ns / 1_000_000_000)
+            .map_err(|_| self.out.error(CaptureErrorKind::TimestampOutOfRange(ts_ns)))?;
         let sub_ns = (ts_ns % 1_000_000_000) as u32;
         let frac = match self.resolution {
             TimeResolution::Micro => sub_ns / 1_000,
@@ -167,20 +208,17 @@ impl<W: Write> CaptureWriter<W> {
         h[4..8].copy_from_slice(&frac.to_le_bytes());
         h[8..12].copy_from_slice(&caplen.to_le_bytes());
         h[12..16].copy_from_slice(&orig_len.to_le_bytes());
-        self.put(&h)?;
-        self.put(data)
+        self.out.put(&h)?;
+        self.out.put(data)
     }
 
     /// The underlying writer.
     pub fn get_ref(&self) -> &W {
-        &self.out
+        self.out.get_ref()
     }
 
     /// Flushes and returns the underlying writer.
-    pub fn finish(mut self) -> Result<W, CaptureError> {
-        self.out
-            .flush()
-            .map_err(|e| CaptureError::new(self.name.clone(), self.pos, CaptureErrorKind::Io(e)))?;
-        Ok(self.out)
+    pub fn finish(self) -> Result<W, CaptureError> {
+        self.out.finish()
     }
 }
