@@ -9,6 +9,8 @@
 //! * [`pacing`] — tcpreplay's pacing: a drift-free schedule, passes.
 //! * [`live`] — the same captures and pacing out of a live interface, with
 //!   end-to-end loss, reordering and latency measured on another.
+//! * [`frames`] — the Ethernet, IP, UDP and TCP builders the synthetic
+//!   workloads share.
 //! * [`synth`] — Zipf workloads with known ground truth, written as pcaps.
 //! * [`synth_mcast`] — multicast joins, leaves, expiries and data over
 //!   several interfaces, with exact egress sets.
@@ -18,6 +20,7 @@
 //! * [`scenario`] — closed-loop AIMD and unresponsive senders against SFB
 //!   and drop-tail in virtual time.
 
+pub mod frames;
 pub mod live;
 pub mod pacing;
 pub mod replay;

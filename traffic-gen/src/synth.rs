@@ -19,6 +19,8 @@ use rand::rngs::StdRng;
 use rand_distr::{Distribution, Zipf};
 use serde::Serialize;
 
+use crate::frames::{Addrs, ETH_LEN, IpHeader, PROTO_UDP, UDP_LEN, push_eth, push_udp};
+
 /// Settings of a Zipf workload.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SynthConfig {
@@ -59,12 +61,67 @@ pub const SYNTH_GAP_NS: u64 = 1_000;
 /// Capture time of the first synthetic packet.
 pub const SYNTH_START_NS: u64 = 1_000_000_000;
 
+/// Zipf-distributed flow ids: rank `r` (0 the most frequent) has
+/// probability proportional to `(r + 1)^-s`, and ranks are scattered over
+/// the ids `0..flows` so that the heavy flows are not the low ids.
+#[derive(Debug, Clone)]
+pub struct ZipfFlows {
+    zipf: Zipf<f64>,
+    flows: u32,
+    s: f64,
+}
+
+impl ZipfFlows {
+    /// `flows` flows with exponent `s`; an error, naming the option, for
+    /// zero flows or a bad exponent.
+    pub fn new(flows: u32, s: f64) -> Result<Self> {
+        if flows == 0 {
+            bail!("--flows must be at least 1");
+        }
+        if !(s.is_finite() && s >= 0.0) {
+            bail!("--zipf-s must be a finite number >= 0, got {s}");
+        }
+        let zipf = Zipf::new(f64::from(flows), s)
+            .with_context(|| format!("bad Zipf parameters (s = {s})"))?;
+        Ok(ZipfFlows { zipf, flows, s })
+    }
+
+    /// The number of flows.
+    pub fn flows(&self) -> u32 {
+        self.flows
+    }
+
+    /// The id of the flow of rank `rank` (0-based).
+    pub fn id_of_rank(&self, rank: u32) -> u32 {
+        rank.wrapping_mul(2_654_435_761) % self.flows
+    }
+
+    /// Draws a flow id.
+    pub fn sample<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> u32 {
+        let rank = (self.zipf.sample(rng) as u32).saturating_sub(1);
+        self.id_of_rank(rank)
+    }
+
+    /// The probability of each flow id (index = id) under [`ZipfFlows::sample`].
+    pub fn probabilities(&self) -> Vec<f64> {
+        let weights: Vec<f64> = (1..=self.flows)
+            .map(|k| f64::from(k).powf(-self.s))
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let mut p = vec![0.0; self.flows as usize];
+        for (rank, w) in weights.iter().enumerate() {
+            p[self.id_of_rank(rank as u32) as usize] += w / total;
+        }
+        p
+    }
+}
+
 /// A Zipf packet stream. Yields `(ts_ns, frame)`; the frame buffer is reused.
 #[derive(Debug)]
 pub struct Synth {
     cfg: SynthConfig,
     rng: StdRng,
-    zipf: Zipf<f64>,
+    zipf: ZipfFlows,
     frames: Vec<Vec<u8>>,
     n: u64,
 }
@@ -72,14 +129,7 @@ pub struct Synth {
 impl Synth {
     /// A stream for `cfg`; an error for zero flows or a bad exponent.
     pub fn new(cfg: SynthConfig) -> Result<Self> {
-        if cfg.flows == 0 {
-            bail!("--flows must be at least 1");
-        }
-        if !(cfg.zipf_s.is_finite() && cfg.zipf_s >= 0.0) {
-            bail!("--zipf-s must be a finite number >= 0, got {}", cfg.zipf_s);
-        }
-        let zipf = Zipf::new(f64::from(cfg.flows), cfg.zipf_s)
-            .with_context(|| format!("bad Zipf parameters (s = {})", cfg.zipf_s))?;
+        let zipf = ZipfFlows::new(cfg.flows, cfg.zipf_s)?;
         let frames = (0..cfg.flows)
             .map(|i| {
                 let size = cfg.size.map_or_else(
@@ -106,8 +156,7 @@ impl Synth {
         }
         let ts = SYNTH_START_NS + self.n * SYNTH_GAP_NS;
         self.n += 1;
-        let rank = (self.zipf.sample(&mut self.rng) as u32).saturating_sub(1);
-        let id = rank.wrapping_mul(2_654_435_761) % self.cfg.flows;
+        let id = self.zipf.sample(&mut self.rng);
         let f = &mut self.frames[id as usize];
         if self.cfg.unique {
             stamp(f, self.n - 1);
@@ -219,38 +268,31 @@ fn stamp(f: &mut [u8], n: u64) {
 /// the headers).
 pub fn frame(flow: u32, size: usize) -> Vec<u8> {
     let v6 = flow % 4 == 3;
-    let hdr = if v6 { 14 + 40 + 8 } else { 14 + 20 + 8 };
-    let size = size.clamp(hdr, 9000);
-    let mut f = vec![0u8; size];
-    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 2]);
-    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 1]);
-    f[12..14].copy_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
-    let sport = (1024 + flow % 50_000) as u16;
-    let l4 = if v6 {
-        let ip = &mut f[14..54];
-        ip[0] = 0x60;
-        ip[4..6].copy_from_slice(&((size - 54) as u16).to_be_bytes());
-        ip[6] = 17;
-        ip[7] = 64;
-        ip[8..24].copy_from_slice(&Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).octets());
-        let dst = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, (flow >> 16) as u16, flow as u16, 2);
-        ip[24..40].copy_from_slice(&dst.octets());
-        54
+    let addrs = if v6 {
+        Addrs::V6 {
+            src: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1),
+            dst: Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, (flow >> 16) as u16, flow as u16, 2),
+        }
     } else {
-        let ip = &mut f[14..34];
-        ip[0] = 0x45;
-        ip[2..4].copy_from_slice(&((size - 14) as u16).to_be_bytes());
-        ip[8] = 64;
-        ip[9] = 17;
-        ip[12..16].copy_from_slice(&Ipv4Addr::new(10, 0, 0, 1).octets());
-        ip[16..20].copy_from_slice(&Ipv4Addr::from(0x0b00_0000 | (flow & 0x00ff_ffff)).octets());
-        let sum = !dataplane::wire::checksum::sum(ip);
-        ip[10..12].copy_from_slice(&sum.to_be_bytes());
-        34
+        Addrs::V4 {
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::from(0x0b00_0000 | (flow & 0x00ff_ffff)),
+        }
     };
-    f[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
-    f[l4 + 2..l4 + 4].copy_from_slice(&53u16.to_be_bytes());
-    f[l4 + 4..l4 + 6].copy_from_slice(&((size - l4) as u16).to_be_bytes());
+    let ip = IpHeader::new(addrs, PROTO_UDP);
+    let l4 = ETH_LEN + ip.len();
+    let size = size.clamp(l4 + UDP_LEN, 9000);
+    let mut f = Vec::with_capacity(size);
+    push_eth(
+        &mut f,
+        [0x02, 0, 0, 0, 0, 2],
+        [0x02, 0, 0, 0, 0, 1],
+        ip.ethertype(),
+    );
+    ip.push(&mut f, size - l4);
+    let sport = (1024 + flow % 50_000) as u16;
+    push_udp(&mut f, sport, 53, size - l4 - UDP_LEN);
+    f.resize(size, 0);
     f
 }
 

@@ -71,12 +71,13 @@ use dataplane::io::capture::CaptureWriter;
 use dataplane::stage::icarus::{
     DEFAULT_SEED, FilterParams, MAX_K, MaskDeriver, default_k, false_alarm_probability,
 };
+use dataplane::wire::LinkType;
 use dataplane::wire::icarus::{self, Filter, FilterWidth, Hop};
-use dataplane::wire::{LinkType, checksum};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::frames::{Addrs, IpHeader, PROTO_UDP, UDP_LEN, push_eth, push_udp, udp_checksum};
 use crate::synth::{SYNTH_GAP_NS, SYNTH_START_NS};
 
 /// The longest path accepted, in hops.
@@ -635,48 +636,36 @@ pub fn truth_path(path: &Path) -> std::path::PathBuf {
 /// payload of the module docs, into `out` (cleared first).
 fn udp_frame(out: &mut Vec<u8>, seq: u64, v6: bool, hops: usize, looping: bool) {
     const PAYLOAD: usize = 16;
-    const UDP_LEN: usize = 8 + PAYLOAD;
     out.clear();
-    out.extend_from_slice(&[0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1]);
-    out.extend_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
-    let ttl = 255 - hops.min(MAX_HOPS) as u8;
-    let pseudo = if v6 {
-        let src = Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, (seq >> 16) as u16, seq as u16);
-        let dst = Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, 1);
-        out.extend_from_slice(&[0x60, 0, 0, 0]);
-        out.extend_from_slice(&(UDP_LEN as u16).to_be_bytes());
-        out.extend_from_slice(&[17, ttl]);
-        out.extend_from_slice(&src.octets());
-        out.extend_from_slice(&dst.octets());
-        u64::from(checksum::sum(&src.octets())) + u64::from(checksum::sum(&dst.octets()))
+    let addrs = if v6 {
+        Addrs::V6 {
+            src: Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, (seq >> 16) as u16, seq as u16),
+            dst: Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, 1),
+        }
     } else {
-        let src = Ipv4Addr::new(198, 18, (seq >> 8) as u8, seq as u8);
-        let dst = Ipv4Addr::new(198, 19, 0, 1);
-        let start = out.len();
-        out.extend_from_slice(&[0x45, 0]);
-        out.extend_from_slice(&((20 + UDP_LEN) as u16).to_be_bytes());
-        out.extend_from_slice(&(seq as u16).to_be_bytes());
-        out.extend_from_slice(&[0x40, 0, ttl, 17, 0, 0]);
-        out.extend_from_slice(&src.octets());
-        out.extend_from_slice(&dst.octets());
-        let sum = !checksum::sum(&out[start..]);
-        out[start + 10..start + 12].copy_from_slice(&sum.to_be_bytes());
-        u64::from(checksum::sum(&src.octets())) + u64::from(checksum::sum(&dst.octets()))
+        Addrs::V4 {
+            src: Ipv4Addr::new(198, 18, (seq >> 8) as u8, seq as u8),
+            dst: Ipv4Addr::new(198, 19, 0, 1),
+        }
     };
+    let ip = IpHeader {
+        ttl: 255 - hops.min(MAX_HOPS) as u8,
+        ident: seq as u16,
+        dont_fragment: true,
+        ..IpHeader::new(addrs, PROTO_UDP)
+    };
+    push_eth(
+        out,
+        [0x02, 0, 0, 0, 0, 2],
+        [0x02, 0, 0, 0, 0, 1],
+        ip.ethertype(),
+    );
+    ip.push(out, UDP_LEN + PAYLOAD);
     let l4 = out.len();
-    let sport = 1024 + (seq % 60_000) as u16;
-    out.extend_from_slice(&sport.to_be_bytes());
-    out.extend_from_slice(&9u16.to_be_bytes());
-    out.extend_from_slice(&(UDP_LEN as u16).to_be_bytes());
-    out.extend_from_slice(&[0, 0]);
+    push_udp(out, 1024 + (seq % 60_000) as u16, 9, PAYLOAD);
     out.extend_from_slice(&seq.to_be_bytes());
     out.extend_from_slice(&[hops.min(255) as u8, u8::from(looping), 0, 0, 0, 0, 0, 0]);
-    let acc = pseudo + 17 + UDP_LEN as u64 + u64::from(checksum::sum(&out[l4..]));
-    let sum = match !checksum::fold(acc) {
-        0 => 0xffff,
-        s => s,
-    };
-    out[l4 + 6..l4 + 8].copy_from_slice(&sum.to_be_bytes());
+    udp_checksum(out, l4, &ip);
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::frames::{Addrs, IpHeader, PROTO_UDP, UDP_LEN, push_eth, push_udp};
 use crate::synth::SYNTH_START_NS;
 
 /// Settings of a multicast workload.
@@ -119,13 +120,13 @@ enum Plan {
 
 /// Membership model: (port, group) -> expiry.
 #[derive(Debug, Default)]
-struct Model {
+pub(crate) struct Model {
     members: HashMap<(usize, u32), u64>,
 }
 
 impl Model {
     /// Expires at `ts`; returns the (group, time) of each change.
-    fn expire(&mut self, ts: u64, changes: &mut Vec<(u32, u64)>) {
+    pub(crate) fn expire(&mut self, ts: u64, changes: &mut Vec<(u32, u64)>) {
         self.members.retain(|&(_, g), &mut e| {
             if e <= ts {
                 changes.push((g, e));
@@ -136,7 +137,14 @@ impl Model {
         });
     }
 
-    fn apply(&mut self, ts: u64, port: usize, g: u32, c: Ctl, changes: &mut Vec<(u32, u64)>) {
+    pub(crate) fn apply(
+        &mut self,
+        ts: u64,
+        port: usize,
+        g: u32,
+        c: Ctl,
+        changes: &mut Vec<(u32, u64)>,
+    ) {
         match c {
             Ctl::Join => {
                 if self
@@ -155,7 +163,8 @@ impl Model {
         }
     }
 
-    fn egress(&self, ports: usize, g: u32, ingress: usize) -> u64 {
+    /// The ports (a mask) with a member of `g`, less `ingress`.
+    pub(crate) fn egress(&self, ports: usize, g: u32, ingress: usize) -> u64 {
         (0..ports)
             .filter(|&p| p != ingress && self.members.contains_key(&(p, g)))
             .fold(0, |m, p| m | 1 << p)
@@ -276,103 +285,120 @@ pub fn write_pcap(cfg: McastConfig, path: &Path) -> Result<McastTruth> {
     Ok(truth)
 }
 
-fn eth(ethertype: u16, port: u8) -> Vec<u8> {
-    let mut f = vec![0x01, 0x00, 0x5e, 0, 0, 1, 0x02, 0, 0, 0, port, 1];
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f
-}
-
-fn ipv4(proto: u8, ttl: u8, src: Ipv4Addr, dst: Ipv4Addr, payload: &[u8], port: u8) -> Vec<u8> {
-    let mut f = eth(0x0800, port);
-    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0, 0, ttl, proto, 0, 0];
-    ip[2..4].copy_from_slice(&(20 + payload.len() as u16).to_be_bytes());
-    ip.extend_from_slice(&src.octets());
-    ip.extend_from_slice(&dst.octets());
-    let sum = !checksum::sum(&ip);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(payload);
-    f
-}
-
-fn ipv6(next: u8, hops: u8, src: Ipv6Addr, dst: Ipv6Addr, payload: &[u8], port: u8) -> Vec<u8> {
-    let mut f = eth(0x86dd, port);
-    f.extend_from_slice(&[0x60, 0, 0, 0]);
-    f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-    f.extend_from_slice(&[next, hops]);
-    f.extend_from_slice(&src.octets());
-    f.extend_from_slice(&dst.octets());
-    f.extend_from_slice(payload);
-    f
-}
-
-fn icmpv6_checksum(src: &Ipv6Addr, dst: &Ipv6Addr, m: &mut [u8]) {
-    let acc = u64::from(checksum::sum(&src.octets()))
-        + u64::from(checksum::sum(&dst.octets()))
-        + m.len() as u64
-        + 58
-        + u64::from(checksum::sum(m));
-    let sum = !checksum::fold(acc);
-    m[2..4].copy_from_slice(&sum.to_be_bytes());
+/// Appends the Ethernet header, `ip` and `payload` of a frame from a host
+/// behind `port` (source MAC `02:00:00:00:PORT:01`) to the multicast MAC
+/// `01:00:5e:00:00:01`.
+fn push_ip(out: &mut Vec<u8>, ip: &IpHeader, payload: &[u8], port: u8) {
+    push_eth(
+        out,
+        [0x01, 0x00, 0x5e, 0, 0, 1],
+        [0x02, 0, 0, 0, port, 1],
+        ip.ethertype(),
+    );
+    ip.push(out, payload.len());
+    out.extend_from_slice(payload);
 }
 
 /// A control message from a host behind `port`: `version` 0 is IGMPv2 /
 /// MLDv1 (report; leave / done), 1 is IGMPv3 / MLDv2 (`CHANGE_TO_EXCLUDE({})`;
 /// `CHANGE_TO_INCLUDE({})`).
 pub fn control_frame(g: IpAddr, c: Ctl, version: u8, port: u8) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_control_frame(&mut out, g, c, version, port);
+    out
+}
+
+/// [`control_frame`] into `out` (cleared first).
+pub fn write_control_frame(out: &mut Vec<u8>, g: IpAddr, c: Ctl, version: u8, port: u8) {
+    out.clear();
     let join = matches!(c, Ctl::Join);
+    // The longest message: an MLDv2 report with one record, 8 + 4 + 16.
+    let mut m = [0u8; 28];
     match g {
         IpAddr::V4(g) => {
             let src = Ipv4Addr::new(10, port, 0, 9);
-            let (dst, mut m) = if version == 0 {
-                let mut m = vec![if join { 0x16 } else { 0x17 }, 0, 0, 0];
-                m.extend_from_slice(&g.octets());
-                (if join { g } else { Ipv4Addr::new(224, 0, 0, 2) }, m)
+            let (dst, n) = if version == 0 {
+                m[0] = if join { 0x16 } else { 0x17 };
+                m[4..8].copy_from_slice(&g.octets());
+                (if join { g } else { Ipv4Addr::new(224, 0, 0, 2) }, 8)
             } else {
-                let mut m = vec![0x22, 0, 0, 0, 0, 0, 0, 1];
-                m.extend_from_slice(&[if join { 4 } else { 3 }, 0, 0, 0]);
-                m.extend_from_slice(&g.octets());
-                (Ipv4Addr::new(224, 0, 0, 22), m)
+                m[..8].copy_from_slice(&[0x22, 0, 0, 0, 0, 0, 0, 1]);
+                m[8] = if join { 4 } else { 3 };
+                m[12..16].copy_from_slice(&g.octets());
+                (Ipv4Addr::new(224, 0, 0, 22), 16)
             };
-            let sum = !checksum::sum(&m);
+            let sum = !checksum::sum(&m[..n]);
             m[2..4].copy_from_slice(&sum.to_be_bytes());
-            ipv4(2, 1, src, dst, &m, port)
+            let ip = IpHeader {
+                ttl: 1,
+                ..IpHeader::new(Addrs::V4 { src, dst }, 2)
+            };
+            push_ip(out, &ip, &m[..n], port);
         }
         IpAddr::V6(g) => {
             let src = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, u16::from(port), 9);
-            let (dst, mut m) = if version == 0 {
-                let mut m = vec![if join { 131 } else { 132 }, 0, 0, 0, 0, 0, 0, 0];
-                m.extend_from_slice(&g.octets());
+            let (dst, n) = if version == 0 {
+                m[0] = if join { 131 } else { 132 };
+                m[8..24].copy_from_slice(&g.octets());
                 let dst = if join {
                     g
                 } else {
                     Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2)
                 };
-                (dst, m)
+                (dst, 24)
             } else {
-                let mut m = vec![143, 0, 0, 0, 0, 0, 0, 1];
-                m.extend_from_slice(&[if join { 4 } else { 3 }, 0, 0, 0]);
-                m.extend_from_slice(&g.octets());
-                (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x16), m)
+                m[..8].copy_from_slice(&[143, 0, 0, 0, 0, 0, 0, 1]);
+                m[8] = if join { 4 } else { 3 };
+                m[12..28].copy_from_slice(&g.octets());
+                (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x16), 28)
             };
-            icmpv6_checksum(&src, &dst, &mut m);
-            ipv6(58, 1, src, dst, &m, port)
+            let ip = IpHeader {
+                ttl: 1,
+                ..IpHeader::new(Addrs::V6 { src, dst }, 58)
+            };
+            let sum = ip.l4_checksum(&m[..n]);
+            m[2..4].copy_from_slice(&sum.to_be_bytes());
+            push_ip(out, &ip, &m[..n], port);
         }
     }
 }
 
 /// A UDP datagram to `g` from a sender behind `port`, sequence number `seq`.
 pub fn data_frame(g: IpAddr, port: u8, seq: u32) -> Vec<u8> {
-    let mut udp = vec![0x13, 0x88, 0x13, 0x89, 0, 16, 0, 0];
-    udp.extend_from_slice(&seq.to_be_bytes());
-    udp.extend_from_slice(&[0; 4]);
-    match g {
-        IpAddr::V4(g) => ipv4(17, 16, Ipv4Addr::new(10, port, 0, 1), g, &udp, port),
-        IpAddr::V6(g) => {
-            let src = Ipv6Addr::new(0x2001, 0xdb8, u16::from(port), 0, 0, 0, 0, 1);
-            ipv6(17, 16, src, g, &udp, port)
-        }
-    }
+    let mut out = Vec::new();
+    write_data_frame(&mut out, g, port, seq, 8);
+    out
+}
+
+/// [`data_frame`] into `out` (cleared first), with `payload_len` bytes of
+/// UDP payload (at least 8: the sequence number, then zeros).
+pub fn write_data_frame(out: &mut Vec<u8>, g: IpAddr, port: u8, seq: u32, payload_len: usize) {
+    out.clear();
+    let payload_len = payload_len.max(8);
+    let addrs = match g {
+        IpAddr::V4(g) => Addrs::V4 {
+            src: Ipv4Addr::new(10, port, 0, 1),
+            dst: g,
+        },
+        IpAddr::V6(g) => Addrs::V6 {
+            src: Ipv6Addr::new(0x2001, 0xdb8, u16::from(port), 0, 0, 0, 0, 1),
+            dst: g,
+        },
+    };
+    let ip = IpHeader {
+        ttl: 16,
+        ..IpHeader::new(addrs, PROTO_UDP)
+    };
+    push_eth(
+        out,
+        [0x01, 0x00, 0x5e, 0, 0, 1],
+        [0x02, 0, 0, 0, port, 1],
+        ip.ethertype(),
+    );
+    ip.push(out, UDP_LEN + payload_len);
+    push_udp(out, 5000, 5001, payload_len);
+    out.extend_from_slice(&seq.to_be_bytes());
+    out.resize(out.len() + payload_len - 4, 0);
 }
 
 #[cfg(test)]
