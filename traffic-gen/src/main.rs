@@ -241,8 +241,9 @@ impl SynthArgs {
 enum SynthKind {
     /// Zipf flows (heavy hitters); truth in FILE.truth.json.
     Zipf,
-    /// Multicast joins/leaves/data over several interfaces; truth (ingress
-    /// and exact egress set per packet) in FILE.mcast.json.
+    /// Multicast joins/leaves/data over several interfaces, as pcapng with
+    /// one interface per port (p0, p1, ...); truth (ingress and exact
+    /// egress set per packet) in FILE.mcast.json.
     Multicast,
     /// UDP packets carrying Icarus loop-detection filters as they look
     /// after --hops hops; truth (on a loop, exact verdict of --node-id per
@@ -631,14 +632,15 @@ fn run() -> Result<()> {
                 seed: s.synth.seed,
                 ..McastConfig::default()
             };
-            let truth = traffic_gen::synth_mcast::write_pcap(cfg, &s.output)?;
+            let truth = traffic_gen::synth_mcast::write_pcapng(cfg, &s.output)?;
             let data = truth.expected.iter().flatten().count();
             println!(
-                "wrote {} packets ({} data, {} control) over {} interfaces to {} (truth in {}.mcast.json)",
+                "wrote {} packets ({} data, {} control) over {} interfaces (p0..p{}) to {} (truth in {}.mcast.json)",
                 truth.ingress.len(),
                 data,
                 truth.ingress.len() - data,
                 truth.ports,
+                truth.ports.saturating_sub(1),
                 s.output.display(),
                 s.output.display()
             );

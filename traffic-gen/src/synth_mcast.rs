@@ -4,8 +4,11 @@
 //! memberships expire (no refresh for the group membership interval), and
 //! multicast UDP data arrives on every interface.
 //!
-//! Writes an Ethernet pcap and a sidecar `FILE.mcast.json`
-//! ([`McastTruth`]): per packet, its ingress interface and, for data, the
+//! Writes an Ethernet pcapng with one interface per port, named `p0`,
+//! `p1`, ... (a packet's interface id is its ingress port, so a router
+//! whose interfaces bear those names maps ingress by name), and a sidecar
+//! `FILE.mcast.json` ([`McastTruth`]): per packet, its ingress interface
+//! and, for data, the
 //! exact egress set (the interfaces with a current member of the group,
 //! less the ingress); `null` for control messages, which the router
 //! consumes.
@@ -25,7 +28,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use dataplane::io::capture::CaptureWriter;
+use dataplane::io::capture::PcapNgWriter;
 use dataplane::stage::multicast::GROUP_MEMBERSHIP_INTERVAL_NS;
 use dataplane::wire::{LinkType, checksum};
 use rand::rngs::StdRng;
@@ -68,7 +71,7 @@ impl Default for McastConfig {
     }
 }
 
-/// The ground truth written next to the pcap.
+/// The ground truth written next to the capture.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McastTruth {
     /// Interfaces.
@@ -268,13 +271,26 @@ pub fn generate(cfg: McastConfig) -> Result<(Vec<Frame>, McastTruth)> {
     Ok((frames, truth))
 }
 
-/// Writes the workload to `path` and its truth to `path` + `.mcast.json`.
-pub fn write_pcap(cfg: McastConfig, path: &Path) -> Result<McastTruth> {
+/// The name of port `port`'s interface in the written capture: `p0`,
+/// `p1`, ...
+pub fn interface_name(port: usize) -> String {
+    format!("p{port}")
+}
+
+/// Writes the workload to `path` as pcapng, one interface per port named
+/// by [`interface_name`] (a packet's interface id is its ingress port), and
+/// its truth to `path` + `.mcast.json`.
+pub fn write_pcapng(cfg: McastConfig, path: &Path) -> Result<McastTruth> {
     let (frames, truth) = generate(cfg)?;
-    let mut w = CaptureWriter::create(path, LinkType::Ethernet, 65535)
+    let names: Vec<String> = (0..cfg.ports).map(interface_name).collect();
+    let ports: Vec<(&str, LinkType)> = names
+        .iter()
+        .map(|n| (n.as_str(), LinkType::Ethernet))
+        .collect();
+    let mut w = PcapNgWriter::create(path, &ports)
         .with_context(|| format!("{}: cannot create", path.display()))?;
-    for (ts, f) in &frames {
-        w.write(*ts, f.len() as u32, f)
+    for ((ts, f), &port) in frames.iter().zip(&truth.ingress) {
+        w.write(u32::from(port), *ts, f.len() as u32, f)
             .with_context(|| format!("{}: write failed", path.display()))?;
     }
     w.finish()
@@ -465,5 +481,32 @@ mod tests {
         assert!(data > 20_000 && nonempty > 5_000, "{data} {nonempty}");
         assert!(c.joins > 500 && c.leaves > 50 && c.expiries > 5, "{c:?}");
         assert_eq!(checked, data);
+    }
+
+    /// The pcapng's interfaces are the ports, named p0, p1, ..., and each
+    /// packet's interface is its ingress port.
+    #[test]
+    fn pcapng_interfaces_are_the_ports() {
+        let cfg = McastConfig {
+            ports: 5,
+            packets: 2_000,
+            ..McastConfig::default()
+        };
+        let path = std::env::temp_dir().join(format!("synth_mcast_{}.pcapng", std::process::id()));
+        let truth = write_pcapng(cfg, &path).unwrap();
+        let mut r = dataplane::io::capture::CaptureReader::open(&path).unwrap();
+        let (frames, _) = generate(cfg).unwrap();
+        let mut n = 0;
+        while let Some(rec) = r.next_record().unwrap() {
+            assert_eq!(rec.interface, u32::from(truth.ingress[n]));
+            assert_eq!((rec.ts_ns, rec.data), (frames[n].0, &frames[n].1[..]));
+            n += 1;
+        }
+        assert_eq!(n, 2_000);
+        for p in 0..5 {
+            assert_eq!(r.interface_name(p as u32), Some(interface_name(p).as_str()));
+        }
+        let _ = std::fs::remove_file(format!("{}.mcast.json", path.display()));
+        std::fs::remove_file(&path).unwrap();
     }
 }
