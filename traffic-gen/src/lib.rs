@@ -17,6 +17,9 @@
 //! * [`synth_icarus`] — packets carrying Icarus loop-detection filters as
 //!   they look after h hops, with each one's exact verdict at the checking
 //!   node.
+//! * [`synth_router`] — the built-in router's workload: every stage busy,
+//!   ingress ports as pcapng interfaces, exact truth per class, packet and
+//!   heavy-flow epoch.
 //! * [`scenario`] — closed-loop AIMD and unresponsive senders against SFB
 //!   and drop-tail in virtual time.
 
@@ -28,3 +31,4 @@ pub mod scenario;
 pub mod synth;
 pub mod synth_icarus;
 pub mod synth_mcast;
+pub mod synth_router;

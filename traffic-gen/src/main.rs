@@ -20,6 +20,7 @@ use traffic_gen::scenario::{self, SfbScenarioConfig, markdown_table, run_sfb_sce
 use traffic_gen::synth::{SynthConfig, write_pcap};
 use traffic_gen::synth_icarus::{self, HopRange, IcarusSynthConfig};
 use traffic_gen::synth_mcast::McastConfig;
+use traffic_gen::synth_router::{self, RouterSynthConfig};
 
 #[derive(Debug, Parser)]
 #[command(name = "traffic-gen", version, about = "Bloomplane traffic generator")]
@@ -35,8 +36,8 @@ enum Command {
     /// capture time and report counters per port and stage, latency and
     /// heavy flows.
     Replay(ReplayArgs),
-    /// Write a synthetic Zipf workload as a pcap, with its ground truth in
-    /// FILE.truth.json.
+    /// Write a synthetic workload (--kind: Zipf flows, multicast, Icarus,
+    /// the built-in router's) as a capture, with its ground truth beside it.
     Synth(SynthCmd),
     /// Closed-loop scenarios against the embedded dataplane in virtual time.
     #[command(subcommand)]
@@ -249,11 +250,16 @@ enum SynthKind {
     /// after --hops hops; truth (on a loop, exact verdict of --node-id per
     /// packet) in FILE.icarus.json.
     Icarus,
+    /// The built-in router's workload (Zipf unicast, an unresponsive flow,
+    /// reverse traffic, IGMPv3/MLDv2 and multicast data, Icarus packets) as
+    /// pcapng with interfaces r-a, r-b, r-c; truth in FILE.router.json.
+    Router,
 }
 
 #[derive(Debug, Args)]
 struct SynthCmd {
-    /// Output pcap.
+    /// Output capture (pcap for zipf and icarus, pcapng for multicast and
+    /// router).
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
     /// Workload kind.
@@ -300,6 +306,24 @@ struct IcarusArgs {
     /// Icarus: share of IPv6 packets.
     #[arg(long, default_value_t = 0.3, value_name = "F", value_parser = synth_icarus::parse_fraction)]
     v6_fraction: f64,
+}
+
+fn run_synth_router(s: &SynthCmd) -> Result<()> {
+    let cfg = RouterSynthConfig {
+        packets: s.synth.packets,
+        flows: s.synth.flows,
+        zipf_s: s.synth.zipf_s,
+        seed: s.synth.seed,
+        ..RouterSynthConfig::default()
+    };
+    let truth = synth_router::write_pcapng(cfg, &s.output)?;
+    println!(
+        "wrote {} (truth in {}); {}",
+        s.output.display(),
+        synth_router::truth_path(&s.output).display(),
+        truth.summary()
+    );
+    Ok(())
 }
 
 fn run_synth_icarus(s: &SynthCmd) -> Result<()> {
@@ -623,6 +647,7 @@ fn run() -> Result<()> {
         Command::Replay(a) => run_replay(a),
         Command::Scenario(ScenarioCmd::Sfb(a)) => run_scenario_sfb(a),
         Command::Synth(s) if s.kind == SynthKind::Icarus => run_synth_icarus(s),
+        Command::Synth(s) if s.kind == SynthKind::Router => run_synth_router(s),
         Command::Synth(s) if s.kind == SynthKind::Multicast => {
             let cfg = McastConfig {
                 ports: s.ports,

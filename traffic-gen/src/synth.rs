@@ -8,11 +8,11 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use dataplane::flow::FlowKey;
-use dataplane::io::capture::CaptureWriter;
+use dataplane::io::capture::{CaptureWriter, PcapNgWriter};
 use dataplane::wire::{LinkType, parse};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -244,6 +244,30 @@ pub fn write_pcap(cfg: SynthConfig, path: &Path) -> Result<GroundTruth> {
     let json = serde_json::to_vec_pretty(&truth)?;
     std::fs::write(&tpath, json).with_context(|| format!("{tpath}: cannot write"))?;
     Ok(truth)
+}
+
+/// The file beside a capture that holds its truth: `path` + `suffix`.
+pub fn sidecar_path(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    s.into()
+}
+
+/// Writes `truth` as JSON to [`sidecar_path`]`(path, suffix)`.
+pub fn write_sidecar<T: Serialize>(path: &Path, suffix: &str, truth: &T) -> Result<()> {
+    let tpath = sidecar_path(path, suffix);
+    std::fs::write(&tpath, serde_json::to_vec(truth)?)
+        .with_context(|| format!("{}: cannot write", tpath.display()))
+}
+
+/// Creates the pcapng at `path` with one Ethernet interface per name, in
+/// order (interface id `i` is `names[i]`).
+pub fn create_pcapng(path: &Path, names: &[String]) -> Result<PcapNgWriter> {
+    let ports: Vec<(&str, LinkType)> = names
+        .iter()
+        .map(|n| (n.as_str(), LinkType::Ethernet))
+        .collect();
+    PcapNgWriter::create(path, &ports).with_context(|| format!("{}: cannot create", path.display()))
 }
 
 /// Writes packet number `n` into a [`frame`]: the IPv4 identification (low

@@ -78,7 +78,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::frames::{Addrs, IpHeader, PROTO_UDP, UDP_LEN, push_eth, push_udp, udp_checksum};
-use crate::synth::{SYNTH_GAP_NS, SYNTH_START_NS};
+use crate::synth::{SYNTH_GAP_NS, SYNTH_START_NS, sidecar_path, write_sidecar};
 
 /// The longest path accepted, in hops.
 pub const MAX_HOPS: usize = 64;
@@ -619,17 +619,16 @@ pub fn write_pcap(cfg: IcarusSynthConfig, path: &Path) -> Result<IcarusTruth> {
     })?;
     w.finish()
         .with_context(|| format!("{}: write failed", path.display()))?;
-    let tpath = truth_path(path);
-    std::fs::write(&tpath, serde_json::to_vec(&truth)?)
-        .with_context(|| format!("{}: cannot write", tpath.display()))?;
+    write_sidecar(path, TRUTH_SUFFIX, &truth)?;
     Ok(truth)
 }
 
+/// What the truth file's name adds to the capture's.
+const TRUTH_SUFFIX: &str = ".icarus.json";
+
 /// The truth path for a pcap path (`path` + `.icarus.json`).
 pub fn truth_path(path: &Path) -> std::path::PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".icarus.json");
-    s.into()
+    sidecar_path(path, TRUTH_SUFFIX)
 }
 
 /// Ethernet + IPv4/IPv6 + UDP with correct checksums and the 16-byte

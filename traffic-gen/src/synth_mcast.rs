@@ -28,15 +28,14 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use dataplane::io::capture::PcapNgWriter;
 use dataplane::stage::multicast::GROUP_MEMBERSHIP_INTERVAL_NS;
-use dataplane::wire::{LinkType, checksum};
+use dataplane::wire::checksum;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::frames::{Addrs, IpHeader, PROTO_UDP, UDP_LEN, push_eth, push_udp};
-use crate::synth::SYNTH_START_NS;
+use crate::synth::{SYNTH_START_NS, create_pcapng, write_sidecar};
 
 /// Settings of a multicast workload.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -125,9 +124,24 @@ enum Plan {
 #[derive(Debug, Default)]
 pub(crate) struct Model {
     members: HashMap<(usize, u32), u64>,
+    /// The membership interval; `None`: [`GROUP_MEMBERSHIP_INTERVAL_NS`].
+    interval_ns: Option<u64>,
 }
 
 impl Model {
+    /// A model whose memberships last `interval_ns` after each report.
+    pub(crate) fn with_interval(interval_ns: u64) -> Model {
+        Model {
+            interval_ns: Some(interval_ns),
+            ..Model::default()
+        }
+    }
+
+    /// A member of `g` on `port` that never expires (a static group).
+    pub(crate) fn add_static(&mut self, port: usize, g: u32) {
+        self.members.insert((port, g), u64::MAX);
+    }
+
     /// Expires at `ts`; returns the (group, time) of each change.
     pub(crate) fn expire(&mut self, ts: u64, changes: &mut Vec<(u32, u64)>) {
         self.members.retain(|&(_, g), &mut e| {
@@ -152,7 +166,10 @@ impl Model {
             Ctl::Join => {
                 if self
                     .members
-                    .insert((port, g), ts + GROUP_MEMBERSHIP_INTERVAL_NS)
+                    .insert(
+                        (port, g),
+                        ts.saturating_add(self.interval_ns.unwrap_or(GROUP_MEMBERSHIP_INTERVAL_NS)),
+                    )
                     .is_none()
                 {
                     changes.push((g, ts));
@@ -283,21 +300,14 @@ pub fn interface_name(port: usize) -> String {
 pub fn write_pcapng(cfg: McastConfig, path: &Path) -> Result<McastTruth> {
     let (frames, truth) = generate(cfg)?;
     let names: Vec<String> = (0..cfg.ports).map(interface_name).collect();
-    let ports: Vec<(&str, LinkType)> = names
-        .iter()
-        .map(|n| (n.as_str(), LinkType::Ethernet))
-        .collect();
-    let mut w = PcapNgWriter::create(path, &ports)
-        .with_context(|| format!("{}: cannot create", path.display()))?;
+    let mut w = create_pcapng(path, &names)?;
     for ((ts, f), &port) in frames.iter().zip(&truth.ingress) {
         w.write(u32::from(port), *ts, f.len() as u32, f)
             .with_context(|| format!("{}: write failed", path.display()))?;
     }
     w.finish()
         .with_context(|| format!("{}: write failed", path.display()))?;
-    let tpath = format!("{}.mcast.json", path.display());
-    std::fs::write(&tpath, serde_json::to_vec(&truth)?)
-        .with_context(|| format!("{tpath}: cannot write"))?;
+    write_sidecar(path, ".mcast.json", &truth)?;
     Ok(truth)
 }
 
@@ -423,6 +433,7 @@ mod tests {
     use dataplane::clock::Timestamp;
     use dataplane::pipeline::{Batch, Pipeline, PipelineConfig, Verdict};
     use dataplane::stage::multicast::{MulticastConfig, MulticastStage};
+    use dataplane::wire::LinkType;
 
     /// Replays the workload through the stage, 32 packets per batch, and
     /// compares every data packet's egress set with the truth. The filters
