@@ -5,6 +5,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 
 fn all(c: &mut Criterion) {
     bench::pipeline::register(c);
+    bench::router::register(c);
     bench::sfb::register(c);
     bench::stages::register(c);
 }

@@ -9,5 +9,6 @@ pub mod hash;
 pub mod inputs;
 pub mod measure;
 pub mod pipeline;
+pub mod router;
 pub mod sfb;
 pub mod stages;

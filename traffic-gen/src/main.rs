@@ -564,7 +564,18 @@ fn run_replay(a: &ReplayArgs) -> Result<()> {
         .map(|p| create(p).map(|f| (p, f)))
         .transpose()?;
     let input = if a.files.is_empty() {
-        Input::Synth(a.synth.config())
+        if a.synth.size.is_some() || a.synth.unique {
+            bail!(
+                "--size and --unique shape `synth --kind zipf` captures; the built-in workload replay runs without files has its own sizes"
+            );
+        }
+        Input::Synth(RouterSynthConfig {
+            packets: a.synth.packets,
+            flows: a.synth.flows,
+            zipf_s: a.synth.zipf_s,
+            seed: a.synth.seed,
+            ..RouterSynthConfig::default()
+        })
     } else {
         Input::Files(a.files.clone())
     };

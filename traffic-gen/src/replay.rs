@@ -50,7 +50,7 @@ use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use dataplane::chain::Chain;
 use dataplane::clock::Timestamp;
 use dataplane::config::RouterConfig;
-use dataplane::io::capture::{CaptureReader, CaptureWriter};
+use dataplane::io::capture::{CaptureReader, CaptureWriter, FileFormat};
 use dataplane::io::memory::MemoryPorts;
 use dataplane::io::port::{Ports, RxCounters};
 use dataplane::pipeline::{BATCH_SIZE, Batch, MalformedPolicy, PipelineConfig, PortSet};
@@ -67,7 +67,7 @@ pub use crate::pacing::{Pacing, PassClock, Schedule, wait_until};
 pub use dataplane::runtime::Latency;
 pub use dataplane::runtime::worker::new_histogram;
 
-use crate::synth::{Synth, SynthConfig};
+use crate::synth_router::{RouterSynth, RouterSynthConfig};
 
 /// The built-in router `replay` runs without `--config` (printed by
 /// `--print-config`).
@@ -86,9 +86,9 @@ pub fn default_router() -> RouterConfig {
 pub enum Input {
     /// Capture files, in order.
     Files(Vec<PathBuf>),
-    /// A synthetic Zipf stream generated on the fly, arriving on the
-    /// ingress port.
-    Synth(SynthConfig),
+    /// The built-in router's synthetic workload ([`crate::synth_router`]),
+    /// generated on the fly, each frame on its own port (by name).
+    Synth(RouterSynthConfig),
 }
 
 /// Replay settings.
@@ -207,41 +207,69 @@ impl Report {
             self.mbps
         )?;
         write!(w, "{}", self.router.render())?;
-        for e in &self.heavy {
-            writeln!(
-                w,
-                "heavy flows, epoch {} ({:.6} s .. {:.6} s, {} bytes, {} packets): {}",
-                e.epoch,
-                e.start_ns as f64 / 1e9,
-                e.end_ns as f64 / 1e9,
-                e.bytes,
-                e.packets,
-                e.flows.len()
-            )?;
-            if e.flows.is_empty() {
-                continue;
-            }
-            writeln!(
-                w,
-                "  {:<58} {:>12} {:>9} {:>7}",
-                "flow", "bytes<=", "packets<=", "share%"
-            )?;
-            for f in e.flows.iter().take(top) {
-                writeln!(
-                    w,
-                    "  {:<58} {:>12} {:>9} {:>7.3}",
-                    f.flow,
-                    f.bytes_upper,
-                    f.packets_upper,
-                    100.0 * f.bytes_upper as f64 / e.bytes.max(1) as f64
-                )?;
-            }
-            if e.flows.len() > top {
-                writeln!(w, "  ... {} more (see --json)", e.flows.len() - top)?;
-            }
-        }
+        self.write_heavy(w, top)?;
         for p in &self.written {
             writeln!(w, "wrote {}", p.display())?;
+        }
+        Ok(())
+    }
+
+    /// The heavy flows: one epoch's table, or for several epochs the
+    /// flows over the run (each flow's bytes and packets summed over the
+    /// epochs it was heavy in); every epoch is in the JSON.
+    fn write_heavy(&self, w: &mut impl Write, top: usize) -> std::io::Result<()> {
+        let reported: usize = self.heavy.iter().map(|e| e.flows.len()).sum();
+        if self.heavy.len() <= 1 {
+            for e in &self.heavy {
+                writeln!(
+                    w,
+                    "heavy flows, epoch {} ({:.6} s .. {:.6} s, {} bytes, {} packets): {}",
+                    e.epoch,
+                    e.start_ns as f64 / 1e9,
+                    e.end_ns as f64 / 1e9,
+                    e.bytes,
+                    e.packets,
+                    e.flows.len()
+                )?;
+            }
+        }
+        let mut flows: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
+        let total: u64 = self.heavy.iter().map(|e| e.bytes).sum();
+        for e in &self.heavy {
+            for f in &e.flows {
+                let x = flows.entry(f.flow.as_str()).or_default();
+                x.0 += 1;
+                x.1 += f.bytes_upper;
+                x.2 += f.packets_upper;
+            }
+        }
+        if self.heavy.len() > 1 {
+            writeln!(
+                w,
+                "heavy flows: {reported} reports in {} epochs, {} distinct flows; over the run:",
+                self.heavy.len(),
+                flows.len()
+            )?;
+        }
+        if flows.is_empty() {
+            return Ok(());
+        }
+        let mut rows: Vec<_> = flows.into_iter().collect();
+        rows.sort_by(|a, b| b.1.1.cmp(&a.1.1).then(a.0.cmp(b.0)));
+        writeln!(
+            w,
+            "  {:<58} {:>6} {:>12} {:>9} {:>7}",
+            "flow", "epochs", "bytes<=", "packets<=", "share%"
+        )?;
+        for (flow, (epochs, bytes, packets)) in rows.iter().take(top) {
+            writeln!(
+                w,
+                "  {flow:<58} {epochs:>6} {bytes:>12} {packets:>9} {:>7.3}",
+                100.0 * *bytes as f64 / total.max(1) as f64
+            )?;
+        }
+        if rows.len() > top {
+            writeln!(w, "  ... {} more (see --json)", rows.len() - top)?;
         }
         Ok(())
     }
@@ -585,6 +613,39 @@ impl Dispatcher<'_> {
     }
 }
 
+/// Which port a frame arrives on (see the module docs): a pcapng
+/// interface named like a configured interface is that port; otherwise a
+/// pcapng interface id below the port count is that port unless
+/// `--ingress` is given; otherwise (and for every frame of a plain pcap)
+/// the `--ingress` port, by default the first.
+struct IngressMap<'a> {
+    router: &'a RouterConfig,
+    default: u8,
+    explicit: bool,
+}
+
+impl IngressMap<'_> {
+    fn port(&self, r: &CaptureReader, interface: u32) -> u8 {
+        if r.format().file == FileFormat::Pcap {
+            return self.default;
+        }
+        if let Some(p) = r
+            .interface_name(interface)
+            .and_then(|n| self.router.port_of(n))
+        {
+            return p;
+        }
+        match u8::try_from(interface) {
+            Ok(i) if !self.explicit && usize::from(i) < self.router.interfaces.len() => i,
+            _ => self.default,
+        }
+    }
+
+    fn by_name(&self, name: &str) -> u8 {
+        self.router.port_of(name).unwrap_or(self.default)
+    }
+}
+
 /// The port a plain capture's frames arrive on.
 fn default_ingress(cfg: &ReplayConfig) -> Result<u8> {
     match &cfg.ingress {
@@ -691,7 +752,12 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
         progress,
     };
     let started = Instant::now();
-    let result = feed(input, cfg, ingress, &mut d);
+    let map = IngressMap {
+        router: &router,
+        default: ingress,
+        explicit: cfg.ingress.is_some(),
+    };
+    let result = feed(input, cfg, &map, &mut d);
     let flushed = d.flush_all();
     let (sent, bytes, first_ts) = (d.sent, d.bytes, d.first_ts);
     drop(d); // closes the channels: workers finish
@@ -738,8 +804,8 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
     let inputs = match input {
         Input::Files(f) => f.iter().map(|p| p.display().to_string()).collect(),
         Input::Synth(s) => vec![format!(
-            "synthetic zipf (flows {}, packets {}, s {}, seed {})",
-            s.flows, s.packets, s.zipf_s, s.seed
+            "the built-in router's synthetic workload (packets {}, flows {}, zipf s {}, seed {})",
+            s.packets, s.flows, s.zipf_s, s.seed
         )],
     };
     let span = first_ts.map_or(0, |f| last_departure.as_nanos().saturating_sub(f));
@@ -812,8 +878,16 @@ fn merge_written(dir: &Path, names: &[String], written: Vec<Vec<PathBuf>>) -> Re
 /// Sends every pass of the input; capture time of pass `k > 0` is shifted to
 /// start 1 us after the previous pass ended ([`PassClock`]), so `now` keeps
 /// increasing.
-fn feed(input: &Input, cfg: &ReplayConfig, ingress: u8, d: &mut Dispatcher<'_>) -> Result<()> {
+fn feed(
+    input: &Input,
+    cfg: &ReplayConfig,
+    map: &IngressMap<'_>,
+    d: &mut Dispatcher<'_>,
+) -> Result<()> {
     let mut clock = PassClock::new();
+    // A record borrows the reader; its interface's name is looked up after
+    // the record's bytes are copied out.
+    let mut buf = Vec::with_capacity(65_536);
     for _ in 0..cfg.loops {
         clock.start_pass();
         match input {
@@ -821,22 +895,30 @@ fn feed(input: &Input, cfg: &ReplayConfig, ingress: u8, d: &mut Dispatcher<'_>) 
                 for f in files {
                     let mut r = CaptureReader::open(f).map_err(|e| anyhow!("{e}"))?;
                     loop {
-                        match r.next_record() {
+                        let (ts, orig_len, link, interface) = match r.next_record() {
                             Ok(Some(rec)) => {
-                                let ts = clock.map(rec.ts_ns);
-                                d.send(ts, rec.orig_len, rec.link_type, ingress, rec.data)?;
+                                buf.clear();
+                                buf.extend_from_slice(rec.data);
+                                (rec.ts_ns, rec.orig_len, rec.link_type, rec.interface)
                             }
                             Ok(None) => break,
                             Err(e) => return Err(anyhow!("{e}")),
-                        }
+                        };
+                        let port = map.port(&r, interface);
+                        d.send(clock.map(ts), orig_len, link, port, &buf)?;
                     }
                 }
             }
             Input::Synth(s) => {
-                let mut s = Synth::new(*s)?;
-                while let Some((ts, data)) = s.next() {
-                    let ts = clock.map(ts);
-                    d.send(ts, data.len() as u32, LinkType::Ethernet, ingress, data)?;
+                let mut s = RouterSynth::new(*s)?;
+                let ports: Vec<u8> = s.interface_names().iter().map(|n| map.by_name(n)).collect();
+                while let Some(p) = s.next()? {
+                    let port = ports
+                        .get(usize::from(p.port))
+                        .copied()
+                        .unwrap_or(map.default);
+                    let len = p.frame.len() as u32;
+                    d.send(clock.map(p.ts_ns), len, LinkType::Ethernet, port, p.frame)?;
                 }
             }
         }
@@ -850,13 +932,10 @@ mod tests {
     use std::collections::HashSet;
 
     fn synth() -> Input {
-        Input::Synth(SynthConfig {
-            flows: 5_000,
+        Input::Synth(RouterSynthConfig {
             packets: 100_000,
-            zipf_s: 1.1,
-            size: None,
             seed: 9,
-            unique: false,
+            ..RouterSynthConfig::default()
         })
     }
 
@@ -911,10 +990,9 @@ mod tests {
 
     #[test]
     fn loops_and_pps_pacing() {
-        let input = Input::Synth(SynthConfig {
-            flows: 10,
+        let input = Input::Synth(RouterSynthConfig {
             packets: 500,
-            ..SynthConfig::default()
+            ..RouterSynthConfig::default()
         });
         let cfg = ReplayConfig {
             loops: 2,
@@ -927,8 +1005,11 @@ mod tests {
         assert_eq!(r.router.pipeline.received, 1000);
         // 1000 packets at 50 kpps take at least ~20 ms.
         assert!(r.elapsed_s >= 0.015, "{}", r.elapsed_s);
+        // Every packet but those dropped on a loop (before the heavy stage)
+        // counts in an epoch.
         let packets: u64 = r.heavy.iter().map(|e| e.packets).sum();
-        assert_eq!(packets, 1000);
+        let loops = r.router.icarus.map_or(0, |i| i.loops_detected);
+        assert_eq!(packets + loops, 1000);
         let mut hgrm = Vec::new();
         write_hgrm(&r.latency.processing, &mut hgrm).unwrap();
         let text = String::from_utf8(hgrm).unwrap();

@@ -240,3 +240,53 @@ fn shaped_port_keeps_its_rate_and_marks_what_it_counts() {
     assert_eq!(strip(&report), strip(&report2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `synth --kind multicast` (pcapng, one interface per port, `p0`..)
+/// through a router whose interfaces have those names: every data packet
+/// leaves by exactly the ports of its truth (read back from the `--write`
+/// captures by its sequence number), control messages by none.
+#[test]
+fn multicast_egress_sets_equal_the_truth() {
+    use traffic_gen::synth_mcast::{McastConfig, write_pcapng};
+    let dir = scratch("mcast");
+    let pcap = dir.join("mcast.pcapng");
+    let cfg = McastConfig {
+        packets: 30_000,
+        ..McastConfig::default()
+    };
+    let truth = write_pcapng(cfg, &pcap).unwrap();
+    let mut router = String::new();
+    for p in 0..truth.ports {
+        router.push_str(&format!("[[interfaces]]\nname = \"p{p}\"\n"));
+    }
+    // Filters sized so that a false forward is out of the question.
+    router.push_str("[multicast]\nexpected_groups = 4096\nfalse_positive_rate = 1e-9\n");
+    let out = dir.join("out");
+    let report = run(&pcap, &router, &out);
+    let mut got = vec![0u64; truth.ingress.len()];
+    for p in 0..truth.ports {
+        for (_, _, f) in records(&out.join(format!("p{p}.pcap"))) {
+            let parsed = parse(LinkType::Ethernet, &f).unwrap();
+            let udp = parsed.l4_bytes(&f);
+            let seq = u32::from_be_bytes(udp[8..12].try_into().unwrap()) as usize;
+            assert_eq!(got[seq] & (1 << p), 0, "packet {seq} twice out of p{p}");
+            got[seq] |= 1 << p;
+        }
+    }
+    let (mut data, mut fanned) = (0, 0);
+    for (i, want) in truth.expected.iter().enumerate() {
+        match want {
+            None => assert_eq!(got[i], 0, "control message {i} consumed"),
+            Some(mask) => {
+                assert_eq!(got[i], *mask, "packet {i} from p{}", truth.ingress[i]);
+                data += 1;
+                fanned += u64::from(mask.count_ones() > 1);
+            }
+        }
+    }
+    let mc = report.router.multicast.unwrap();
+    assert_eq!(mc.data_packets, data);
+    assert!(fanned > 100, "{fanned} packets to several ports");
+    assert!(mc.joins > 0 && mc.leaves > 0 && mc.expiries > 0, "{mc:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

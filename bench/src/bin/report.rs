@@ -35,6 +35,8 @@ struct Ratio {
 
 #[derive(Debug, Serialize)]
 struct Report {
+    /// The CPU the figures come from (`/proc/cpuinfo`'s model name).
+    cpu: String,
     backend: String,
     figures: Vec<Figure>,
     ratios: Vec<Ratio>,
@@ -62,6 +64,7 @@ fn main() -> anyhow::Result<()> {
     let mut accuracy = Vec::new();
     if want("pipeline") {
         figures.extend(bench::pipeline::report());
+        figures.extend(bench::router::report());
         accuracy = bench::pipeline::accuracy();
     }
     if want("sfb") {
@@ -175,6 +178,18 @@ fn main() -> anyhow::Result<()> {
         });
     }
 
+    // The whole router on one worker: 15 Mpps, 66.7 ns per packet.
+    for fig in ["pipeline/router/default", "pipeline/router/core"] {
+        if let Some(&v) = by_name.get(fig) {
+            ratios.push(Ratio {
+                name: format!("{fig} ns/packet"),
+                value: v,
+                target: "<= 66.7 ns/pkt".into(),
+                met: v <= 66.7,
+            });
+        }
+    }
+
     // SFB enqueue+dequeue per packet, batched: at most 20 ns per packet.
     for b in ["scalar", "avx2", "neon"] {
         let fig = format!("sfb/enqueue-dequeue/{b}");
@@ -201,6 +216,8 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
+    let cpu = cpu_model();
+    println!("cpu: {cpu}; kernel backend: {}", backend.name());
     println!("{:<34} {:>10} {:>10}", "benchmark", "ns/item", "M items/s");
     for f in &figures {
         println!(
@@ -236,6 +253,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let report = Report {
+        cpu,
         backend: backend.name().into(),
         figures,
         ratios,
@@ -247,4 +265,31 @@ fn main() -> anyhow::Result<()> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The CPU's model name and flags of note, from `/proc/cpuinfo` ("unknown"
+/// elsewhere).
+fn cpu_model() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |k: &str| {
+        info.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let model = field("model name")
+        .or_else(|| field("CPU part").map(|p| format!("CPU part {p}")))
+        .unwrap_or_else(|| "unknown".into());
+    let flags = field("flags").unwrap_or_default();
+    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+    let simd: Vec<&str> = ["avx2", "avx512f", "avx512vl"]
+        .into_iter()
+        .filter(|f| has(f))
+        .collect();
+    let cores = info.lines().filter(|l| l.starts_with("processor")).count();
+    if simd.is_empty() {
+        format!("{model}, {cores} cpus")
+    } else {
+        format!("{model}, {cores} cpus, {}", simd.join(" "))
+    }
 }

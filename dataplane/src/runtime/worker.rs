@@ -205,18 +205,38 @@ impl<P: Ports> Worker<P> {
             if !self.round() {
                 break;
             }
-            let now = self.last_now;
-            let tick = TICK.as_nanos() as u64;
-            let due = *self.next_tick.get_or_insert(now.add_nanos(tick));
-            if now >= due {
-                self.tick(now);
+            if let Some(now) = self.tick_if_due() {
                 hook(self, now, false);
-                self.next_tick = Some(now.add_nanos(tick));
             }
         }
         self.finish();
         let now = self.last_now;
         hook(self, now, true);
+    }
+
+    /// One round of [`run`](Self::run) without a hook: a batch (or the due
+    /// departures and a wait), then the tick when it is due. `false` when
+    /// the input has ended. Benches drive a worker with it.
+    pub fn step(&mut self) -> bool {
+        if !self.round() {
+            return false;
+        }
+        self.tick_if_due();
+        true
+    }
+
+    /// Ticks when [`TICK`] has passed on the backend's clock since the last
+    /// tick (or the first round); returns the tick's time.
+    fn tick_if_due(&mut self) -> Option<Timestamp> {
+        let now = self.last_now;
+        let tick = TICK.as_nanos() as u64;
+        let due = *self.next_tick.get_or_insert(now.add_nanos(tick));
+        if now < due {
+            return None;
+        }
+        self.tick(now);
+        self.next_tick = Some(now.add_nanos(tick));
+        Some(now)
     }
 
     /// One round: a batch, or the due departures and a wait. `false` when

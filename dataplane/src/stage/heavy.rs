@@ -957,13 +957,21 @@ impl Stage for HeavyStage {
         "heavy"
     }
 
+    /// Counts the batch's live packets. With epochs, each packet counts
+    /// in the epoch of its own time (at most `now`): a batch that spans an
+    /// epoch boundary closes the epoch between its packets, so the epochs
+    /// do not depend on how packets were batched.
     fn process(&mut self, batch: &mut Batch, now: Timestamp) {
         let first = batch.packets().iter().map(|p| p.ts).min().unwrap_or(now);
-        self.advance_epoch(now, first);
+        let epoch_ns = self.config.epoch_ns.filter(|&l| l > 0);
+        if epoch_ns.is_none() {
+            self.advance_epoch(now, first);
+        }
         let mut flows = [NO_FLOW; BATCH_SIZE];
         let mut lens = [0u32; BATCH_SIZE];
         let mut n = 0;
         let mut skipped = 0u64;
+        let mut at = now;
         for p in batch.packets() {
             if !p.is_live() {
                 continue;
@@ -973,6 +981,15 @@ impl Stage for HeavyStage {
                 skipped += 1;
                 continue;
             };
+            if let Some(l) = epoch_ns {
+                let t = p.ts.min(now);
+                if self.epoch.is_none_or(|(cur, _)| t.as_nanos() / l > cur) {
+                    self.count(&flows[..n], &lens[..n], at);
+                    n = 0;
+                    self.advance_epoch(t, t);
+                }
+                at = t;
+            }
             // At most one flow per packet of the batch: `n < BATCH_SIZE`.
             if let (Some(slot), Some(len)) = (flows.get_mut(n), lens.get_mut(n)) {
                 *slot = *f;
@@ -981,7 +998,10 @@ impl Stage for HeavyStage {
             }
         }
         self.counters.skipped += skipped;
-        self.count(&flows[..n], &lens[..n], now);
+        self.count(&flows[..n], &lens[..n], at);
+        if epoch_ns.is_some() {
+            self.advance_epoch(now, first);
+        }
     }
 
     fn finish(&mut self, now: Timestamp) {

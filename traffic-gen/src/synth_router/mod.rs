@@ -51,9 +51,8 @@
 //!   10 % of them on a loop through node 42 (their filter holds its whole
 //!   mask), 30 % IPv6.
 //!
-//! The router sends what arrives on `r-a` to both wires (`r-b` and `r-c`):
-//! it has no routes, only wires, so the Zipf and unresponsive traffic also
-//! leaves by the unshaped `r-c`.
+//! The router has wires, not routes: what arrives on `r-a` leaves by
+//! `r-b`, what arrives on `r-b` or `r-c` leaves by `r-a`.
 //!
 //! # Rates
 //!

@@ -1,0 +1,235 @@
+//! `pipeline/router/*`: the router's whole chain, every stage on, driven by
+//! the worker loop over memory ports on one thread: what one worker of
+//! `dataplane run` or `traffic-gen replay` costs per packet once the
+//! frames are in memory.
+//!
+//! The router is traffic-gen's built-in one (`default-router.toml`): r-a
+//! and r-b are Icarus edges (a filter inserted on arrival, stripped on
+//! departure), r-b is shaped to 20 Mbit/s behind SFB, r-c faces other
+//! routers; multicast, heavy flows and Icarus are on. The case `default`
+//! runs it as it is; the case `core` runs the same router with no Icarus
+//! edge (a core router: every stage on, the filter only checked and
+//! updated where a packet carries one), which shows what the edges'
+//! insertion and stripping cost.
+//!
+//! The traffic ([`mix64`]): 2^16 frames of 64 bytes (the Icarus ones 92:
+//! their option makes them longer), in capture time 12 us apart, so the
+//! shaped port is offered about 1.4 times its rate and SFB marks and drops:
+//!
+//! * 70% UDP from r-a to hosts behind r-b, 4096 flows drawn Zipf (s = 1.1),
+//!   a quarter IPv6, 30% of the flows ECT(0);
+//! * 10% the other way, r-b -> r-a;
+//! * 8% multicast from r-a: to 239.1.1.1 (static behind r-b), to 16 groups
+//!   joined on r-c (IGMPv3 reports, the first frames), and to groups
+//!   nobody joined;
+//! * 12% from r-c: UDP carrying an Icarus filter after 1..=10 hops (as
+//!   `synth --kind icarus` builds them for node 42), 10% of them on a loop.
+//!
+//! A timed call rewinds the memory ports (times shifted to follow the last
+//! pass) and steps the worker until they are empty; per call: every frame
+//! copied into a batch, parsed, through every stage, every copy sent to the
+//! memory ports (counted). ns per packet.
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use criterion::{Criterion, Throughput};
+use dataplane::chain::Chain;
+use dataplane::clock::Timestamp;
+use dataplane::config::RouterConfig;
+use dataplane::io::memory::MemoryPorts;
+use dataplane::runtime::Worker;
+use dataplane::wire::LinkType;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use traffic_gen::frames::{Addrs, IpHeader, push_eth, push_udp, udp_checksum};
+use traffic_gen::replay::default_router;
+use traffic_gen::synth::{SYNTH_START_NS, ZipfFlows};
+use traffic_gen::synth_icarus::{IcarusSynth, IcarusSynthConfig};
+use traffic_gen::synth_mcast::{Ctl, control_frame};
+
+use crate::measure::{Figure, figure};
+
+/// Frames per pass.
+pub const FRAMES: usize = 1 << 16;
+/// Capture time between frames.
+pub const GAP_NS: u64 = 12_000;
+/// Zipf flows of the unicast traffic.
+pub const FLOWS: u32 = 4096;
+const SEED: u64 = 0xb10b;
+
+/// SplitMix64: the mix's draws.
+fn draw(s: &mut u64) -> u64 {
+    kernels::splitmix64(s)
+}
+
+/// A 64-byte UDP frame (60 bytes of headers and payload, the rest the
+/// FCS a capture leaves out: 60 bytes captured).
+fn udp64(addrs: Addrs, tos: u8, sport: u16, dport: u16) -> Vec<u8> {
+    let ip = IpHeader {
+        tos,
+        ..IpHeader::new(addrs, 17)
+    };
+    let mut f = Vec::with_capacity(64);
+    push_eth(
+        &mut f,
+        [2, 0, 0, 0, 0, 2],
+        [2, 0, 0, 0, 0, 1],
+        ip.ethertype(),
+    );
+    let payload = 60usize.saturating_sub(14 + ip.len() + 8).max(8);
+    ip.push(&mut f, 8 + payload);
+    let l4 = f.len();
+    push_udp(&mut f, sport, dport, payload);
+    f.resize(l4 + 8 + payload, 0);
+    udp_checksum(&mut f, l4, &ip);
+    f
+}
+
+/// The frames of [`mix64`]: (ingress port, bytes).
+pub fn mix64() -> Vec<(u8, Vec<u8>)> {
+    let mut s = SEED;
+    let mut rng = StdRng::seed_from_u64(SEED);
+    let zipf = ZipfFlows::new(FLOWS, 1.1).expect("constant Zipf parameters");
+    let mut icarus = IcarusSynth::new(IcarusSynthConfig {
+        node_id: 42,
+        loop_fraction: 0.1,
+        packets: FRAMES as u64,
+        seed: SEED,
+        ..IcarusSynthConfig::default()
+    })
+    .expect("constant Icarus parameters");
+    let joined: Vec<Ipv4Addr> = (1..=16).map(|i| Ipv4Addr::new(239, 2, 0, i)).collect();
+    let mut out = Vec::with_capacity(FRAMES);
+    for g in &joined {
+        out.push((2, control_frame(IpAddr::V4(*g), Ctl::Join, 1, 2)));
+    }
+    while out.len() < FRAMES {
+        let r = draw(&mut s) % 100;
+        let flow = zipf.sample(&mut rng);
+        let v6 = flow % 4 == 3;
+        let ect = (flow.wrapping_mul(0x9e37_79b9) >> 16) % 10 < 3;
+        let addrs = if v6 {
+            Addrs::V6 {
+                src: Ipv6Addr::new(0x2001, 0xdb8, 0xa, 0, 0, 0, 0, flow as u16),
+                dst: Ipv6Addr::new(0x2001, 0xdb8, 0xb, 0, 0, 0, 0, flow as u16),
+            }
+        } else {
+            Addrs::V4 {
+                src: Ipv4Addr::from(0x0a00_0000 | flow),
+                dst: Ipv4Addr::from(0xac10_0000 | flow),
+            }
+        };
+        let sport = 1024 + (flow % 50_000) as u16;
+        let frame = match r {
+            0..70 => (0, udp64(addrs, if ect { 0x02 } else { 0 }, sport, 443)),
+            70..80 => (1, udp64(addrs.reversed(), 0, 443, sport)),
+            80..88 => {
+                let g = match draw(&mut s) % 4 {
+                    0 | 1 => Ipv4Addr::new(239, 1, 1, 1),
+                    2 => joined[(draw(&mut s) % 16) as usize],
+                    _ => Ipv4Addr::new(239, 3, 0, (draw(&mut s) % 8) as u8 + 1),
+                };
+                let addrs = Addrs::V4 {
+                    src: Ipv4Addr::new(10, 0, 0, 1),
+                    dst: g,
+                };
+                (0, udp64(addrs, 0, 5000, 5001))
+            }
+            _ => match icarus.next().expect("an Icarus frame") {
+                Some(p) => (2, p.frame.to_vec()),
+                None => continue,
+            },
+        };
+        out.push(frame);
+    }
+    out
+}
+
+/// The built-in router, seeded; without Icarus edges for `core`.
+pub fn router(core: bool) -> RouterConfig {
+    let mut cfg = default_router();
+    cfg.fill_seeds(1);
+    if core && let Some(ic) = &mut cfg.icarus {
+        ic.insert_on.clear();
+        ic.strip_on.clear();
+    }
+    cfg
+}
+
+/// A worker of `router(core)` with [`mix64`] queued in its memory ports.
+pub fn worker(core: bool, frames: &[(u8, Vec<u8>)]) -> Worker<MemoryPorts> {
+    let cfg = router(core);
+    let chain = Chain::build(&cfg).expect("the built-in router builds");
+    let mut io = MemoryPorts::new(cfg.interfaces.len());
+    for (i, (port, f)) in frames.iter().enumerate() {
+        let ts = Timestamp::from_nanos(SYNTH_START_NS + i as u64 * GAP_NS);
+        io.push(ts, *port, LinkType::Ethernet, f.len() as u32, f);
+    }
+    Worker::new(0, chain, io, None)
+}
+
+/// One pass: the frames again, after the previous pass in capture time;
+/// returns the packets the chain has received so far.
+pub fn pass(w: &mut Worker<MemoryPorts>) -> u64 {
+    w.io_mut().rewind(FRAMES as u64 * GAP_NS);
+    while w.step() {}
+    w.chain().counters().received
+}
+
+/// Criterion: `pipeline/router/default` and `pipeline/router/core`.
+pub fn register(c: &mut Criterion) {
+    let frames = mix64();
+    let mut g = c.benchmark_group("pipeline/router");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(FRAMES as u64));
+    for (name, core) in [("default", false), ("core", true)] {
+        let mut w = worker(core, &frames);
+        g.bench_function(name, |b| b.iter(|| pass(black_box(&mut w))));
+    }
+    g.finish();
+}
+
+/// The report's figures for both cases.
+pub fn report() -> Vec<Figure> {
+    let frames = mix64();
+    [("default", false), ("core", true)]
+        .into_iter()
+        .map(|(name, core)| {
+            let mut w = worker(core, &frames);
+            figure(format!("pipeline/router/{name}"), FRAMES, || pass(&mut w))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every stage does work on the mix, and every packet and copy is
+    /// accounted for over several passes.
+    #[test]
+    fn mix_exercises_every_stage() {
+        let frames = mix64();
+        assert_eq!(frames.len(), FRAMES);
+        for core in [false, true] {
+            let mut w = worker(core, &frames);
+            for k in 1..=3 {
+                assert_eq!(pass(&mut w), k * FRAMES as u64);
+            }
+            let s = dataplane::runtime::Stats::of(&w, None);
+            assert!(s.pipeline.is_consistent(), "{s:?}");
+            let ic = s.icarus.unwrap();
+            assert!(ic.loops_detected > 0, "{ic:?}");
+            assert_eq!(ic.inserted > 0, !core, "{ic:?}");
+            let mc = s.multicast.unwrap();
+            assert!(
+                mc.copies > 0 && mc.suppressed > 0 && mc.joins == 16,
+                "{mc:?}"
+            );
+            let b = s.interfaces[1].port.sfb.clone().unwrap();
+            assert!(b.marked > 0 && b.earlydrop > 0, "{b:?}");
+            assert!(s.heavy.unwrap().detections > 0);
+        }
+    }
+}
