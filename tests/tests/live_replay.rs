@@ -238,3 +238,200 @@ bidirectional = true
     drop(lab);
     eprintln!("live_replay_through_the_router: ok in {:?}", t0.elapsed());
 }
+
+/// The router of the comparison: every stage that decides per packet on,
+/// Icarus as a core node 42 (no edge), one heavy-flow epoch, a static
+/// group behind r-b.
+const COMPARE_ROUTER: &str = r#"
+[workers]
+count = 1
+
+[[interfaces]]
+name = "r-a"
+[[interfaces]]
+name = "r-b"
+multicast_groups = ["239.1.1.1"]
+[[interfaces]]
+name = "r-c"
+
+[[wires]]
+from = "r-a"
+to = "r-b"
+bidirectional = true
+
+[multicast]
+seed = 3
+
+[heavy]
+threshold = { packets = 100 }
+seed = 3
+
+[icarus]
+node_id = 42
+"#;
+
+/// A capture sent from A: Icarus-carrying packets on paths through other
+/// nodes of the domain (10% on a loop through node 42), unicast A -> B in
+/// 40 flows of which 5 are heavy (150 packets each, the other 35 about 21),
+/// multicast to the static group and to a group nobody joined (both
+/// heavy). 50 us apart.
+fn write_mixed(path: &Path) -> u64 {
+    use traffic_gen::synth_icarus::{IcarusSynth, IcarusSynthConfig};
+    let mut w = CaptureWriter::create(path, LinkType::Ethernet, 65_535).expect("create pcap");
+    let mut icarus = IcarusSynth::new(IcarusSynthConfig {
+        node_id: 42,
+        packets: 1500,
+        seed: 5,
+        ..IcarusSynthConfig::default()
+    })
+    .unwrap();
+    let mut n = 0u64;
+    let mut put = |w: &mut CaptureWriter, f: &[u8]| {
+        let ts = 1_700_000_000_000_000_000 + n * 50_000;
+        w.write(ts, f.len() as u32, f).expect("write pcap");
+        n += 1;
+    };
+    let mut seq = 0u32;
+    for i in 0..4500u32 {
+        match i % 3 {
+            0 => {
+                if let Some(p) = icarus.next().unwrap() {
+                    let f = p.frame.to_vec();
+                    put(&mut w, &f);
+                }
+            }
+            1 => {
+                // Flows 0..5 get half the packets: heavy at 100 packets.
+                let flow = if i % 6 == 1 {
+                    (i / 6) % 5
+                } else {
+                    5 + (i / 6) % 35
+                };
+                let mut f = frame(seq, 64);
+                f[34..36].copy_from_slice(&(41000 + flow as u16).to_be_bytes());
+                put(&mut w, &f);
+                seq += 1;
+            }
+            _ => {
+                let mut f = frame(seq, 64);
+                let g = if i % 4 == 2 {
+                    [239, 9, 9, 9]
+                } else {
+                    [239, 1, 1, 1]
+                };
+                f[30..34].copy_from_slice(&g);
+                f[0..6].copy_from_slice(&[0x01, 0x00, 0x5e, g[1] & 0x7f, g[2], g[3]]);
+                f[24..26].copy_from_slice(&[0, 0]);
+                let c = !checksum::sum(&f[14..34]);
+                f[24..26].copy_from_slice(&c.to_be_bytes());
+                put(&mut w, &f);
+                seq += 1;
+            }
+        }
+    }
+    w.finish().expect("finish pcap");
+    n
+}
+
+/// One capture through the live router in the lab (sent from A) and
+/// through `traffic-gen replay --config` with the same router: the same
+/// Icarus verdicts, multicast forwarding and heavy flows.
+#[test]
+fn live_router_and_replay_agree() {
+    if let Some(why) = skip_reason() {
+        eprintln!("live_router_and_replay_agree: skipped: {why}");
+        return;
+    }
+    let bins = binaries();
+    let (router_bin, tg_bin) = (bins.join("dataplane"), bins.join("traffic-gen"));
+    let mut lab = Lab::up(format!("bplc{}", std::process::id() % 100_000), "compare");
+    let dir = lab.dir.clone();
+    let pcap = dir.join("mixed.pcap");
+    let frames = write_mixed(&pcap);
+    let heavy_live = dir.join("heavy.jsonl");
+    let (err, report) = lab.start_router_with(
+        &router_bin,
+        "router",
+        COMPARE_ROUTER,
+        &[
+            std::ffi::OsStr::new("--heavy-report"),
+            heavy_live.as_os_str(),
+        ],
+    );
+    let out = run_bounded(
+        Command::new(&tg_bin)
+            .arg("replay")
+            .args(["--tx", "eth0", "--tx-netns", &lab.ns("a")])
+            .args(["--pps", &PPS.to_string()])
+            .arg(&pcap),
+        Duration::from_secs(60),
+        "traffic-gen replay --tx",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, live, _) = lab.stop_router(&err, &report, Duration::from_secs(10));
+    let live = &live["total"];
+
+    let json = dir.join("replay.json");
+    let out = run_bounded(
+        Command::new(&tg_bin)
+            .arg("replay")
+            .arg("--config")
+            .arg(dir.join("router.toml"))
+            .arg("--no-pin")
+            .arg("--json")
+            .arg(&json)
+            .arg(&pcap),
+        Duration::from_secs(60),
+        "traffic-gen replay --config",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replay: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let offline = &replay["router"];
+
+    let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    // Every frame of the capture reached the live router (its counts may
+    // hold a few more: what A's own stack sent meanwhile).
+    assert!(u(&live["pipeline"]["received"]) >= frames, "{live}");
+    assert_eq!(u(&offline["pipeline"]["received"]), frames);
+    for k in [
+        "loops_detected",
+        "marked_hops",
+        "width_mismatch",
+        "bad_option",
+    ] {
+        assert_eq!(live["icarus"][k], offline["icarus"][k], "icarus {k}");
+    }
+    assert!(u(&offline["icarus"]["loops_detected"]) > 0);
+    for k in ["data_packets", "forwarded", "copies", "suppressed"] {
+        assert_eq!(
+            live["multicast"][k], offline["multicast"][k],
+            "multicast {k}"
+        );
+    }
+    assert!(u(&offline["multicast"]["suppressed"]) > 0);
+    let live_heavy: std::collections::BTreeSet<String> = std::fs::read_to_string(&heavy_live)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["flow"].as_str().map(str::to_string))
+        .collect();
+    let offline_heavy: std::collections::BTreeSet<String> = replay["heavy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["flows"].as_array().unwrap().iter())
+        .filter_map(|f| f["flow"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(live_heavy.len(), 7, "{live_heavy:?}");
+    assert_eq!(live_heavy, offline_heavy);
+    drop(lab);
+}
