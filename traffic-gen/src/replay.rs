@@ -282,10 +282,11 @@ impl Report {
     /// The file that could not be written.
     pub fn write_hgrms(&self, path: &Path) -> Result<Vec<PathBuf>> {
         let mut out = Vec::new();
+        let through = self.latency.through();
         for (what, h) in [
             ("processing", &self.latency.processing),
             ("sojourn", &self.latency.sojourn),
-            ("through", &self.latency.through),
+            ("through", &through),
         ] {
             let p = suffixed(path, what);
             let mut f = std::fs::File::create(&p)

@@ -145,7 +145,7 @@ impl LatencyReport {
         LatencyReport {
             processing: Latency::of(&l.processing),
             sojourn: Latency::of(&l.sojourn),
-            through: Latency::of(&l.through),
+            through: Latency::of(&l.through()),
         }
     }
 }

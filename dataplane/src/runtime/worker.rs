@@ -32,7 +32,8 @@
 //! * **sojourn**: time a queued copy spent in its port's queue (departure
 //!   less arrival, on the backend's clock: capture time on replay);
 //! * **through**: arrival to departure of every copy sent (the same clock):
-//!   on replay 0 for a port without a queue, the sojourn for a queued one.
+//!   0 for a port without a queue (the copy leaves at its packet's arrival
+//!   time), the sojourn for a queued one.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -63,14 +64,21 @@ pub fn new_histogram() -> Histogram<u64> {
 }
 
 /// A worker's three latency distributions (see the module docs).
+///
+/// A copy leaves either at its arrival (a port without a queue: 0 ns
+/// through the router on the backend's clock) or when its queue's shaper
+/// releases it (its time through the router is its time in the queue), so
+/// the through-router distribution is the sojourn distribution plus
+/// `direct` zeros: it is made from them when asked for
+/// ([`through`](Self::through)) rather than recorded twice per copy.
 #[derive(Debug, Clone)]
 pub struct Latencies {
     /// Wall-clock time from taking a batch to its verdicts, per packet, ns.
     pub processing: Histogram<u64>,
-    /// Time in an egress queue, per queued copy, ns (backend clock).
+    /// Time in an egress queue, per queued copy sent, ns (backend clock).
     pub sojourn: Histogram<u64>,
-    /// Arrival to departure, per copy sent, ns (backend clock).
-    pub through: Histogram<u64>,
+    /// Copies sent at once (ports without a queue).
+    pub direct: u64,
 }
 
 impl Default for Latencies {
@@ -78,7 +86,7 @@ impl Default for Latencies {
         Latencies {
             processing: new_histogram(),
             sojourn: new_histogram(),
-            through: new_histogram(),
+            direct: 0,
         }
     }
 }
@@ -89,7 +97,14 @@ impl Latencies {
         // The histograms share their bounds, so adding cannot fail.
         let _ = self.processing.add(&o.processing);
         let _ = self.sojourn.add(&o.sojourn);
-        let _ = self.through.add(&o.through);
+        self.direct += o.direct;
+    }
+
+    /// Arrival to departure, per copy sent, ns (backend clock).
+    pub fn through(&self) -> Histogram<u64> {
+        let mut h = self.sojourn.clone();
+        let _ = h.record_n(0, self.direct);
+        h
     }
 }
 
@@ -109,10 +124,14 @@ impl<P: Transmit> Transmit for Tap<'_, P> {
     fn send(&mut self, f: &TxFrame<'_>) -> bool {
         let ok = self.io.send(f);
         if ok {
-            let t = f.departs.nanos_since(f.arrived);
-            record(&mut self.latency.through, t, 1);
             if f.queued {
-                record(&mut self.latency.sojourn, t, 1);
+                record(
+                    &mut self.latency.sojourn,
+                    f.departs.nanos_since(f.arrived),
+                    1,
+                );
+            } else {
+                self.latency.direct += 1;
             }
         }
         ok

@@ -57,6 +57,7 @@ pub use ipv4::Packet as Ipv4Packet;
 pub use ipv6::Packet as Ipv6Packet;
 pub use parse::{
     Fragment, Malformed, MalformedCounters, Parsed, parse, parse_into, parse_with_orig_len, set_ce,
+    set_ce_at,
 };
 pub use tcp::{Packet as TcpPacket, TcpFlags};
 pub use udp::Packet as UdpPacket;

@@ -687,15 +687,22 @@ fn parse_l4(
 /// `INET_ECN_set_ce`. The header is re-read from `frame` (which must be the
 /// buffer that was parsed); a frame too short for it is left untouched.
 pub fn set_ce(frame: &mut [u8], parsed: &Parsed) -> bool {
-    let l3 = parsed.l3_offset;
     match parsed.ip_version {
-        Some(IpVersion::V4) => {
+        Some(_) => set_ce_at(frame, parsed.l3_offset),
+        None => false,
+    }
+}
+
+/// [`set_ce`] on the IP header at `l3_offset` of `frame`, its version read
+/// from the header itself (a frame whose byte there is neither IPv4 nor
+/// IPv6, or that is too short, is left alone: `false`).
+pub fn set_ce_at(frame: &mut [u8], l3_offset: usize) -> bool {
+    let l3 = l3_offset;
+    match frame.get(l3).map(|b| b >> 4) {
+        Some(4) => {
             let Some(h) = frame.get_mut(l3..l3 + ipv4::MIN_HEADER_LEN) else {
                 return false;
             };
-            if h[0] >> 4 != 4 {
-                return false;
-            }
             match Ecn::from_bits(h[1]) {
                 Ecn::NotEct => false,
                 Ecn::Ce => true,
@@ -709,13 +716,10 @@ pub fn set_ce(frame: &mut [u8], parsed: &Parsed) -> bool {
                 }
             }
         }
-        Some(IpVersion::V6) => {
+        Some(6) => {
             let Some(h) = frame.get_mut(l3..l3 + ipv6::HEADER_LEN) else {
                 return false;
             };
-            if h[0] >> 4 != 6 {
-                return false;
-            }
             match Ecn::from_bits(h[1] >> 4) {
                 Ecn::NotEct => false,
                 _ => {
@@ -724,7 +728,7 @@ pub fn set_ce(frame: &mut [u8], parsed: &Parsed) -> bool {
                 }
             }
         }
-        None => false,
+        _ => false,
     }
 }
 

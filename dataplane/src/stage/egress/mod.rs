@@ -63,10 +63,9 @@ use serde::Serialize;
 pub use shaper::{Departure, EgressConfig, EgressQueue, EgressStats};
 
 use crate::clock::Timestamp;
-use crate::flow::FlowKey;
 use crate::pipeline::{Batch, DropCounters, DropReason, PortSet, Verdict};
 use crate::stage::sfb::{Arrival, Enqueued, PortKeys, SfbConfig, SfbConfigError, SfbQueue};
-use crate::wire::{Parsed, icarus, set_ce};
+use crate::wire::{icarus, set_ce_at};
 
 /// A copy leaving a port.
 #[derive(Debug, Clone, Copy)]
@@ -387,13 +386,20 @@ struct Port {
     counters: PortCounters,
 }
 
-/// A copy of the batch being offered to a queue: its packet, and what the
-/// verdict callback needs to mark it.
+/// A copy of the batch being offered to a queue: its packet and its key's
+/// index in [`PortKeys`], its buffer, what SFB is told about it, and where
+/// the verdict callback marks it (the IP header's offset; `u32::MAX`: not
+/// IP). Small and `Copy`: the arrivals are made from it as SFB takes them,
+/// so no arrival (with a flow key, over a hundred bytes) is stored.
 #[derive(Debug, Clone, Copy)]
 struct Offered {
-    packet: usize,
+    packet: u32,
+    key: u32,
     slot: u32,
-    parsed: Option<Parsed>,
+    wire_len: u32,
+    l3: u32,
+    ecn: bool,
+    t: Timestamp,
 }
 
 /// The egress stage (see the module docs).
@@ -410,7 +416,6 @@ pub struct Egress {
     keys: PortKeys,
     scratch: Vec<u8>,
     offered: Vec<Offered>,
-    arrivals: Vec<(Arrival<Held>, Option<FlowKey>)>,
     outcomes: Vec<Result<Enqueued, DropReason>>,
     departed: Vec<Departure<Held>>,
     /// Forwarded packets whose port set was empty (nothing sent).
@@ -466,7 +471,6 @@ impl Egress {
             keys: PortKeys::new(),
             scratch: Vec::with_capacity(FRAME_CAPACITY),
             offered: Vec::new(),
-            arrivals: Vec::new(),
             outcomes: Vec::new(),
             departed: Vec::new(),
             no_egress: 0,
@@ -708,7 +712,6 @@ impl Egress {
         }
         self.keys.hash(queue.sfb());
         self.offered.clear();
-        self.arrivals.clear();
         let packets = batch.packets();
         for k in 0..self.keys.len() {
             let i = self.keys.packet(k);
@@ -719,8 +722,9 @@ impl Egress {
                 continue;
             };
             buf.extend_from_slice(pk.data());
+            let ip = pk.parsed.as_ref().filter(|x| x.is_ip());
             if strip
-                && let Some(x) = pk.parsed.filter(|x| x.is_ip())
+                && let Some(x) = ip
                 && matches!(
                     icarus::strip(buf, x.l3_offset),
                     Ok(icarus::Stripped::Removed(_) | icarus::Stripped::Neutralised)
@@ -728,47 +732,54 @@ impl Egress {
             {
                 p.counters.stripped += 1;
             }
-            let len = wire_len(pk.orig_len, pk.data().len(), buf.len());
             let t = pk.ts.min(now).max(p.last);
             p.last = t;
-            let flow = pk.parsed.and_then(|x| x.flow);
             self.offered.push(Offered {
-                packet: i,
+                packet: i as u32,
+                key: k as u32,
                 slot,
-                parsed: pk.parsed,
+                wire_len: wire_len(pk.orig_len, pk.data().len(), buf.len()),
+                l3: ip.map_or(u32::MAX, |x| x.l3_offset as u32),
+                ecn: ip.is_some_and(|x| x.ecn.is_ect()),
+                t,
             });
-            self.arrivals.push((
-                Arrival {
-                    key: self.keys.key(k),
-                    ecn_capable: pk.parsed.is_some_and(|x| x.ecn.is_ect()),
-                    item: Held {
-                        slot,
-                        wire_len: len,
-                    },
-                    len,
-                    now: t,
-                },
-                flow,
-            ));
         }
         // A mark is set on the copy as soon as it is decided: the copy may
         // leave before the batch ends. Departures are only collected here
         // and sent below.
-        let (pool, offered, outcomes, departed) = (
+        let (pool, keys, offered, outcomes, departed) = (
             &mut self.pool,
+            &self.keys,
             &self.offered,
             &mut self.outcomes,
             &mut self.departed,
         );
         outcomes.clear();
         queue.offer_batch(
-            self.arrivals.iter().copied(),
+            offered.iter().map(|o| {
+                // The flow only names a penalised flow in the reports.
+                let flow = packets
+                    .get(o.packet as usize)
+                    .and_then(|p| p.parsed.as_ref())
+                    .and_then(|x| x.flow);
+                let arrival = Arrival {
+                    key: keys.key(o.key as usize),
+                    ecn_capable: o.ecn,
+                    item: Held {
+                        slot: o.slot,
+                        wire_len: o.wire_len,
+                    },
+                    len: o.wire_len,
+                    now: o.t,
+                };
+                (arrival, flow)
+            }),
             |k, v| {
                 if v == Ok(Enqueued::Mark)
                     && let Some(o) = offered.get(k)
-                    && let (Some(x), Some(buf)) = (o.parsed, pool.buf_mut(o.slot))
+                    && let Some(buf) = pool.buf_mut(o.slot)
                 {
-                    set_ce(buf, &x);
+                    set_ce_at(buf, o.l3 as usize);
                 }
                 outcomes.push(v);
             },
@@ -777,7 +788,7 @@ impl Egress {
         let this = 1u64 << port;
         let packets = batch.packets_mut();
         for (o, &res) in self.offered.iter().zip(&self.outcomes) {
-            let Some(pk) = packets.get_mut(o.packet) else {
+            let Some(pk) = packets.get_mut(o.packet as usize) else {
                 continue;
             };
             match res {
