@@ -227,7 +227,7 @@ mod tests {
                 mc.copies > 0 && mc.suppressed > 0 && mc.joins == 16,
                 "{mc:?}"
             );
-            let b = s.interfaces[1].port.sfb.clone().unwrap();
+            let b = s.interfaces[1].port.sfb.clone().unwrap().counters;
             assert!(b.marked > 0 && b.earlydrop > 0, "{b:?}");
             assert!(s.heavy.unwrap().detections > 0);
         }

@@ -563,7 +563,7 @@ fn egress_stage_marks_drops_and_balances_in_the_chain() {
     chain.egress_mut().drain_all(&mut sink);
     departures.extend(sink.take_sent().into_iter().filter(|s| s.port == 1));
     let summary = &chain.egress().summaries(t(ts))[1];
-    let sfb = summary.sfb.clone().unwrap();
+    let sfb = summary.sfb.clone().unwrap().counters;
     let c = &summary.counters;
     eprintln!("egress over {seen} packets: {summary:?}");
     assert_eq!(to_c, seen, "every packet also left by the unshaped port");

@@ -314,38 +314,8 @@ impl Drops {
     }
 }
 
-/// Sojourn-time percentiles, ns.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Sojourn {
-    /// Packets recorded.
-    pub count: u64,
-    /// Median.
-    pub p50: u64,
-    /// 90th percentile.
-    pub p90: u64,
-    /// 99th percentile.
-    pub p99: u64,
-    /// 99.9th percentile.
-    pub p999: u64,
-    /// Largest.
-    pub max: u64,
-    /// Mean.
-    pub mean: f64,
-}
-
-impl Sojourn {
-    fn of(h: &Histogram<u64>) -> Self {
-        Sojourn {
-            count: h.len(),
-            p50: h.value_at_quantile(0.5),
-            p90: h.value_at_quantile(0.9),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            max: h.max(),
-            mean: h.mean(),
-        }
-    }
-}
+/// Sojourn-time percentiles, ns (the router's latency summary).
+pub type Sojourn = dataplane::runtime::Latency;
 
 /// One flow's outcome over the measurement window.
 #[derive(Debug, Clone, PartialEq, Serialize)]

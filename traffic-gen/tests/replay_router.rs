@@ -175,7 +175,7 @@ fn shaped_port_keeps_its_rate_and_marks_what_it_counts() {
         .find(|i| i.port.name == "out")
         .unwrap();
     let c = &port.port.counters;
-    let sfb = port.port.sfb.as_ref().unwrap();
+    let sfb = port.port.sfb.as_ref().unwrap().counters;
     assert_eq!(c.copies, sent);
     assert_eq!(deps.len() as u64, c.sent);
     assert!(

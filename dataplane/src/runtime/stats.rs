@@ -438,10 +438,11 @@ fn render_port(s: &mut String, i: &InterfaceReport) {
         c.sent_bytes, c.sent, drops, c.shutdown_dropped, p.backlog_bytes, p.backlog_packets
     );
     let prob = |v: u16| f64::from(v) / 65535.0;
+    let sc = &sfb.counters;
     let _ = writeln!(
         s,
         "      earlydrop {} penaltydrop {} bucketdrop {} queuedrop {} childdrop {} marked {}",
-        sfb.earlydrop, sfb.penaltydrop, sfb.bucketdrop, sfb.queuedrop, sfb.childdrop, sfb.marked
+        sc.earlydrop, sc.penaltydrop, sc.bucketdrop, sc.queuedrop, sc.childdrop, sc.marked
     );
     let _ = writeln!(
         s,

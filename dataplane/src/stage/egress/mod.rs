@@ -64,7 +64,9 @@ pub use shaper::{Departure, EgressConfig, EgressQueue, EgressStats};
 
 use crate::clock::Timestamp;
 use crate::pipeline::{Batch, DropCounters, DropReason, PortSet, Verdict};
-use crate::stage::sfb::{Arrival, Enqueued, PortKeys, SfbConfig, SfbConfigError, SfbQueue};
+use crate::stage::sfb::{
+    Arrival, Enqueued, PortKeys, SfbConfig, SfbConfigError, SfbCounters, SfbQueue,
+};
 use crate::wire::{icarus, set_ce_at};
 
 /// A copy leaving a port.
@@ -194,19 +196,9 @@ pub struct PenalisedSummary {
 /// A queue's SFB figures, as `tc -s qdisc show` prints sch_sfb's.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SfbSummary {
-    /// Drops of non-ECN packets SFB would have marked (and of any packet
-    /// above probability 1/2).
-    pub earlydrop: u64,
-    /// Penalty-box drops.
-    pub penaltydrop: u64,
-    /// Full-bin drops.
-    pub bucketdrop: u64,
-    /// Queue-limit drops.
-    pub queuedrop: u64,
-    /// Refused by the shaper's queue.
-    pub childdrop: u64,
-    /// CE marks.
-    pub marked: u64,
+    /// earlydrop, penaltydrop, bucketdrop, queuedrop, childdrop, marked.
+    #[serde(flatten)]
+    pub counters: SfbCounters,
     /// Largest bin count.
     pub maxqlen: u16,
     /// Largest marking probability, Q0.16.
@@ -224,12 +216,7 @@ impl SfbSummary {
     /// Adds another worker's figures for the same port (counts add up,
     /// the largest bin and probabilities take the larger).
     pub fn merge(&mut self, o: &SfbSummary) {
-        self.earlydrop += o.earlydrop;
-        self.penaltydrop += o.penaltydrop;
-        self.bucketdrop += o.bucketdrop;
-        self.queuedrop += o.queuedrop;
-        self.childdrop += o.childdrop;
-        self.marked += o.marked;
+        self.counters.merge(&o.counters);
         self.maxqlen = self.maxqlen.max(o.maxqlen);
         self.maxprob = self.maxprob.max(o.maxprob);
         self.avgprob = self.avgprob.max(o.avgprob);
@@ -538,15 +525,9 @@ impl Egress {
                     None => (0, 0, None, None),
                     Some(q) => {
                         let st = q.sfb().stats(now);
-                        let c = st.counters;
                         let eq = q.queue();
                         let sfb = SfbSummary {
-                            earlydrop: c.earlydrop,
-                            penaltydrop: c.penaltydrop,
-                            bucketdrop: c.bucketdrop,
-                            queuedrop: c.queuedrop,
-                            childdrop: c.childdrop,
-                            marked: c.marked,
+                            counters: st.counters,
                             maxqlen: st.maxqlen,
                             maxprob: st.maxprob,
                             avgprob: st.avgprob,
@@ -1082,7 +1063,7 @@ mod tests {
         // frame with a right checksum, from an ECT(0) packet.
         assert_eq!(c.forwarded, sent.len() as u64);
         assert!(c.marked > 0 && c.marked < ect, "{c:?}");
-        assert_eq!(c.marked, st.marked);
+        assert_eq!(c.marked, st.counters.marked);
         assert_eq!(ce.len() as u64, c.marked);
         for f in &ce {
             assert_eq!(crate::wire::checksum::sum(&f[14..34]), 0xffff);
@@ -1091,7 +1072,7 @@ mod tests {
         // Not-ECT packets SFB would have marked are dropped, and counted.
         let early = c.dropped.get(DropReason::SfbEarly);
         assert!(early > 0 && early < not_ect, "{c:?}");
-        assert_eq!(early, st.earlydrop);
+        assert_eq!(early, st.counters.earlydrop);
         assert_eq!(c.dropped.total(), early);
         assert_eq!(c.received, ect + not_ect);
         let pc = r.egress.counters().nth(1).unwrap();
@@ -1148,7 +1129,7 @@ mod tests {
         let s = &r.egress.summaries(ms(50))[1];
         assert_eq!(s.name, "p1");
         let sfb = s.sfb.as_ref().unwrap();
-        assert_eq!(sfb.queuedrop + sfb.childdrop, 2);
+        assert_eq!(sfb.counters.queuedrop + sfb.counters.childdrop, 2);
         let c = &s.counters;
         assert_eq!(
             (c.copies, c.enqueued, c.sent, c.shutdown_dropped),

@@ -9,7 +9,7 @@ use crate::flow::FlowKey;
 use super::config::SFB_MAX_PROB;
 
 /// SFB's event counters (`tc -s qdisc` shows these).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SfbCounters {
     /// Probabilistic drops.
     pub earlydrop: u64,
@@ -23,6 +23,18 @@ pub struct SfbCounters {
     pub childdrop: u64,
     /// Packets marked CE.
     pub marked: u64,
+}
+
+impl SfbCounters {
+    /// Adds another queue's counters (workers' queues of one port).
+    pub fn merge(&mut self, o: &SfbCounters) {
+        self.earlydrop += o.earlydrop;
+        self.penaltydrop += o.penaltydrop;
+        self.bucketdrop += o.bucketdrop;
+        self.queuedrop += o.queuedrop;
+        self.childdrop += o.childdrop;
+        self.marked += o.marked;
+    }
 }
 
 /// A flow in the penalty box.
