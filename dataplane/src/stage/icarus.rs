@@ -732,7 +732,7 @@ impl IcarusStage {
             if !p.is_live() {
                 continue;
             }
-            let Some(l3) = p.parsed.filter(|q| q.is_ip()).map(|q| q.l3_offset) else {
+            let Some(l3) = p.parsed.as_ref().filter(|q| q.is_ip()).map(|q| q.l3_offset) else {
                 continue;
             };
             let port = p.ingress;

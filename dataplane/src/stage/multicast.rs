@@ -1578,13 +1578,15 @@ impl Stage for MulticastStage {
             if !p.is_live() {
                 continue;
             }
-            let Some(parsed) = p.parsed else { continue };
+            let Some(parsed) = p.parsed.as_ref() else {
+                continue;
+            };
             if !matches!(parsed.protocol, IpProtocol::Igmp | IpProtocol::Icmpv6) {
                 continue;
             }
             if self
                 .control
-                .learn(usize::from(p.ingress), &parsed, p.data(), now)
+                .learn(usize::from(p.ingress), parsed, p.data(), now)
                 && parsed.dst_multicast
             {
                 self.counters.control += 1;
@@ -1597,7 +1599,9 @@ impl Stage for MulticastStage {
             if !p.is_live() {
                 continue;
             }
-            let Some(parsed) = p.parsed else { continue };
+            let Some(parsed) = p.parsed.as_ref() else {
+                continue;
+            };
             if !parsed.dst_multicast {
                 continue;
             }

@@ -62,7 +62,9 @@ impl Wires {
             if !p.is_live() {
                 continue;
             }
-            if self.skip_multicast && p.parsed.is_some_and(|q| q.is_ip() && q.dst_multicast) {
+            if self.skip_multicast
+                && p.parsed.as_ref().is_some_and(|q| q.is_ip() && q.dst_multicast)
+            {
                 self.counters.multicast += 1;
                 continue;
             }

@@ -642,7 +642,7 @@ impl Egress {
                 let strip = self.strip & (1u64 << o) != 0;
                 let port = &mut self.ports[o];
                 port.counters.copies += 1;
-                let (frame, wire_len) = match p.parsed.filter(|x| strip && x.is_ip()) {
+                let (frame, wire_len) = match p.parsed.as_ref().filter(|x| strip && x.is_ip()) {
                     Some(x) => {
                         let s = &mut self.scratch;
                         s.clear();

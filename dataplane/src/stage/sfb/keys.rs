@@ -234,7 +234,7 @@ impl PortKeys {
             if !ports.contains(port) || (skip_ingress && p.ingress == port) {
                 continue;
             }
-            match p.parsed.and_then(|x| x.flow) {
+            match p.parsed.as_ref().and_then(|x| x.flow) {
                 Some(FlowKey::V6(f)) => {
                     self.pending.push(Pending {
                         packet: i,
