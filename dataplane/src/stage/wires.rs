@@ -63,7 +63,9 @@ impl Wires {
                 continue;
             }
             if self.skip_multicast
-                && p.parsed.as_ref().is_some_and(|q| q.is_ip() && q.dst_multicast)
+                && p.parsed
+                    .as_ref()
+                    .is_some_and(|q| q.is_ip() && q.dst_multicast)
             {
                 self.counters.multicast += 1;
                 continue;
