@@ -29,6 +29,9 @@
 //!   from `interfaces[i].multicast_groups`. The stage is on when the table is
 //!   present or any interface lists a group; off, multicast follows the wires.
 //!
+//! * `[io]` — the live port backend: `backend = "pnet"` (default) or
+//!   `"ring"`, and `[io.ring]`'s ring sizes ([`RingConfig`]).
+//!
 //! Validation only looks at the file: whether an interface exists, is up,
 //! and may be opened is checked when the router starts.
 
@@ -38,6 +41,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::io::ring::RingConfig;
 use crate::pipeline::PortSet;
 use crate::stage::egress::EgressConfig;
 use crate::stage::heavy::{HeavyConfig, Threshold};
@@ -303,6 +307,113 @@ pub struct RouterConfig {
     /// `interfaces[i].multicast_groups`).
     #[serde(default)]
     pub multicast: Option<MulticastConfig>,
+    /// How the live router reads and sends frames.
+    #[serde(default)]
+    pub io: IoConfig,
+}
+
+/// Which live port backend the router runs on (`[io] backend`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoBackend {
+    /// pnet's datalink channels: one system call per frame, portable
+    /// ([`crate::io::socket`]).
+    #[default]
+    Pnet,
+    /// `TPACKET_V3` receive rings and `sendmmsg` (Linux;
+    /// [`crate::io::ring`]).
+    Ring,
+}
+
+impl IoBackend {
+    /// The name as written in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoBackend::Pnet => "pnet",
+            IoBackend::Ring => "ring",
+        }
+    }
+}
+
+impl std::str::FromStr for IoBackend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pnet" => Ok(IoBackend::Pnet),
+            "ring" => Ok(IoBackend::Ring),
+            _ => Err(format!("unknown I/O backend \"{s}\" (pnet or ring)")),
+        }
+    }
+}
+
+/// `[io]`: the live port backend and its ring sizes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IoConfig {
+    /// `"pnet"` (default) or `"ring"`.
+    pub backend: IoBackend,
+    /// `[io.ring]`: each ring's size (one per worker and interface).
+    pub ring: RingConfig,
+}
+
+/// Limits of `[io.ring]`.
+pub const RING_BLOCK_BYTES_RANGE: std::ops::RangeInclusive<u32> = 4096..=(16 << 20);
+/// Blocks per ring.
+pub const RING_BLOCKS_RANGE: std::ops::RangeInclusive<u32> = 2..=4096;
+/// Bytes per ring.
+pub const RING_MAX_BYTES: u64 = 1 << 30;
+/// Block timeout, ms.
+pub const RING_TIMEOUT_RANGE: std::ops::RangeInclusive<u32> = 1..=1000;
+
+impl IoConfig {
+    fn validate(&self) -> Result<(), (String, String)> {
+        let r = &self.ring;
+        let key = |k: &str| format!("io.ring.{k}");
+        if !RING_BLOCK_BYTES_RANGE.contains(&r.block_bytes) || !r.block_bytes.is_power_of_two() {
+            return Err((
+                key("block_bytes"),
+                format!(
+                    "{} is not a power of two in {}..={}",
+                    r.block_bytes,
+                    RING_BLOCK_BYTES_RANGE.start(),
+                    RING_BLOCK_BYTES_RANGE.end()
+                ),
+            ));
+        }
+        if !RING_BLOCKS_RANGE.contains(&r.blocks) {
+            return Err((
+                key("blocks"),
+                format!(
+                    "{} is outside {}..={}",
+                    r.blocks,
+                    RING_BLOCKS_RANGE.start(),
+                    RING_BLOCKS_RANGE.end()
+                ),
+            ));
+        }
+        let total = u64::from(r.block_bytes) * u64::from(r.blocks);
+        if total > RING_MAX_BYTES {
+            return Err((
+                key("blocks"),
+                format!(
+                    "{} blocks of {} bytes is {total} bytes per ring, more than {RING_MAX_BYTES}",
+                    r.blocks, r.block_bytes
+                ),
+            ));
+        }
+        if !RING_TIMEOUT_RANGE.contains(&r.block_timeout_ms) {
+            return Err((
+                key("block_timeout_ms"),
+                format!(
+                    "{} is outside {}..={}",
+                    r.block_timeout_ms,
+                    RING_TIMEOUT_RANGE.start(),
+                    RING_TIMEOUT_RANGE.end()
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl RouterConfig {
@@ -479,6 +590,7 @@ impl RouterConfig {
     /// The validation pass: `Err((key, reason))` for the first problem.
     fn validate(&self) -> Result<(), (String, String)> {
         let err = |key: String, reason: String| Err((key, reason));
+        self.io.validate()?;
         // Workers.
         let w = &self.workers;
         if let Some(n) = w.count {
@@ -842,6 +954,23 @@ bidirectional = true
             (
                 "[icarus]\nnode_id = 1\nstrip_on = [\"eth7\"]",
                 "icarus.strip_on[0]: unknown interface \"eth7\"",
+            ),
+            (
+                "[io]\nbackend = \"dpdk\"",
+                "io.backend: unknown variant `dpdk`",
+            ),
+            (
+                "[io.ring]\nblock_bytes = 5000",
+                "io.ring.block_bytes: 5000 is not a power of two in 4096..=",
+            ),
+            ("[io.ring]\nblocks = 1", "io.ring.blocks: 1 is outside 2..="),
+            (
+                "[io.ring]\nblock_bytes = 16777216\nblocks = 4096",
+                "io.ring.blocks: 4096 blocks of 16777216 bytes",
+            ),
+            (
+                "[io.ring]\nblock_timeout_ms = 0",
+                "io.ring.block_timeout_ms: 0 is outside 1..=1000",
             ),
         ];
         for (extra, want) in cases {

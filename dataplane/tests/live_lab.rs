@@ -107,14 +107,41 @@ fn stop_router(lab: &mut Lab, err_path: &Path, report: &Path) -> (String, serde_
     (err, report)
 }
 
+/// The labs of the two tests run one after the other (the ECN phase
+/// measures a rate; two routers on two cores would disturb it).
+static ONE_LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn live_router_in_netns_lab() {
+    lab_run("pnet");
+}
+
+/// The same lab on the ring backend (`[io] backend = "ring"`), skipped with
+/// the kernel's reason where it refuses a packet ring.
+#[test]
+fn live_router_in_netns_lab_ring() {
+    lab_run("ring");
+}
+
+/// `[io]` for `backend`, appended to every config of the run.
+fn io_section(backend: &str) -> String {
+    format!("\n[io]\nbackend = \"{backend}\"\n")
+}
+
+fn lab_run(backend: &str) {
+    let name = format!("live_router_in_netns_lab ({backend})");
     if let Some(why) = skip_reason() {
-        eprintln!("live_router_in_netns_lab: skipped: {why}");
+        eprintln!("{name}: skipped: {why}");
         return;
     }
+    if let Some(why) = (backend == "ring").then(lab_common::ring_refused).flatten() {
+        eprintln!("{name}: skipped: {why}");
+        return;
+    }
+    let _one = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
     let t0 = Instant::now();
-    let mut lab = Lab::up(format!("bpl{}", std::process::id() % 100_000), "live");
+    let tag = &backend[..1];
+    let mut lab = Lab::up(format!("bpl{}{tag}", std::process::id() % 100_000), "live");
     let dir = lab.dir.clone();
 
     let heavy_path = dir.join("heavy.jsonl");
@@ -145,7 +172,8 @@ node_id = {NODE_ID}
 [heavy]
 threshold = {{ packets = 100 }}
 epoch_ms = 500
-"#
+{io}"#,
+            io = io_section(backend)
         ),
         &[Path::new("--heavy-report"), &heavy_path],
     );
@@ -276,10 +304,10 @@ epoch_ms = 500
     );
 
     // 5. ECN through a real shaped SFB queue, with a second router run.
-    ecn_phase(&mut lab);
+    ecn_phase(&mut lab, backend);
 
     drop(lab);
-    eprintln!("live_router_in_netns_lab: ok in {:?}", t0.elapsed());
+    eprintln!("{name}: ok in {:?}", t0.elapsed());
 }
 
 /// The ECN phase's router: r-b shaped to [`ECN_RATE_BPS`] behind SFB, r-a
@@ -293,7 +321,7 @@ epoch_ms = 500
 /// ~2200 arrivals, so marking starts within a few ms and stays below 1/2,
 /// above which ECN packets would be dropped too. `max` (8) caps the flow's
 /// queue (bucketdrop), which still keeps the shaper busy.
-fn ecn_config() -> String {
+fn ecn_config(backend: &str) -> String {
     format!(
         r#"
 [workers]
@@ -325,7 +353,8 @@ bidirectional = true
 node_id = {ECN_NODE_ID}
 insert_on = ["r-a"]
 strip_on = ["r-b"]
-"#
+{io}"#,
+        io = io_section(backend)
     )
 }
 
@@ -468,7 +497,7 @@ fn send_paced(s: &UdpSocket, to: SocketAddr, n: u32, gap: Duration) {
     }
 }
 
-fn ecn_phase(lab: &mut Lab) {
+fn ecn_phase(lab: &mut Lab, backend: &str) {
     let pps = ECN_OVERLOAD * ECN_RATE_BPS as f64 / (ECN_FRAME * 8) as f64;
     let n = (pps * ECN_BURST.as_secs_f64()) as u32;
     let gap = Duration::from_secs_f64(1.0 / pps);
@@ -485,7 +514,7 @@ fn ecn_phase(lab: &mut Lab) {
         .recv_timeout(Duration::from_secs(5))
         .expect("capture on B ready");
     let _sink = in_netns(&lab.ns("b"), || UdpSocket::bind((B, ECN_PORT)).unwrap());
-    let (err_path, report_path) = start_router(lab, "ecn", &ecn_config(), &[]);
+    let (err_path, report_path) = start_router(lab, "ecn", &ecn_config(backend), &[]);
 
     let tx = in_netns(&lab.ns("a"), || {
         let s = UdpSocket::bind((A, 0)).unwrap();
@@ -619,7 +648,7 @@ fn ecn_phase(lab: &mut Lab) {
     let rate = bits as f64 / secs.max(1e-9);
     let want = ECN_RATE_BPS as f64;
     eprintln!(
-        "live_router_in_netns_lab: ECN: A sent {n} datagrams at {:.0} pps ({:.1} Mbit/s); B got {} \
+        "live_router_in_netns_lab ({backend}): ECN: A sent {n} datagrams at {:.0} pps ({:.1} Mbit/s); B got {} \
          ({} CE, {:.1}%) over {:.3} s at {:.3} Mbit/s (configured {:.3}); SFB marked {} dropped {} \
          (bucket {}, early {}, penalty {}), maxprob {:.3}, queue sojourn mean {:.2} ms max {:.2} ms",
         pps,

@@ -5,7 +5,10 @@
 //! batch, send a copy, say what time it is, wait. Its backends:
 //!
 //! * [`socket`]: live interfaces, one `AF_PACKET` socket per interface and
-//!   worker in a `PACKET_FANOUT` group, monotonic time;
+//!   worker in a `PACKET_FANOUT` group, monotonic time (the portable
+//!   default, opened through pnet);
+//! * [`ring`]: the same over `TPACKET_V3` receive rings and batched
+//!   `sendmmsg(2)` (Linux; `[io] backend = "ring"`);
 //! * [`memory`]: frames held in memory with their times and ingress ports
 //!   (tests, benches, and replay, whose reader feeds each worker);
 //! * [`capture`]: the capture file reader (pcap, pcapng, gzip) and writer
@@ -15,4 +18,5 @@
 pub mod capture;
 pub mod memory;
 pub mod port;
+pub mod ring;
 pub mod socket;

@@ -18,6 +18,17 @@ pub struct RxCounters {
     /// Frames other local sockets or the host stack sent out of this port,
     /// read back and dropped (live only; not input, not in `rx_packets`).
     pub rx_outgoing_dropped: u64,
+    /// Frames the kernel dropped before the router could read them: the
+    /// socket's receive queue or ring was full (`PACKET_STATISTICS`
+    /// `tp_drops`; live only).
+    pub rx_dropped: u64,
+    /// Times the kernel found the ring's next block still held by the
+    /// router (`tp_freeze_q_cnt`; ring backend only).
+    pub rx_frozen: u64,
+    /// Copies the kernel refused to send after the router had handed them
+    /// to the port (ring backend, whose sends are batched; counted in the
+    /// egress stage's `sent`).
+    pub tx_dropped: u64,
 }
 
 impl RxCounters {
@@ -27,6 +38,9 @@ impl RxCounters {
         self.rx_bytes += o.rx_bytes;
         self.rx_errors += o.rx_errors;
         self.rx_outgoing_dropped += o.rx_outgoing_dropped;
+        self.rx_dropped += o.rx_dropped;
+        self.rx_frozen += o.rx_frozen;
+        self.tx_dropped += o.tx_dropped;
     }
 }
 
@@ -54,4 +68,14 @@ pub trait Ports: Transmit {
 
     /// Receive counters, one per port.
     fn rx_counters(&self) -> &[RxCounters];
+
+    /// Sends what [`Transmit::send`] gathered (a backend that batches its
+    /// sends); the worker calls it after every round. By default nothing
+    /// is held.
+    fn flush(&mut self) {}
+
+    /// Reads the counters the kernel keeps (socket and ring drops) into
+    /// [`rx_counters`](Self::rx_counters); the worker calls it at every
+    /// tick and when it stops. By default there are none.
+    fn refresh_counters(&mut self) {}
 }

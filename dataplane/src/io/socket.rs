@@ -486,4 +486,28 @@ impl Ports for SocketPorts {
     fn rx_counters(&self) -> &[RxCounters] {
         &self.rx
     }
+
+    /// Adds each socket's queue drops since the last read
+    /// (`PACKET_STATISTICS` `tp_drops`; the kernel resets them on read).
+    fn refresh_counters(&mut self) {
+        for (p, rx) in self.ports.iter().zip(&mut self.rx) {
+            // SAFETY: plain data; all zeroes is a valid value.
+            let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+            // SAFETY: `p.fd` is the open packet socket pnet's halves own;
+            // `st` and `len` are live and `len` holds the size of `st`.
+            let rc = unsafe {
+                libc::getsockopt(
+                    p.fd,
+                    libc::SOL_PACKET,
+                    libc::PACKET_STATISTICS,
+                    (&mut st as *mut libc::tpacket_stats).cast(),
+                    &mut len,
+                )
+            };
+            if rc == 0 {
+                rx.rx_dropped += u64::from(st.tp_drops);
+            }
+        }
+    }
 }

@@ -9,8 +9,9 @@
 //! With every socket and file open it gives up its capabilities
 //! ([`privileges`]), then spawns and pins one thread per worker.
 //!
-//! Each worker runs the one worker loop ([`worker`]) over its
-//! [`SocketPorts`] with its own [`Chain`] built from the config, the same
+//! Each worker runs the one worker loop ([`worker`]) over its ports
+//! ([`SocketPorts`], pnet's, by default; [`RingPorts`], packet rings, with
+//! `[io] backend = "ring"`) with its own [`Chain`] built from the config, the same
 //! chain replay runs: nothing is shared on the hot path. At every tick (100
 //! ms) a worker publishes a snapshot of its counters behind a mutex only
 //! the tick and the reader take, and hands its closed heavy-flow epochs to
@@ -67,7 +68,9 @@ use std::thread::JoinHandle;
 
 use crate::chain::{Chain, ChainError};
 use crate::clock::MonotonicClock;
-use crate::config::RouterConfig;
+use crate::config::{IoBackend, RouterConfig};
+use crate::io::port::Ports;
+use crate::io::ring::RingPorts;
 use crate::io::socket::{self, SocketPorts};
 use crate::stage::heavy::{EpochReport, Threshold, merge_epochs};
 use share::MembershipLink;
@@ -164,20 +167,44 @@ impl Router {
             let sys = socket::find_interface(&ifc.name)?;
             groups.push(socket::fanout_group(sys.index));
         }
-        let mut all_ports = Vec::with_capacity(n);
-        for _ in 0..n {
-            let mut ports = Vec::new();
-            for (ifc, g) in cfg.interfaces.iter().zip(&groups) {
-                ports.push(socket::open_port(ifc, *g)?);
+        let clock = MonotonicClock::new();
+        let opened = match cfg.io.backend {
+            IoBackend::Pnet => {
+                let mut all = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let mut ports = Vec::new();
+                    for (ifc, g) in cfg.interfaces.iter().zip(&groups) {
+                        ports.push(socket::open_port(ifc, *g)?);
+                    }
+                    all.push(ports);
+                }
+                for (p, g) in all[0].iter().zip(&groups) {
+                    eprintln!(
+                        "dataplane: {}: pnet, receive buffer {} bytes, fanout group {g:#06x} ({n} workers)",
+                        p.name, p.recv_buffer
+                    );
+                }
+                Opened::Pnet(
+                    all.into_iter()
+                        .map(|p| SocketPorts::new(p, clock))
+                        .collect(),
+                )
             }
-            all_ports.push(ports);
-        }
-        for (p, g) in all_ports[0].iter().zip(&groups) {
-            eprintln!(
-                "dataplane: {}: receive buffer {} bytes, fanout group {g:#06x} ({n} workers)",
-                p.name, p.recv_buffer
-            );
-        }
+            IoBackend::Ring => {
+                let rc = cfg.io.ring;
+                let mut all = Vec::with_capacity(n);
+                for _ in 0..n {
+                    all.push(RingPorts::open(&cfg.interfaces, &groups, &rc, clock)?);
+                }
+                for (ifc, g) in cfg.interfaces.iter().zip(&groups) {
+                    eprintln!(
+                        "dataplane: {}: ring, {} blocks of {} bytes per worker, fanout group {g:#06x} ({n} workers)",
+                        ifc.name, rc.blocks, rc.block_bytes
+                    );
+                }
+                Opened::Ring(all)
+            }
+        };
         let reporter = match cfg.heavy.as_ref() {
             Some(h) => Some(HeavyReporter::new(
                 opts.heavy_report
@@ -199,25 +226,17 @@ impl Router {
         }
         let (etx, erx) = crossbeam_channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
-        let clock = MonotonicClock::new();
-        let epoch_ns = cfg.heavy_config().and_then(|h| h.epoch_ns);
-        let mut workers = Vec::new();
-        let mut snapshots = Vec::new();
-        let chains = build_workers(cfg, n)?;
-        for (id, ((ports, core), (chain, link))) in
-            all_ports.into_iter().zip(cores).zip(chains).enumerate()
-        {
-            let snapshot = Arc::new(Mutex::new(Stats::default()));
-            snapshots.push(snapshot.clone());
-            let stop = stop.clone();
-            let epochs = etx.clone();
-            let worker = Worker::new(id, chain, SocketPorts::new(ports, clock), link);
-            workers.push(
-                std::thread::Builder::new()
-                    .name(format!("bp-worker-{id}"))
-                    .spawn(move || run_worker(worker, core, &stop, &snapshot, &epochs, epoch_ns))?,
-            );
-        }
+        let spawn = Spawn {
+            cores,
+            chains: build_workers(cfg, n)?,
+            stop: &stop,
+            epochs: &etx,
+            epoch_ns: cfg.heavy_config().and_then(|h| h.epoch_ns),
+        };
+        let (workers, snapshots) = match opened {
+            Opened::Pnet(io) => spawn.run(io)?,
+            Opened::Ring(io) => spawn.run(io)?,
+        };
         Ok(Router {
             _locks: locks,
             stop,
@@ -290,11 +309,52 @@ impl Router {
     }
 }
 
+/// Every worker's ports, opened before any thread starts.
+enum Opened {
+    Pnet(Vec<SocketPorts>),
+    Ring(Vec<RingPorts>),
+}
+
+/// What every worker thread is started with, whatever its backend.
+struct Spawn<'a> {
+    cores: Vec<Option<core_affinity::CoreId>>,
+    chains: Vec<(Chain, Option<MembershipLink>)>,
+    stop: &'a Arc<AtomicBool>,
+    epochs: &'a crossbeam_channel::Sender<EpochMsg>,
+    epoch_ns: Option<u64>,
+}
+
+type Spawned = (Vec<JoinHandle<WorkerOutput>>, Vec<Arc<Mutex<Stats>>>);
+
+impl Spawn<'_> {
+    /// Starts worker `i` over `io[i]`.
+    fn run<P: Ports + Send + 'static>(self, io: Vec<P>) -> std::io::Result<Spawned> {
+        let mut workers = Vec::new();
+        let mut snapshots = Vec::new();
+        for (id, ((io, core), (chain, link))) in
+            io.into_iter().zip(self.cores).zip(self.chains).enumerate()
+        {
+            let snapshot = Arc::new(Mutex::new(Stats::default()));
+            snapshots.push(snapshot.clone());
+            let stop = self.stop.clone();
+            let epochs = self.epochs.clone();
+            let epoch_ns = self.epoch_ns;
+            let worker = Worker::new(id, chain, io, link);
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("bp-worker-{id}"))
+                    .spawn(move || run_worker(worker, core, &stop, &snapshot, &epochs, epoch_ns))?,
+            );
+        }
+        Ok((workers, snapshots))
+    }
+}
+
 /// A live worker's thread: pinned, then the worker loop; at every tick a
 /// snapshot of its counters and its closed epochs go to the owner, and a
 /// port's multicast cap is reported the first time it is reached.
-fn run_worker(
-    mut worker: Worker<SocketPorts>,
+fn run_worker<P: Ports>(
+    mut worker: Worker<P>,
     core: Option<core_affinity::CoreId>,
     stop: &AtomicBool,
     snapshot: &Mutex<Stats>,
@@ -308,7 +368,7 @@ fn run_worker(
     }
     let core = pinned.map(|c| c.id);
     let mut cap_warned = 0u64;
-    let mut hook = |w: &mut Worker<SocketPorts>, now: crate::clock::Timestamp, last: bool| {
+    let mut hook = |w: &mut Worker<P>, now: crate::clock::Timestamp, last: bool| {
         let stats = Stats::of(w, core);
         for i in &stats.multicast_interfaces {
             let bit = 1u64 << (i.stats.port & 63);

@@ -411,13 +411,24 @@ impl Stats {
 fn render_port(s: &mut String, i: &InterfaceReport) {
     let p = &i.port;
     let c = &p.counters;
+    // Ring-only counters appear once they are not zero.
+    let mut ring = String::new();
+    if i.rx.rx_frozen > 0 {
+        let _ = write!(ring, ", {} ring blocks held", i.rx.rx_frozen);
+    }
+    let tx_dropped = if i.rx.tx_dropped > 0 {
+        format!(", {} refused by the kernel", i.rx.tx_dropped)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "  port {} rx {} pkts {} B ({} err, {} outgoing dropped)  sent {} pkts {} B ({} err) hairpin {}",
+        "  port {} rx {} pkts {} B ({} err, {} kernel dropped{ring}, {} outgoing ignored)  sent {} pkts {} B ({} err{tx_dropped}) hairpin {}",
         p.name,
         i.rx.rx_packets,
         i.rx.rx_bytes,
         i.rx.rx_errors,
+        i.rx.rx_dropped,
         i.rx.rx_outgoing_dropped,
         c.sent,
         c.sent_bytes,

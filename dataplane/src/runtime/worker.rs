@@ -272,6 +272,7 @@ impl<P: Ports> Worker<P> {
         };
         if n == 0 {
             self.chain.egress_mut().send_due(now, &mut tap);
+            self.io.flush();
             let next = self.chain.egress().next_departure();
             return self.io.wait(next);
         }
@@ -282,6 +283,7 @@ impl<P: Ports> Worker<P> {
             now,
             &mut tap,
         );
+        self.io.flush();
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         record(&mut self.latency.processing, ns, n as u64);
         self.batches += 1;
@@ -302,6 +304,8 @@ impl<P: Ports> Worker<P> {
             now,
             &mut tap,
         );
+        self.io.flush();
+        self.io.refresh_counters();
     }
 
     /// Ends the run (see the module docs): drains or sends what is left,
@@ -316,6 +320,8 @@ impl<P: Ports> Worker<P> {
             };
             self.chain.egress_mut().drain_all(&mut tap);
         }
+        self.io.flush();
+        self.io.refresh_counters();
         let now = self.last_now;
         self.chain.finish(now);
     }
@@ -339,6 +345,7 @@ impl<P: Ports> Worker<P> {
                 latency: &mut self.latency,
             };
             self.chain.process(&mut self.batch, now, &mut tap);
+            self.io.flush();
         }
         loop {
             let now = self.io.now();
@@ -348,6 +355,7 @@ impl<P: Ports> Worker<P> {
                 latency: &mut self.latency,
             };
             self.chain.egress_mut().send_due(now, &mut tap);
+            self.io.flush();
             let Some(next) = self.chain.egress().next_departure() else {
                 break;
             };

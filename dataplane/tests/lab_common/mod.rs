@@ -38,6 +38,14 @@ pub fn skip_reason() -> Option<String> {
     }
 }
 
+/// Why the ring backend cannot run here, if the kernel refuses a packet
+/// ring ([`dataplane::io::ring::probe`]).
+pub fn ring_refused() -> Option<String> {
+    dataplane::io::ring::probe()
+        .err()
+        .map(|e| format!("the kernel refuses a packet ring: {e}"))
+}
+
 /// Runs `cmd` to completion within `limit`, killing it past that; its
 /// output goes through files so that nothing blocks on a full pipe.
 pub fn run_bounded(cmd: &mut Command, limit: Duration, what: &str) -> Output {

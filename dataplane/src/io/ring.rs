@@ -1,0 +1,839 @@
+//! Live ports over Linux packet rings (`TPACKET_V3`): the fast backend
+//! beside [`super::socket`] (`[io] backend = "ring"`).
+//!
+//! Each (worker, interface) socket gets a receive ring the kernel fills
+//! without a system call per frame: `PACKET_RX_RING` of
+//! [`RingConfig::blocks`] blocks of [`RingConfig::block_bytes`] bytes,
+//! mapped into the process. The kernel hands a block over when it is full
+//! or when [`RingConfig::block_timeout_ms`] has passed since its first
+//! frame (so a quiet port does not hold a batch back); the worker reads its
+//! frames in place, copies each into its batch, and gives the block back.
+//! Transmit is `sendmmsg(2)`: copies are gathered per port while a batch
+//! is processed and sent with one system call per port and batch
+//! ([`Ports::flush`]), past the qdisc layer (`PACKET_QDISC_BYPASS`).
+//!
+//! The sockets join the same `PACKET_FANOUT` hash group per interface as
+//! the pnet backend's, so a flow lands on one worker. The group is asked
+//! to ignore outgoing frames (`PACKET_FANOUT_FLAG_IGNORE_OUTGOING`, Linux
+//! 5.x; without it the group delivers frames other sockets send, see
+//! [`super::socket`]); each frame's packet type is checked as well, and an
+//! outgoing one is counted and dropped.
+//!
+//! Frames whose VLAN tag the kernel took out of the frame (the ring says
+//! so: `TP_STATUS_VLAN_VALID`, with `tp_vlan_tci` and, when
+//! `TP_STATUS_VLAN_TPID_VALID`, `tp_vlan_tpid`) get it put back after the
+//! MAC addresses, so the router sees the frame as it was on the wire.
+//!
+//! Losses the router never saw are read from the kernel
+//! (`PACKET_STATISTICS`: `tp_drops`, frames dropped because the ring was
+//! full; `tp_freeze_q_cnt`, blocks the kernel found still held) at every
+//! [`Ports::refresh_counters`] into each port's counters.
+//!
+//! The pieces are public for traffic-gen's live sender and receiver:
+//! [`RxRing`] (one ring socket) and [`send_batch`] (`sendmmsg` with a retry
+//! policy of the caller's).
+//!
+//! Not done: frames are copied out of the ring into the worker's batch
+//! (and into a send buffer per copy), not handed through in place; at
+//! 64-1518 bytes a copy costs less than the system calls the ring saves.
+//!
+//! A kernel without `TPACKET_V3`, or a ring it refuses (memory), gives an
+//! error naming the socket option ([`PortError::Os`]).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{Ordering, fence};
+use std::time::Duration;
+
+use crate::clock::{MonotonicClock, Timestamp};
+use crate::config::InterfaceConfig;
+use crate::io::port::{Ports, RxCounters};
+use crate::io::socket::{PortError, find_interface, setsockopt_int};
+use crate::pipeline::Batch;
+use crate::stage::egress::{Transmit, TxFrame};
+use crate::wire::LinkType;
+
+/// The size of a receive ring (see the module docs): `[io.ring]` in the
+/// router's file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RingConfig {
+    /// Bytes per block (a power of two, at least a page).
+    pub block_bytes: u32,
+    /// Blocks in the ring.
+    pub blocks: u32,
+    /// A block is handed over this long after its first frame at the
+    /// latest, ms.
+    pub block_timeout_ms: u32,
+}
+
+impl Default for RingConfig {
+    /// 16 blocks of 256 KiB (4 MiB, the pnet backend's default socket
+    /// buffer), 1 ms.
+    fn default() -> Self {
+        RingConfig {
+            block_bytes: 256 << 10,
+            blocks: 16,
+            block_timeout_ms: 1,
+        }
+    }
+}
+
+/// Frame slots the ring is sized for (the kernel's `tp_frame_size`; with
+/// `TPACKET_V3` frames are packed, so this only sets `tp_frame_nr`).
+const FRAME_SIZE: u32 = 2048;
+
+/// The frame header's length, aligned as the kernel places the
+/// `sockaddr_ll` after it (`TPACKET_ALIGN(sizeof(struct tpacket3_hdr))`).
+const HDR_LEN: usize = (std::mem::size_of::<libc::tpacket3_hdr>() + libc::TPACKET_ALIGNMENT - 1)
+    & !(libc::TPACKET_ALIGNMENT - 1);
+
+/// Copies gathered per port before [`Ports::flush`] sends them.
+const TX_BATCH: usize = 64;
+
+/// One mapped receive ring and its read position.
+struct Ring {
+    fd: OwnedFd,
+    map: *mut u8,
+    len: usize,
+    block_size: usize,
+    blocks: usize,
+    /// The block being read.
+    block: usize,
+    /// In that block: the next frame's offset and the frames left;
+    /// `None`: the block is not ours yet.
+    next: Option<(usize, u32)>,
+}
+
+// SAFETY: the mapping is owned by this value alone (no copy of the pointer
+// is kept elsewhere) and used from one thread at a time through `&mut self`.
+unsafe impl Send for Ring {}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: `map` and `len` are the mapping made in `open`, unmapped
+        // once, here; nothing borrows it any more.
+        unsafe {
+            libc::munmap(self.map.cast(), self.len);
+        }
+    }
+}
+
+/// A frame as the ring holds it.
+struct Slot {
+    /// Offset of the frame's first byte in the mapping.
+    mac: usize,
+    /// Bytes captured.
+    snaplen: usize,
+    /// Bytes on the wire.
+    len: u32,
+    status: u32,
+    vlan_tci: u16,
+    vlan_tpid: u16,
+    pkttype: u8,
+    /// Kernel receive time, ns since the Unix epoch (`CLOCK_REALTIME`).
+    ts_ns: u64,
+}
+
+impl Ring {
+    /// The block descriptor's status word of block `b`.
+    fn status(&self, b: usize) -> *mut u32 {
+        // The descriptor is `tpacket_block_desc`: version, offset_to_priv,
+        // then `tpacket_hdr_v1` whose first field is `block_status`.
+        // SAFETY (of the arithmetic): `b < blocks`, so the block starts
+        // inside the mapping; the status word is 8 bytes in.
+        self.map.wrapping_add(b * self.block_size + 8).cast()
+    }
+
+    /// The next frame, if the kernel has handed a block over.
+    fn next(&mut self) -> Option<Slot> {
+        loop {
+            if let Some((off, left)) = self.next {
+                if left > 0 {
+                    let base = self.block * self.block_size;
+                    let at = base + off;
+                    if at + std::mem::size_of::<libc::tpacket3_hdr>() > base + self.block_size {
+                        // A header the block cannot hold: give the block
+                        // back rather than read past it.
+                        self.next = Some((0, 0));
+                        continue;
+                    }
+                    // SAFETY: `at` is inside the mapping and in this block
+                    // (checked above), which the kernel handed over
+                    // (`TP_STATUS_USER`) and does not write until it is
+                    // given back; `read_unaligned` needs no alignment.
+                    let h: libc::tpacket3_hdr =
+                        unsafe { std::ptr::read_unaligned(self.map.add(at).cast()) };
+                    let sll_at = at + HDR_LEN;
+                    let pkttype = if sll_at + std::mem::size_of::<libc::sockaddr_ll>()
+                        <= base + self.block_size
+                    {
+                        // SAFETY: as above; the address follows the header
+                        // in the same block (checked).
+                        let sll: libc::sockaddr_ll =
+                            unsafe { std::ptr::read_unaligned(self.map.add(sll_at).cast()) };
+                        sll.sll_pkttype
+                    } else {
+                        libc::PACKET_HOST
+                    };
+                    let mac = at + usize::from(h.tp_mac);
+                    let snaplen =
+                        (h.tp_snaplen as usize).min((base + self.block_size).saturating_sub(mac));
+                    // The frames of a block are chained by `tp_next_offset`;
+                    // a zero offset before the count is out ends the block.
+                    let next_off = h.tp_next_offset as usize;
+                    self.next = Some(if next_off == 0 {
+                        (off, 0)
+                    } else {
+                        (off + next_off, left - 1)
+                    });
+                    return Some(Slot {
+                        mac,
+                        snaplen,
+                        len: h.tp_len,
+                        status: h.tp_status,
+                        vlan_tci: h.hv1.tp_vlan_tci as u16,
+                        vlan_tpid: h.hv1.tp_vlan_tpid,
+                        pkttype,
+                        ts_ns: u64::from(h.tp_sec) * 1_000_000_000 + u64::from(h.tp_nsec),
+                    });
+                }
+                // Done with the block: give it back to the kernel.
+                let st = self.status(self.block);
+                fence(Ordering::Release);
+                // SAFETY: `st` points at this block's status word inside
+                // the mapping; a volatile write is how the ring protocol
+                // hands the block back.
+                unsafe { std::ptr::write_volatile(st, libc::TP_STATUS_KERNEL) };
+                self.block = (self.block + 1) % self.blocks;
+                self.next = None;
+            }
+            let st = self.status(self.block);
+            // SAFETY: as above; the kernel writes this word, hence volatile.
+            let status = unsafe { std::ptr::read_volatile(st) };
+            if status & libc::TP_STATUS_USER == 0 {
+                return None;
+            }
+            fence(Ordering::Acquire);
+            let base = self.block * self.block_size;
+            // SAFETY: the block is ours (`TP_STATUS_USER`); its descriptor's
+            // header (`tpacket_hdr_v1`) starts 8 bytes in, inside the block.
+            let bh: libc::tpacket_hdr_v1 =
+                unsafe { std::ptr::read_unaligned(self.map.add(base + 8).cast()) };
+            self.next = Some((bh.offset_to_first_pkt as usize, bh.num_pkts));
+        }
+    }
+
+    /// The bytes of `s` (inside the mapping, in a block that is ours).
+    fn bytes(&self, s: &Slot) -> &[u8] {
+        // SAFETY: `mac .. mac + snaplen` lies inside the mapping (`snaplen`
+        // was cut to the block's end) in a block the kernel handed over
+        // and does not touch until `next` gives it back, which needs
+        // `&mut self`, so not while this borrow lives.
+        unsafe { std::slice::from_raw_parts(self.map.add(s.mac), s.snaplen) }
+    }
+}
+
+/// A frame read from an [`RxRing`].
+#[derive(Debug)]
+pub struct RingFrame<'a> {
+    /// The frame as it was on the wire (a VLAN tag the kernel took out is
+    /// back in).
+    pub bytes: &'a [u8],
+    /// Its length on the wire (more than `bytes` when truncated).
+    pub wire_len: u32,
+    /// Sent by this host (`PACKET_OUTGOING`), not received.
+    pub outgoing: bool,
+    /// Kernel receive time, ns since the Unix epoch (`CLOCK_REALTIME`).
+    pub ts_ns: u64,
+}
+
+/// One packet socket with a `TPACKET_V3` receive ring, bound to one
+/// interface (see the module docs). Sends go through the same socket
+/// ([`send_batch`] on [`RxRing::fd`]).
+pub struct RxRing {
+    name: String,
+    ring: Ring,
+    /// A frame with its VLAN tag put back.
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for RxRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxRing")
+            .field("name", &self.name)
+            .field("blocks", &self.ring.blocks)
+            .field("block_size", &self.ring.block_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RxRing {
+    /// Opens interface `name` on a ring of `rc`: promiscuous when asked,
+    /// outgoing frames ignored, past the qdisc on send, and in hash fanout
+    /// group `fanout` when given.
+    ///
+    /// # Errors
+    /// A missing or down interface, no `CAP_NET_RAW`, or the socket option
+    /// the kernel refused (named).
+    pub fn open(
+        name: &str,
+        promiscuous: bool,
+        fanout: Option<u16>,
+        rc: &RingConfig,
+    ) -> Result<RxRing, PortError> {
+        Ok(RxRing {
+            name: name.to_string(),
+            ring: open_ring(name, promiscuous, fanout, rc)?,
+            scratch: Vec::with_capacity(2048),
+        })
+    }
+
+    /// The interface name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The socket, for `poll(2)` and [`send_batch`].
+    pub fn fd(&self) -> RawFd {
+        self.ring.fd.as_raw_fd()
+    }
+
+    /// The next frame the kernel has handed over, if any (does not wait:
+    /// poll [`RxRing::fd`] for `POLLIN`).
+    pub fn next_frame(&mut self) -> Option<RingFrame<'_>> {
+        let s = self.ring.next()?;
+        let bytes = self.ring.bytes(&s);
+        let outgoing = s.pkttype == libc::PACKET_OUTGOING;
+        if s.status & libc::TP_STATUS_VLAN_VALID != 0 && bytes.len() >= 12 {
+            // Put the tag the kernel took out back after the MACs.
+            let tpid = if s.status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                s.vlan_tpid
+            } else {
+                0x8100
+            };
+            let f = &mut self.scratch;
+            f.clear();
+            f.extend_from_slice(&bytes[..12]);
+            f.extend_from_slice(&tpid.to_be_bytes());
+            f.extend_from_slice(&s.vlan_tci.to_be_bytes());
+            f.extend_from_slice(&bytes[12..]);
+            return Some(RingFrame {
+                bytes: f,
+                wire_len: s.len + 4,
+                outgoing,
+                ts_ns: s.ts_ns,
+            });
+        }
+        Some(RingFrame {
+            bytes,
+            wire_len: s.len,
+            outgoing,
+            ts_ns: s.ts_ns,
+        })
+    }
+
+    /// Frames the kernel dropped (ring full) and times it found the next
+    /// block still held, since the last call (`PACKET_STATISTICS`; the
+    /// kernel resets them on every read).
+    pub fn statistics(&self) -> (u64, u64) {
+        packet_statistics_v3(&self.ring.fd).map_or((0, 0), |st| {
+            (u64::from(st.tp_drops), u64::from(st.tp_freeze_q_cnt))
+        })
+    }
+}
+
+/// Sends `frames` on packet socket `fd` with as few `sendmmsg(2)` calls as
+/// the kernel allows (one per [`TX_BATCH`] frames when it takes them all).
+/// When a call fails, `retry` gets the error and says whether to try again
+/// (it may wait first); when it says no, the frames not sent are given up.
+/// Returns how many were sent, and the error that stopped it, if any.
+pub fn send_batch(
+    fd: RawFd,
+    frames: &[&[u8]],
+    mut retry: impl FnMut(&io::Error) -> bool,
+) -> (usize, Option<io::Error>) {
+    let mut done = 0usize;
+    for chunk in frames.chunks(TX_BATCH) {
+        let n = chunk.len();
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; TX_BATCH];
+        // SAFETY: an all-zero mmsghdr is a valid empty message.
+        let mut msgs: [libc::mmsghdr; TX_BATCH] = unsafe { std::mem::zeroed() };
+        for (k, f) in chunk.iter().enumerate() {
+            // The kernel only reads through this pointer (a send).
+            iov[k] = libc::iovec {
+                iov_base: f.as_ptr().cast_mut().cast(),
+                iov_len: f.len(),
+            };
+        }
+        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()).take(n) {
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        let mut sent = 0usize;
+        while sent < n {
+            // SAFETY: `msgs[sent..n]` are initialised messages whose single
+            // iovec points at a live frame of `frames` of its length, which
+            // the kernel only reads; `fd` is the caller's open socket.
+            let r = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    msgs.as_mut_ptr().add(sent),
+                    (n - sent) as libc::c_uint,
+                    0,
+                )
+            };
+            if r > 0 {
+                sent += r as usize;
+                continue;
+            }
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) || retry(&err) {
+                continue;
+            }
+            return (done + sent, Some(err));
+        }
+        done += n;
+    }
+    (done, None)
+}
+
+/// One worker's port on a ring.
+struct RingPort {
+    rx: RxRing,
+    /// Copies gathered for the next `sendmmsg`.
+    tx: Vec<Vec<u8>>,
+    tx_len: usize,
+}
+
+/// A worker's live ports over packet rings (see the module docs).
+pub struct RingPorts {
+    ports: Vec<RingPort>,
+    clock: MonotonicClock,
+    next: usize,
+    rx: Vec<RxCounters>,
+    pollfds: Vec<libc::pollfd>,
+}
+
+impl std::fmt::Debug for RingPorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RingPorts")
+            .field(
+                "ports",
+                &self.ports.iter().map(|p| p.rx.name()).collect::<Vec<_>>(),
+            )
+            .field("rx", &self.rx)
+            .finish_non_exhaustive()
+    }
+}
+
+fn os(name: &str, what: &'static str) -> impl FnOnce(io::Error) -> PortError {
+    let name = name.to_string();
+    move |err| PortError::Os { name, what, err }
+}
+
+/// `setsockopt(2)` of a plain-data value.
+fn setsockopt_val<T>(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY: `fd` is an open socket; `v` is a live `T` (plain data, as
+    // every option set here is) and its exact size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Opens interface `name` on a ring (see [`RxRing::open`]).
+fn open_ring(
+    name: &str,
+    promiscuous: bool,
+    fanout: Option<u16>,
+    rc: &RingConfig,
+) -> Result<Ring, PortError> {
+    let ifc = find_interface(name)?;
+    // SAFETY: plain socket(2) call with constant arguments; checked below.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        let err = io::Error::last_os_error();
+        return Err(match err.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => PortError::Permission(name.to_string(), err),
+            _ => PortError::Os {
+                name: name.to_string(),
+                what: "socket(AF_PACKET)",
+                err,
+            },
+        });
+    }
+    // SAFETY: `raw` was just returned by socket(2) and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    setsockopt_int(
+        &fd,
+        libc::SOL_PACKET,
+        libc::PACKET_VERSION,
+        libc::tpacket_versions::TPACKET_V3 as libc::c_int,
+    )
+    .map_err(os(name, "setsockopt(PACKET_VERSION, TPACKET_V3)"))?;
+    let req = libc::tpacket_req3 {
+        tp_block_size: rc.block_bytes,
+        tp_block_nr: rc.blocks,
+        tp_frame_size: FRAME_SIZE,
+        tp_frame_nr: rc.block_bytes / FRAME_SIZE * rc.blocks,
+        tp_retire_blk_tov: rc.block_timeout_ms,
+        tp_sizeof_priv: 0,
+        tp_feature_req_word: 0,
+    };
+    setsockopt_val(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
+        .map_err(os(name, "setsockopt(PACKET_RX_RING)"))?;
+    let len = rc.block_bytes as usize * rc.blocks as usize;
+    // SAFETY: maps the ring the kernel just made for `fd`, `len` bytes as
+    // it was sized; the result is checked against MAP_FAILED.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return Err(PortError::Os {
+            name: name.to_string(),
+            what: "mmap(PACKET_RX_RING)",
+            err: io::Error::last_os_error(),
+        });
+    }
+    let ring = Ring {
+        fd,
+        map: map.cast(),
+        len,
+        block_size: rc.block_bytes as usize,
+        blocks: rc.blocks as usize,
+        block: 0,
+        next: None,
+    };
+    // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    sll.sll_ifindex = ifc.index as libc::c_int;
+    // SAFETY: `sll` is a live sockaddr_ll and its exact size is passed.
+    let rcb = unsafe {
+        libc::bind(
+            ring.fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rcb != 0 {
+        return Err(PortError::Os {
+            name: name.to_string(),
+            what: "bind(AF_PACKET)",
+            err: io::Error::last_os_error(),
+        });
+    }
+    if promiscuous {
+        let mreq = libc::packet_mreq {
+            mr_ifindex: ifc.index as libc::c_int,
+            mr_type: libc::PACKET_MR_PROMISC as u16,
+            mr_alen: 0,
+            mr_address: [0; 8],
+        };
+        setsockopt_val(
+            &ring.fd,
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            &mreq,
+        )
+        .map_err(os(
+            name,
+            "setsockopt(PACKET_ADD_MEMBERSHIP, PACKET_MR_PROMISC)",
+        ))?;
+    }
+    setsockopt_int(&ring.fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)
+        .map_err(|e| PortError::IgnoreOutgoing(name.to_string(), e))?;
+    setsockopt_int(&ring.fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1)
+        .map_err(os(name, "setsockopt(PACKET_QDISC_BYPASS)"))?;
+    if let Some(group) = fanout {
+        let arg = |flags: libc::c_uint| -> libc::c_int {
+            (u32::from(group) | ((libc::PACKET_FANOUT_HASH | flags) << 16)) as libc::c_int
+        };
+        if setsockopt_int(
+            &ring.fd,
+            libc::SOL_PACKET,
+            libc::PACKET_FANOUT,
+            arg(libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING),
+        )
+        .is_err()
+        {
+            // Older kernels know no IGNORE_OUTGOING flag; the packet type
+            // is checked per frame anyway.
+            setsockopt_int(&ring.fd, libc::SOL_PACKET, libc::PACKET_FANOUT, arg(0))
+                .map_err(os(name, "setsockopt(PACKET_FANOUT)"))?;
+        }
+    }
+    Ok(ring)
+}
+
+/// Whether this kernel and process can have a packet ring: opens a packet
+/// socket and asks for a small `TPACKET_V3` receive ring, bound to no
+/// interface (so nothing arrives). `Err` names what was refused.
+///
+/// # Errors
+/// No `CAP_NET_RAW`, or the socket option the kernel refused.
+pub fn probe() -> Result<(), PortError> {
+    let name = "(probe)";
+    // SAFETY: plain socket(2) call with constant arguments; checked below.
+    // Protocol 0: the socket receives nothing until bound.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(PortError::Permission(
+            name.to_string(),
+            io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: `raw` was just returned by socket(2) and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    setsockopt_int(
+        &fd,
+        libc::SOL_PACKET,
+        libc::PACKET_VERSION,
+        libc::tpacket_versions::TPACKET_V3 as libc::c_int,
+    )
+    .map_err(os(name, "setsockopt(PACKET_VERSION, TPACKET_V3)"))?;
+    let req = libc::tpacket_req3 {
+        tp_block_size: 1 << 16,
+        tp_block_nr: 2,
+        tp_frame_size: FRAME_SIZE,
+        tp_frame_nr: (1 << 16) / FRAME_SIZE * 2,
+        tp_retire_blk_tov: 1,
+        tp_sizeof_priv: 0,
+        tp_feature_req_word: 0,
+    };
+    setsockopt_val(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
+        .map_err(os(name, "setsockopt(PACKET_RX_RING)"))
+}
+
+impl RingPorts {
+    /// One worker's ports (port `i` is `interfaces[i]`) on rings of `rc`,
+    /// in the fanout groups `groups[i]`, on `clock`.
+    ///
+    /// # Errors
+    /// As [`open_ring`]: the first port that could not be opened.
+    pub fn open(
+        interfaces: &[InterfaceConfig],
+        groups: &[u16],
+        rc: &RingConfig,
+        clock: MonotonicClock,
+    ) -> Result<RingPorts, PortError> {
+        let mut ports = Vec::with_capacity(interfaces.len());
+        for (cfg, &g) in interfaces.iter().zip(groups) {
+            ports.push(RingPort {
+                rx: RxRing::open(&cfg.name, cfg.promiscuous, Some(g), rc)?,
+                tx: (0..TX_BATCH).map(|_| Vec::with_capacity(2048)).collect(),
+                tx_len: 0,
+            });
+        }
+        let n = ports.len();
+        Ok(RingPorts {
+            ports,
+            clock,
+            next: 0,
+            rx: vec![RxCounters::default(); n],
+            pollfds: Vec::with_capacity(n),
+        })
+    }
+
+    /// The interface names, in port order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.ports.iter().map(|p| p.rx.name())
+    }
+
+    /// Reads up to the batch's room from port `i`'s ring.
+    fn fill(&mut self, i: usize, batch: &mut Batch) -> usize {
+        let mut n = 0;
+        let Some(port) = self.ports.get_mut(i) else {
+            return 0;
+        };
+        while !batch.is_full() {
+            let Some(f) = port.rx.next_frame() else { break };
+            let rx = &mut self.rx[i];
+            if f.outgoing {
+                rx.rx_outgoing_dropped += 1;
+                continue;
+            }
+            rx.rx_packets += 1;
+            rx.rx_bytes += u64::from(f.wire_len);
+            batch.push_from(
+                self.clock.now(),
+                f.wire_len,
+                LinkType::Ethernet,
+                i as u8,
+                f.bytes,
+            );
+            n += 1;
+        }
+        n
+    }
+
+    /// Sends port `i`'s gathered copies with one `sendmmsg(2)`, waiting
+    /// once (10 ms at most) for room; the ones the kernel refuses are
+    /// counted (`tx_dropped`).
+    fn flush_port(&mut self, i: usize) {
+        let Some(p) = self.ports.get_mut(i) else {
+            return;
+        };
+        let n = p.tx_len;
+        if n == 0 {
+            return;
+        }
+        let mut frames: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
+        for (f, b) in frames.iter_mut().zip(&p.tx[..n]) {
+            *f = b;
+        }
+        let fd = p.rx.fd();
+        let mut waited = false;
+        let (sent, _) = send_batch(fd, &frames[..n], |err| {
+            let full = matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS));
+            if !full || waited {
+                return false;
+            }
+            waited = true;
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            // SAFETY: one live pollfd for the duration of the call.
+            unsafe { libc::poll(&mut pfd, 1, 10) };
+            true
+        });
+        self.rx[i].tx_dropped += (n - sent) as u64;
+        p.tx_len = 0;
+    }
+}
+
+impl Transmit for RingPorts {
+    /// Gathers the copy for the port's next `sendmmsg` (sent at
+    /// [`Ports::flush`], or at once when [`TX_BATCH`] are waiting).
+    fn send(&mut self, f: &TxFrame<'_>) -> bool {
+        let i = usize::from(f.port);
+        if i >= self.ports.len() {
+            return false;
+        }
+        if self.ports[i].tx_len == TX_BATCH {
+            self.flush_port(i);
+        }
+        let p = &mut self.ports[i];
+        let b = &mut p.tx[p.tx_len];
+        b.clear();
+        b.extend_from_slice(f.frame);
+        p.tx_len += 1;
+        true
+    }
+}
+
+impl Ports for RingPorts {
+    fn recv(&mut self, batch: &mut Batch) -> usize {
+        let n = self.ports.len();
+        for k in 0..n {
+            let i = (self.next + k) % n;
+            let got = self.fill(i, batch);
+            if got > 0 {
+                self.next = (i + 1) % n;
+                return got;
+            }
+        }
+        0
+    }
+
+    fn now(&mut self) -> Timestamp {
+        self.clock.now()
+    }
+
+    fn wait(&mut self, until: Option<Timestamp>) -> bool {
+        self.flush();
+        let now = self.clock.now();
+        let timeout = until.map_or(crate::io::socket::IDLE_POLL, |t| {
+            crate::io::socket::IDLE_POLL.min(Duration::from_nanos(t.nanos_since(now)))
+        });
+        self.pollfds.clear();
+        self.pollfds.extend(self.ports.iter().map(|p| libc::pollfd {
+            fd: p.rx.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: timeout.subsec_nanos().into(),
+        };
+        // SAFETY: `pollfds` is a live array of `len()` initialised pollfd
+        // structs and `ts` a live timespec for the call; a null signal mask
+        // leaves the mask alone. The descriptors are open (owned by the
+        // rings in `self.ports`).
+        unsafe {
+            libc::ppoll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            );
+        }
+        true
+    }
+
+    fn real_time(&self) -> bool {
+        true
+    }
+
+    fn rx_counters(&self) -> &[RxCounters] {
+        &self.rx
+    }
+
+    fn flush(&mut self) {
+        for i in 0..self.ports.len() {
+            self.flush_port(i);
+        }
+    }
+
+    fn refresh_counters(&mut self) {
+        for (p, rx) in self.ports.iter().zip(&mut self.rx) {
+            let (dropped, frozen) = p.rx.statistics();
+            rx.rx_dropped += dropped;
+            rx.rx_frozen += frozen;
+        }
+    }
+}
+
+/// `getsockopt(PACKET_STATISTICS)` of a `TPACKET_V3` socket (the kernel
+/// resets the counts on every read).
+fn packet_statistics_v3(fd: &OwnedFd) -> Option<libc::tpacket_stats_v3> {
+    // SAFETY: plain data; all zeroes is a valid value.
+    let mut st: libc::tpacket_stats_v3 = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+    // SAFETY: `fd` is an open packet socket; `st` and `len` are live and
+    // `len` holds the size of `st`, so the kernel writes within it.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut st as *mut libc::tpacket_stats_v3).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(st)
+}
