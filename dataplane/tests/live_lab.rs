@@ -34,6 +34,13 @@
 //!    filter on r-a (counted) and loses it on r-b (counted), so B sees
 //!    plain 20-byte IPv4 headers with valid checksums.
 //!
+//! 6. One shaped queue per port: a third router run, two workers, r-b
+//!    shaped to 4 Mbit/s; A sends 12 Mbit/s in 32 flows (so both workers
+//!    read some), and B's arrival rate must be within 2% of 4 Mbit/s
+//!    (with a queue per worker it would be 8).
+//!
+//! The test runs once per port backend (`[io] backend`: pnet and ring).
+//!
 //! Everything is bounded by timeouts (the whole test takes a few seconds),
 //! and a guard kills the router and takes the lab down whatever happens.
 
@@ -306,6 +313,9 @@ epoch_ms = 500
     // 5. ECN through a real shaped SFB queue, with a second router run.
     ecn_phase(&mut lab, backend);
 
+    // 6. One queue per shaped port with two workers and many flows.
+    shared_queue_phase(&mut lab, backend);
+
     drop(lab);
     eprintln!("{name}: ok in {:?}", t0.elapsed());
 }
@@ -368,8 +378,8 @@ struct Arrival {
     ours: Option<(u32, u8, bool, usize)>,
 }
 
-/// The ECN phase's datagram in an Ethernet frame, if it is one.
-fn parse_ours(f: &[u8]) -> Option<(u32, u8, bool, usize)> {
+/// A datagram of ours (UDP to `port`) in an Ethernet frame, if it is one.
+fn parse_ours(f: &[u8], port: u16) -> Option<(u32, u8, bool, usize)> {
     if f.get(12..14)? != [0x08, 0x00] {
         return None;
     }
@@ -379,7 +389,7 @@ fn parse_ours(f: &[u8]) -> Option<(u32, u8, bool, usize)> {
         return None;
     }
     let udp = ip.get(ihl..)?;
-    if u16::from_be_bytes([*udp.get(2)?, *udp.get(3)?]) != ECN_PORT {
+    if u16::from_be_bytes([*udp.get(2)?, *udp.get(3)?]) != port {
         return None;
     }
     let seq = u32::from_be_bytes(udp.get(8..12)?.try_into().ok()?);
@@ -405,9 +415,11 @@ fn setsockopt_val<T>(s: &impl AsRawFd, level: libc::c_int, name: libc::c_int, va
 
 /// Captures every frame arriving on `ifname` (this thread's namespace)
 /// with its kernel timestamp, until `stop` is set and the link has been
-/// quiet for 50 ms (or 30 s have passed). Says `ready` once bound.
+/// quiet for 50 ms (or 30 s have passed); datagrams to `port` are ours.
+/// Says `ready` once bound.
 fn capture_link(
     ifname: &str,
+    port: u16,
     stop: Arc<AtomicBool>,
     ready: std::sync::mpsc::Sender<()>,
 ) -> Vec<Arrival> {
@@ -475,7 +487,7 @@ fn capture_link(
         out.push(Arrival {
             ns,
             len: n,
-            ours: parse_ours(&buf[..n.min(buf.len())]),
+            ours: parse_ours(&buf[..n.min(buf.len())], port),
         });
     }
     out
@@ -508,7 +520,9 @@ fn ecn_phase(lab: &mut Lab, backend: &str) {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let capture = {
         let stop = stop.clone();
-        spawn_in_netns(&lab.ns("b"), move || capture_link("eth0", stop, ready_tx))
+        spawn_in_netns(&lab.ns("b"), move || {
+            capture_link("eth0", ECN_PORT, stop, ready_tx)
+        })
     };
     ready_rx
         .recv_timeout(Duration::from_secs(5))
@@ -671,5 +685,133 @@ fn ecn_phase(lab: &mut Lab, backend: &str) {
     assert!(
         (0.7 * want..=1.3 * want).contains(&rate),
         "arrival rate at B {rate:.0} bit/s is not within 30% of the configured {want:.0}\n{ctx}"
+    );
+}
+
+/// The shared-queue phase: flows, their destination port, the burst.
+const SHARED_FLOWS: u16 = 32;
+const SHARED_PORT: u16 = 9200;
+const SHARED_BURST: Duration = Duration::from_secs(2);
+
+fn shared_queue_phase(lab: &mut Lab, backend: &str) {
+    let pps = ECN_OVERLOAD * ECN_RATE_BPS as f64 / (ECN_FRAME * 8) as f64;
+    let n = (pps * SHARED_BURST.as_secs_f64()) as u32;
+    let gap = Duration::from_secs_f64(1.0 / pps);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let capture = {
+        let stop = stop.clone();
+        spawn_in_netns(&lab.ns("b"), move || {
+            capture_link("eth0", SHARED_PORT, stop, ready_tx)
+        })
+    };
+    ready_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("capture on B ready");
+    let _sink = in_netns(&lab.ns("b"), || UdpSocket::bind((B, SHARED_PORT)).unwrap());
+    let config = format!(
+        r#"
+[workers]
+count = 2
+
+[[interfaces]]
+name = "r-a"
+[[interfaces]]
+name = "r-b"
+[interfaces.egress]
+rate_bps = {ECN_RATE_BPS}
+burst_bytes = 3000
+limit = 64
+[interfaces.sfb]
+limit = 64
+max = 8
+target = 5
+[[interfaces]]
+name = "r-c"
+
+[[wires]]
+from = "r-a"
+to = "r-b"
+bidirectional = true
+{io}"#,
+        io = io_section(backend)
+    );
+    let (err_path, report_path) = start_router(lab, "shared", &config, &[]);
+    // 32 flows: one socket per source port, taking turns.
+    let socks: Vec<UdpSocket> = in_netns(&lab.ns("a"), || {
+        (0..SHARED_FLOWS)
+            .map(|_| UdpSocket::bind((A, 0)).unwrap())
+            .collect()
+    });
+    let to = SocketAddr::from((B, SHARED_PORT));
+    let mut payload = [0u8; ECN_PAYLOAD];
+    let start = Instant::now();
+    for i in 0..n {
+        let due = start + gap * i;
+        if let Some(d) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
+        payload[..4].copy_from_slice(&i.to_be_bytes());
+        socks[i as usize % socks.len()]
+            .send_to(&payload, to)
+            .expect("send");
+    }
+    let (err, report) = stop_router(lab, &err_path, &report_path);
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::SeqCst);
+    let arrivals = capture.join().expect("capture thread");
+
+    let total = &report["total"];
+    let pl = &total["pipeline"];
+    let rb = interface(total, "r-b");
+    let ctx = format!("pipeline: {pl}\nr-b: {rb}\n{err}");
+    let workers = report["workers"].as_array().expect("workers");
+    for w in workers {
+        let ra = interface(w, "r-a");
+        assert!(
+            u(&ra["rx_packets"]) > 0,
+            "the flows did not spread over both workers: {ra}\n{ctx}"
+        );
+    }
+    assert_eq!(
+        u(&pl["received"]),
+        u(&pl["forwarded"]) + u(&pl["dropped"]),
+        "{ctx}"
+    );
+    let ours: Vec<(u64, usize)> = arrivals
+        .iter()
+        .filter(|a| a.ours.is_some())
+        .map(|a| (a.ns, a.len))
+        .collect();
+    assert_eq!(arrivals.len() as u64, u(&rb["sent"]), "{ctx}");
+    assert!(
+        u(&rb["sfb"]["bucketdrop"]) + u(&rb["sfb"]["earlydrop"]) + u(&rb["sfb"]["queuedrop"]) > 0,
+        "three times the rate, and nothing dropped?\n{ctx}"
+    );
+    let first = ours.iter().map(|o| o.0).min().unwrap_or(0);
+    let last = ours.iter().map(|o| o.0).max().unwrap_or(0);
+    let bits: u64 = ours
+        .iter()
+        .filter(|o| o.0 != first)
+        .map(|o| o.1 as u64 * 8)
+        .sum();
+    let secs = (last - first) as f64 / 1e9;
+    let rate = bits as f64 / secs.max(1e-9);
+    let want = ECN_RATE_BPS as f64;
+    eprintln!(
+        "live_router_in_netns_lab ({backend}): shared queue: A sent {n} datagrams in {SHARED_FLOWS} flows at {:.1} Mbit/s; \
+         workers read {:?}; B got {} over {secs:.3} s at {:.3} Mbit/s (configured {:.3})",
+        pps * (ECN_FRAME * 8) as f64 / 1e6,
+        workers
+            .iter()
+            .map(|w| u(&interface(w, "r-a")["rx_packets"]))
+            .collect::<Vec<_>>(),
+        ours.len(),
+        rate / 1e6,
+        want / 1e6,
+    );
+    assert!(
+        (0.98 * want..=1.02 * want).contains(&rate),
+        "arrival rate at B {rate:.0} bit/s is not within 2% of the configured {want:.0}\n{ctx}"
     );
 }

@@ -26,9 +26,10 @@
 //! leaves to chance are seeded from `--seed` ([`RouterConfig::fill_seeds`]).
 //! With `n` workers, each flow's fate is still decided by one worker on its
 //! own packets in capture order, so heavy flows, Icarus and, for ports
-//! without a queue, every copy are the same; but each worker has its own
-//! queue per shaped port (as the live router does), which changes SFB's
-//! decisions, and multicast memberships learned by one worker reach the
+//! without a queue, every copy are the same; but the workers offer their
+//! copies to a shaped port's one queue (as the live router does) in an
+//! order that depends on thread timing, which changes SFB's decisions, and
+//! multicast memberships learned by one worker reach the
 //! others between batches whose order depends on thread timing. The
 //! written captures are merged per port in departure-time order.
 //!

@@ -55,6 +55,14 @@ pub trait Ports: Transmit {
     /// the time of the latest frame handed out (capture time).
     fn now(&mut self) -> Timestamp;
 
+    /// How long input may sit in the backend, unread though it arrived,
+    /// before [`Ports::recv`] can see it (a ring's part-filled block waits
+    /// for its timeout). A stopping worker waits this long for more before
+    /// it concludes the input is drained. Zero by default.
+    fn settle_time(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// Nothing came in: waits until input may be there, or until `until`
     /// (the next queued departure) has passed. `false` when no input will
     /// ever come again (the end of a capture or of the frames in memory).

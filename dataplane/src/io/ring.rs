@@ -416,6 +416,7 @@ pub struct RingPorts {
     next: usize,
     rx: Vec<RxCounters>,
     pollfds: Vec<libc::pollfd>,
+    block_timeout_ms: u32,
 }
 
 impl std::fmt::Debug for RingPorts {
@@ -654,6 +655,7 @@ impl RingPorts {
             next: 0,
             rx: vec![RxCounters::default(); n],
             pollfds: Vec::with_capacity(n),
+            block_timeout_ms: rc.block_timeout_ms,
         })
     }
 
@@ -797,6 +799,11 @@ impl Ports for RingPorts {
 
     fn real_time(&self) -> bool {
         true
+    }
+
+    /// Twice the block timeout: a part-filled block is handed over by then.
+    fn settle_time(&self) -> Duration {
+        Duration::from_millis(2 * u64::from(self.block_timeout_ms.max(1)))
     }
 
     fn rx_counters(&self) -> &[RxCounters] {

@@ -17,10 +17,24 @@
 //! the tick and the reader take, and hands its closed heavy-flow epochs to
 //! the reporter, which writes an epoch once every worker has closed it.
 //!
-//! Each worker has its own queue per shaped port, draining at the port's
-//! configured rate: a flow is always on one worker and sees that rate, and
-//! with `n` workers the port carries up to `n` times the rate when flows
-//! spread over them (as with one `tbf` per transmit queue under `mq`).
+//! A shaped port has one queue, whatever the number of workers: worker 0's
+//! chain makes it and every other worker's egress stage uses it
+//! ([`crate::stage::egress::Egress::share_queues`]), so the port holds its
+//! configured rate and SFB judges the whole queue, as Linux `sch_sfb` on
+//! the port would. The queue sits behind a mutex: a worker takes it once
+//! per batch that has copies for the port (to offer them) and when it
+//! sends what the shaper released (with `try_lock`, leaving a queue
+//! another worker holds to that worker); any worker sends released copies,
+//! through its own socket. We chose this over handing frames to the
+//! queue's owner through a lock-free ring, or a shared token bucket in
+//! front of per-worker queues, because the lock is taken per batch, not
+//! per packet, and a shaped port's rate (what the shaper lets out) is far
+//! below what one worker forwards, so the lock is rarely contended: the
+//! handoff ring would add a copy and a wake-up per frame, and per-worker
+//! queues under one bucket would still show SFB `n` short queues. Each
+//! worker counts what it offered, dropped and sent, so a port's counters
+//! balance over the workers together; the queue's backlog and SFB figures
+//! are reported once, in worker 0's stats.
 //!
 //! Multicast memberships are shared ([`share`]). A report reaches only the
 //! worker its flow hashes to, while data to its group may hash to another,
@@ -100,16 +114,20 @@ pub fn build_workers(
 ) -> Result<Vec<(Chain, Option<MembershipLink>)>, ChainError> {
     let share = workers > 1 && cfg.multicast_config().is_some();
     let mut links = share.then(|| share::links(workers).into_iter());
-    (0..workers)
-        .map(|_| {
-            let mut chain = Chain::build(cfg)?;
-            let link = links.as_mut().and_then(Iterator::next);
-            if let Some(l) = &link {
-                l.attach(&mut chain);
-            }
-            Ok((chain, link))
-        })
-        .collect()
+    let mut out: Vec<(Chain, Option<MembershipLink>)> = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let mut chain = Chain::build(cfg)?;
+        let link = links.as_mut().and_then(Iterator::next);
+        if let Some(l) = &link {
+            l.attach(&mut chain);
+        }
+        // One queue per shaped port, worker 0's (see the module docs).
+        if let Some((first, _)) = out.first() {
+            chain.egress_mut().share_queues(first.egress());
+        }
+        out.push((chain, link));
+    }
+    Ok(out)
 }
 
 /// Options of [`Router::start`] that are not in the file.

@@ -333,11 +333,25 @@ impl<P: Ports> Worker<P> {
             .io
             .now()
             .add_nanos(u64::try_from(DRAIN_DEADLINE.as_nanos()).unwrap_or(u64::MAX));
+        // Input that arrived before the stop may not be readable yet (a
+        // ring's part-filled block): after an empty read, wait for it once.
+        let settle = u64::try_from(self.io.settle_time().as_nanos()).unwrap_or(u64::MAX);
+        let mut waited = settle == 0;
         loop {
             self.batch.clear();
-            if self.io.now() >= deadline || self.io.recv(&mut self.batch) == 0 {
+            if self.io.now() >= deadline {
                 break;
             }
+            if self.io.recv(&mut self.batch) == 0 {
+                if waited {
+                    break;
+                }
+                waited = true;
+                let now = self.io.now();
+                self.io.wait(Some(now.add_nanos(settle).min(deadline)));
+                continue;
+            }
+            waited = settle == 0;
             let now = self.io.now();
             self.last_now = now;
             let mut tap = Tap {

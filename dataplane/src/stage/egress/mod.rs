@@ -58,6 +58,8 @@
 
 pub mod shaper;
 
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
 use serde::Serialize;
 
 pub use shaper::{Departure, EgressConfig, EgressQueue, EgressStats};
@@ -363,13 +365,31 @@ struct Held {
     wire_len: u32,
 }
 
+/// A port's queue with the buffers of its queued copies: one per port,
+/// shared by every worker's stage ([`Egress::share_queues`]).
+#[derive(Debug)]
+struct QueueState {
+    /// Items are slots of `pool`.
+    queue: SfbQueue<Held>,
+    pool: FramePool,
+    /// The latest arrival offered to the queue.
+    last: Timestamp,
+}
+
+/// A handle on a port's [`QueueState`].
+type SharedQueue = Arc<Mutex<QueueState>>;
+
+/// Locks a port's queue. A worker that panicked while holding it left the
+/// queue in a state SFB and the shaper can still work with (every update
+/// is a counter or a list push), so a poisoned lock is taken as it is.
+fn lock(q: &SharedQueue) -> MutexGuard<'_, QueueState> {
+    q.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 #[derive(Debug)]
 struct Port {
     name: String,
-    /// Items are pool slots.
-    queue: Option<SfbQueue<Held>>,
-    /// The latest arrival offered to the queue.
-    last: Timestamp,
+    queue: Option<SharedQueue>,
     counters: PortCounters,
 }
 
@@ -399,7 +419,9 @@ pub struct Egress {
     strip: u64,
     /// Ports that exist.
     all: u64,
-    pool: FramePool,
+    /// Whether this stage reports its queues' backlog and SFB figures
+    /// (the one that made them; see [`Egress::share_queues`]).
+    reports_queues: bool,
     keys: PortKeys,
     scratch: Vec<u8>,
     offered: Vec<Offered>,
@@ -420,7 +442,6 @@ impl Egress {
     pub fn new(specs: Vec<PortSpec>) -> Result<Self, PortConfigError> {
         let mut ports = Vec::with_capacity(specs.len());
         let (mut queued, mut strip, mut all) = (0u64, 0u64, 0u64);
-        let mut limit = 0usize;
         for (i, s) in specs
             .into_iter()
             .take(usize::from(PortSet::MAX_PORTS))
@@ -434,18 +455,19 @@ impl Egress {
             let queue = match s.queue {
                 Some((sfb, egress)) => {
                     queued |= bit;
-                    limit = limit.saturating_add(sfb.limit.min(egress.limit));
-                    Some(
-                        SfbQueue::new(sfb, egress)
+                    let limit = sfb.limit.min(egress.limit);
+                    Some(Arc::new(Mutex::new(QueueState {
+                        queue: SfbQueue::new(sfb, egress)
                             .map_err(|err| PortConfigError { port: i, err })?,
-                    )
+                        pool: FramePool::with_capacity(limit.saturating_add(1).min(POOL_PREALLOC)),
+                        last: Timestamp::ZERO,
+                    })))
                 }
                 None => None,
             };
             ports.push(Port {
                 name: s.name,
                 queue,
-                last: Timestamp::ZERO,
                 counters: PortCounters::default(),
             });
         }
@@ -454,7 +476,7 @@ impl Egress {
             queued,
             strip,
             all,
-            pool: FramePool::with_capacity(limit.saturating_add(1).min(POOL_PREALLOC)),
+            reports_queues: true,
             keys: PortKeys::new(),
             scratch: Vec::with_capacity(FRAME_CAPACITY),
             offered: Vec::new(),
@@ -464,6 +486,26 @@ impl Egress {
             discarded_sole: 0,
             discarded_sole_marked: 0,
         })
+    }
+
+    /// Makes this stage use `owner`'s port queues instead of its own, so
+    /// that every worker's copies for a port go through one queue, which
+    /// holds the port's rate and gives SFB the whole queue to judge
+    /// (another worker's stage built from the same config). Any worker
+    /// sends what the shaper releases, through its own ports. This stage's
+    /// counters stay its own (what it offered, sent, dropped); the queues'
+    /// backlog and SFB figures are reported by `owner` alone, so that
+    /// merging the workers' reports counts them once.
+    ///
+    /// # Panics
+    /// Never; a port `owner` lacks, or has no queue for, keeps its own.
+    pub fn share_queues(&mut self, owner: &Egress) {
+        for (p, o) in self.ports.iter_mut().zip(&owner.ports) {
+            if let (Some(q), Some(oq)) = (&mut p.queue, &o.queue) {
+                *q = oq.clone();
+            }
+        }
+        self.reports_queues = false;
     }
 
     /// The ports that have a queue.
@@ -489,20 +531,25 @@ impl Egress {
     /// Copies queued and their bytes, over every queue.
     pub fn backlog(&self) -> (usize, u64) {
         self.queues().fold((0, 0), |(n, b), q| {
-            (n + q.queue().len(), b + q.queue().backlog_bytes())
+            let st = lock(q);
+            (
+                n + st.queue.queue().len(),
+                b + st.queue.queue().backlog_bytes(),
+            )
         })
     }
 
     /// The earliest time a queued copy is released (`None`: all empty).
     pub fn next_departure(&self) -> Option<Timestamp> {
         self.queues()
-            .filter_map(|q| q.queue().next_departure())
+            .filter_map(|q| lock(q).queue.queue().next_departure())
             .min()
     }
 
-    /// Pool slots made so far (bounded by the queues' limits plus one).
+    /// Pool slots made so far over every queue (bounded by the queues'
+    /// limits plus one each).
     pub fn pool_slots(&self) -> usize {
-        self.pool.slots()
+        self.queues().map(|q| lock(q).pool.slots()).sum()
     }
 
     /// Each port's counters, in port order.
@@ -511,7 +558,7 @@ impl Egress {
     }
 
     /// The port queues.
-    fn queues(&self) -> impl Iterator<Item = &SfbQueue<Held>> {
+    fn queues(&self) -> impl Iterator<Item = &SharedQueue> {
         self.ports.iter().filter_map(|p| p.queue.as_ref())
     }
 
@@ -523,7 +570,12 @@ impl Egress {
             .map(|p| {
                 let (backlog_packets, backlog_bytes, rate_bps, sfb) = match &p.queue {
                     None => (0, 0, None, None),
+                    Some(q) if !self.reports_queues => {
+                        (0, 0, Some(lock(q).queue.queue().config().rate_bps), None)
+                    }
                     Some(q) => {
+                        let guard = lock(q);
+                        let q = &guard.queue;
                         let st = q.sfb().stats(now);
                         let eq = q.queue();
                         let sfb = SfbSummary {
@@ -574,11 +626,11 @@ impl Egress {
     }
 
     /// Sends every queued copy the shapers released by `now`; returns how
-    /// many.
+    /// many. A queue another worker holds at the moment is left to it.
     pub fn send_due(&mut self, now: Timestamp, tx: &mut impl Transmit) -> usize {
         let mut n = 0;
         for port in 0..self.ports.len() {
-            n += self.drain(port, now, tx);
+            n += self.drain(port, now, tx, false);
         }
         n
     }
@@ -587,7 +639,11 @@ impl Egress {
     /// of a replay: capture time runs on until the queues are empty);
     /// returns how many.
     pub fn drain_all(&mut self, tx: &mut impl Transmit) -> usize {
-        self.send_due(Timestamp::from_nanos(u64::MAX), tx)
+        let mut n = 0;
+        for port in 0..self.ports.len() {
+            n += self.drain(port, Timestamp::from_nanos(u64::MAX), tx, true);
+        }
+        n
     }
 
     /// Drops every queued copy (a live shutdown, after the drain
@@ -595,17 +651,19 @@ impl Egress {
     pub fn discard_all(&mut self) -> u64 {
         let mut n = 0;
         for p in &mut self.ports {
-            let Some(q) = &mut p.queue else { continue };
-            while let Some(d) = q.dequeue(Timestamp::from_nanos(u64::MAX)) {
+            let Some(q) = &p.queue else { continue };
+            let mut guard = lock(q);
+            let st = &mut *guard;
+            while let Some(d) = st.queue.dequeue(Timestamp::from_nanos(u64::MAX)) {
                 p.counters.shutdown_dropped += 1;
-                let f = self.pool.flags(d.item.slot);
+                let f = st.pool.flags(d.item.slot);
                 if f & SOLE != 0 {
                     self.discarded_sole += 1;
                     if f & MARKED != 0 {
                         self.discarded_sole_marked += 1;
                     }
                 }
-                self.pool.put(d.item.slot);
+                st.pool.put(d.item.slot);
                 n += 1;
             }
         }
@@ -683,23 +741,34 @@ impl Egress {
         let Some(p) = self.ports.get_mut(port) else {
             return;
         };
-        let Some(queue) = &mut p.queue else {
+        let Some(q) = &p.queue else {
             return;
         };
-        queue.sfb_mut().tick(now);
         if self.keys.gather(batch, port as u8, true) == 0 {
-            self.drain(port, now, tx);
+            let mut guard = lock(q);
+            guard.queue.sfb_mut().tick(now);
+            drain_into(&mut guard, now, &mut self.departed);
+            send_departed(
+                port,
+                &mut guard.pool,
+                &mut p.counters,
+                &mut self.departed,
+                tx,
+            );
             return;
         }
-        self.keys.hash(queue.sfb());
+        let mut guard = lock(q);
+        let st = &mut *guard;
+        st.queue.sfb_mut().tick(now);
+        self.keys.hash(st.queue.sfb());
         self.offered.clear();
         let packets = batch.packets();
         for k in 0..self.keys.len() {
             let i = self.keys.packet(k);
             let Some(pk) = packets.get(i) else { continue };
             p.counters.copies += 1;
-            let slot = self.pool.take();
-            let Some(buf) = self.pool.buf_mut(slot) else {
+            let slot = st.pool.take();
+            let Some(buf) = st.pool.buf_mut(slot) else {
                 continue;
             };
             buf.extend_from_slice(pk.data());
@@ -713,8 +782,8 @@ impl Egress {
             {
                 p.counters.stripped += 1;
             }
-            let t = pk.ts.min(now).max(p.last);
-            p.last = t;
+            let t = pk.ts.min(now).max(st.last);
+            st.last = t;
             self.offered.push(Offered {
                 packet: i as u32,
                 key: k as u32,
@@ -729,14 +798,14 @@ impl Egress {
         // leave before the batch ends. Departures are only collected here
         // and sent below.
         let (pool, keys, offered, outcomes, departed) = (
-            &mut self.pool,
+            &mut st.pool,
             &self.keys,
             &self.offered,
             &mut self.outcomes,
             &mut self.departed,
         );
         outcomes.clear();
-        queue.offer_batch(
+        st.queue.offer_batch(
             offered.iter().map(|o| {
                 // The flow only names a penalised flow in the reports.
                 let flow = packets
@@ -786,59 +855,84 @@ impl Egress {
                         pk.mark();
                         flags |= MARKED;
                     }
-                    self.pool.set_flags(o.slot, flags);
+                    st.pool.set_flags(o.slot, flags);
                 }
                 Err(reason) => {
-                    self.pool.put(o.slot);
+                    st.pool.put(o.slot);
                     p.counters.dropped.record(reason);
                     pk.drop_port(port as u8, reason);
                 }
             }
         }
-        self.flush_departed(port, tx);
-        self.drain(port, now, tx);
+        drain_into(st, now, &mut self.departed);
+        send_departed(port, &mut st.pool, &mut p.counters, &mut self.departed, tx);
     }
 
-    /// Dequeues what port `port`'s shaper released by `now` and sends it.
-    fn drain(&mut self, port: usize, now: Timestamp, tx: &mut impl Transmit) -> usize {
-        let Some(Some(q)) = self.ports.get_mut(port).map(|p| p.queue.as_mut()) else {
-            return 0;
-        };
-        let departed = &mut self.departed;
-        q.drain_until(now, |d| departed.push(d));
-        self.flush_departed(port, tx)
-    }
-
-    /// Sends the departures collected for `port` and frees their buffers.
-    fn flush_departed(&mut self, port: usize, tx: &mut impl Transmit) -> usize {
-        let n = self.departed.len();
+    /// Dequeues what port `port`'s shaper released by `now` and sends it;
+    /// unless `wait`, only when no other worker holds the queue.
+    fn drain(&mut self, port: usize, now: Timestamp, tx: &mut impl Transmit, wait: bool) -> usize {
         let Some(p) = self.ports.get_mut(port) else {
-            self.departed.clear();
             return 0;
         };
-        for d in self.departed.drain(..) {
-            let f = TxFrame {
-                port: port as u8,
-                frame: self.pool.buf(d.item.slot),
-                wire_len: d.item.wire_len,
-                arrived: d.enqueued,
-                departs: d.departed,
-                queued: true,
-            };
-            let c = &mut p.counters;
-            if tx.send(&f) {
-                c.sent += 1;
-                c.sent_bytes += u64::from(d.item.wire_len);
-            } else {
-                c.send_errors += 1;
+        let Some(q) = &p.queue else {
+            return 0;
+        };
+        let mut guard = if wait {
+            lock(q)
+        } else {
+            match q.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return 0,
             }
-            let sojourn = d.departed.nanos_since(d.enqueued);
-            c.sojourn_sum_ns = c.sojourn_sum_ns.wrapping_add(sojourn);
-            c.sojourn_max_ns = c.sojourn_max_ns.max(sojourn);
-            self.pool.put(d.item.slot);
-        }
-        n
+        };
+        drain_into(&mut guard, now, &mut self.departed);
+        send_departed(
+            port,
+            &mut guard.pool,
+            &mut p.counters,
+            &mut self.departed,
+            tx,
+        )
     }
+}
+
+/// Moves what `st`'s shaper released by `now` to `departed`.
+fn drain_into(st: &mut QueueState, now: Timestamp, departed: &mut Vec<Departure<Held>>) {
+    st.queue.drain_until(now, |d| departed.push(d));
+}
+
+/// Sends the departures collected for `port` and frees their buffers;
+/// returns how many.
+fn send_departed(
+    port: usize,
+    pool: &mut FramePool,
+    c: &mut PortCounters,
+    departed: &mut Vec<Departure<Held>>,
+    tx: &mut impl Transmit,
+) -> usize {
+    let n = departed.len();
+    for d in departed.drain(..) {
+        let f = TxFrame {
+            port: port as u8,
+            frame: pool.buf(d.item.slot),
+            wire_len: d.item.wire_len,
+            arrived: d.enqueued,
+            departs: d.departed,
+            queued: true,
+        };
+        if tx.send(&f) {
+            c.sent += 1;
+            c.sent_bytes += u64::from(d.item.wire_len);
+        } else {
+            c.send_errors += 1;
+        }
+        let sojourn = d.departed.nanos_since(d.enqueued);
+        c.sojourn_sum_ns = c.sojourn_sum_ns.wrapping_add(sojourn);
+        c.sojourn_max_ns = c.sojourn_max_ns.max(sojourn);
+        pool.put(d.item.slot);
+    }
+    n
 }
 
 /// The wire length of a copy of `copy_len` bytes made from a frame of
@@ -1015,6 +1109,70 @@ mod tests {
     }
 
     #[test]
+    fn workers_share_one_queue_per_port_and_its_rate() {
+        // Two stages (two workers' chains) share port 1's queue, shaped to
+        // 1 byte/us with a 100-byte bucket. Each offers fifteen 42-byte
+        // frames per ms for 20 ms: 1260 bytes/ms together against the 1000
+        // the shaper lets out (each alone would fit under it, so two queues
+        // would send everything at once).
+        let egress = EgressConfig {
+            rate_bps: 8_000_000,
+            burst_bytes: 100,
+            limit: 1000,
+        };
+        let routes = vec![PortSet::single(1), PortSet::EMPTY];
+        let mut w0 = Rig::new(routes.clone(), &[(1, lenient(), egress)]);
+        let mut w1 = Rig::new(routes, &[(1, lenient(), egress)]);
+        w1.egress.share_queues(&w0.egress);
+        let mut b = Batch::new();
+        let mut sent = Vec::new();
+        for round in 0..20u64 {
+            for (w, r) in [&mut w0, &mut w1].into_iter().enumerate() {
+                let t = ms(round).add_nanos(w as u64 * 500_000);
+                b.clear();
+                let frames: Vec<Vec<u8>> = (0..15u16)
+                    .map(|i| frame([10, 0, w as u8, 2], i, 0))
+                    .collect();
+                for f in &frames {
+                    b.push_from(t, f.len() as u32, LinkType::Ethernet, 0, f);
+                }
+                r.run(&mut b, t);
+                sent.extend(r.sink.take_sent());
+            }
+            // Either worker sends what is due; here the other one.
+            sent.extend(w1.due(ms(round + 1)));
+        }
+        let by_20ms = sent.len();
+        w0.egress.drain_all(&mut w0.sink);
+        sent.extend(w0.sink.take_sent());
+        assert_eq!(sent.len(), 600, "everything leaves in the end");
+        // One bucket: over any interval, at most burst + rate x length.
+        let mut departs: Vec<u64> = sent.iter().map(|s| s.departs.as_nanos()).collect();
+        departs.sort_unstable();
+        for i in 0..departs.len() {
+            for j in i..departs.len() {
+                let bytes = 42 * (j - i + 1) as u64;
+                let allowed = 100 + (departs[j] - departs[i]) / 1000;
+                assert!(
+                    bytes <= allowed,
+                    "{} frames in {} ns",
+                    j - i + 1,
+                    departs[j] - departs[i]
+                );
+            }
+        }
+        assert!(by_20ms <= (100 + 20_000) / 42, "{by_20ms} sent by 20 ms");
+        // The backlog and SFB figures are reported once (worker 0).
+        let (s0, s1) = (w0.egress.summaries(ms(30)), w1.egress.summaries(ms(30)));
+        assert!(s0[1].sfb.is_some() && s1[1].sfb.is_none());
+        assert_eq!(s1[1].rate_bps, Some(8_000_000));
+        let mut merged = s0[1].clone();
+        merged.merge(&s1[1]);
+        assert!(merged.is_consistent(), "{merged:?}");
+        assert_eq!((merged.counters.copies, merged.counters.sent), (600, 600));
+    }
+
+    #[test]
     fn marks_and_drops_are_accounted() {
         // 0 -> {1}, unshaped queue: SFB at a fixed probability of 1/4.
         let sfb = SfbConfig {
@@ -1030,8 +1188,8 @@ mod tests {
             vec![PortSet::single(1), PortSet::EMPTY],
             &[(1, sfb, egress)],
         );
-        if let Some(q) = &mut r.egress.ports[1].queue {
-            q.sfb_mut().force_probability(0x4000);
+        if let Some(q) = &r.egress.ports[1].queue {
+            lock(q).queue.sfb_mut().force_probability(0x4000);
         }
         let mut b = Batch::new();
         let mut sent = Vec::new();
