@@ -1,5 +1,5 @@
 //! Live ports: one `AF_PACKET` socket per (worker, interface), bound by
-//! pnet, read and written with `recvfrom(2)` and `send(2)` on its
+//! pnet, read and written with `recvmsg(2)` and `send(2)` on its
 //! descriptor; [`SocketPorts`] is a worker's set of them under the
 //! [`Ports`] interface.
 //!
@@ -18,7 +18,12 @@
 //! * `SO_RCVBUFFORCE` (needs `CAP_NET_ADMIN`; falls back to `SO_RCVBUF`,
 //!   which `net.core.rmem_max` caps);
 //! * `PACKET_IGNORE_OUTGOING` (Linux >= 4.20): the kernel should not loop
-//!   the frames sent on this interface back to the socket.
+//!   the frames sent on this interface back to the socket;
+//! * `PACKET_AUXDATA`: the kernel takes a frame's outer VLAN tag out before
+//!   any packet socket sees it; this message gives it back, and
+//!   [`Port::recv`] puts it back into the frame (found when the ring
+//!   backend, which gets the tag in its frame header, forwarded the public
+//!   VLAN captures with 4 more bytes per tagged frame than this one).
 //!
 //! **Outgoing frames are dropped here too.** A socket in a `PACKET_FANOUT`
 //! group is fed by the group's own protocol hook, which does not carry the
@@ -98,9 +103,16 @@ pub struct Port {
 /// What one [`Port::recv`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Received {
-    /// A frame of this many bytes came in (the start of the buffer; a
-    /// frame longer than the buffer is cut to it).
-    Frame(usize),
+    /// A frame came in: `buf[start..start + len]` (a frame longer than the
+    /// buffer is cut to it), `wire_len` bytes on the wire.
+    Frame {
+        /// Where it starts in the buffer.
+        start: usize,
+        /// Bytes read.
+        len: usize,
+        /// Its length on the wire.
+        wire_len: u32,
+    },
     /// A frame this host sent out of the interface (another socket, the
     /// host stack): not input; to be counted and dropped.
     Outgoing,
@@ -108,31 +120,49 @@ pub enum Received {
     Empty,
 }
 
+/// Room left at the front of the receive buffer for a VLAN tag the kernel
+/// took out of the frame.
+const TAG: usize = 4;
+
 impl Port {
-    /// Reads one frame without waiting (`recvfrom(2)`, `MSG_DONTWAIT`),
-    /// with its packet type.
+    /// Reads one frame without waiting (`recvmsg(2)`, `MSG_DONTWAIT`),
+    /// with its packet type. The kernel takes a frame's outer VLAN tag out
+    /// before packet sockets see it and says so in the `PACKET_AUXDATA`
+    /// message (`TP_STATUS_VLAN_VALID`, `tp_vlan_tci`, `tp_vlan_tpid`):
+    /// the tag is put back after the MAC addresses, so the router sees and
+    /// forwards the frame as it was on the wire. `buf` needs 4 bytes more
+    /// than the longest frame.
     ///
     /// # Errors
     /// The OS error other than "nothing to read" (`EINTR` included: the
     /// caller retries).
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Received> {
+        if buf.len() <= TAG {
+            return Ok(Received::Empty);
+        }
         // SAFETY: all-zero bytes are a valid `sockaddr_ll` (plain integers
         // and a byte array).
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        let mut addr_len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-        // SAFETY: `self.fd` is the open packet socket pnet's halves own for
-        // as long as `self` lives; `buf` is writable for `buf.len()` bytes
-        // and `addr` for `addr_len` bytes, both live for the call.
-        let n = unsafe {
-            libc::recvfrom(
-                self.fd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-                (&mut addr as *mut libc::sockaddr_ll).cast(),
-                &mut addr_len,
-            )
+        let mut control = [0u64; 8];
+        let room = buf.len() - TAG;
+        let mut iov = libc::iovec {
+            iov_base: buf[TAG..].as_mut_ptr().cast(),
+            iov_len: room,
         };
+        // SAFETY: all-zero bytes are a valid, empty `msghdr`.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&mut addr as *mut libc::sockaddr_ll).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: `self.fd` is the open packet socket pnet's halves own for
+        // as long as `self` lives; every pointer in `msg` points at a live
+        // local (`addr`, `iov` over `buf[TAG..]`, `control`) of the length
+        // given beside it. MSG_TRUNC: the return value is the frame's full
+        // length even when the buffer cut it.
+        let n = unsafe { libc::recvmsg(self.fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
         if n < 0 {
             let err = io::Error::last_os_error();
             return match err.kind() {
@@ -143,8 +173,60 @@ impl Port {
         if addr.sll_pkttype == libc::PACKET_OUTGOING {
             return Ok(Received::Outgoing);
         }
-        Ok(Received::Frame((n as usize).min(buf.len())))
+        let full = n as usize;
+        let len = full.min(room);
+        let wire_len = u32::try_from(full).unwrap_or(u32::MAX);
+        match vlan_of(&msg) {
+            Some((tpid, tci)) if len >= 12 => {
+                // The MACs move 4 bytes forward; the tag goes after them.
+                buf.copy_within(TAG..TAG + 12, 0);
+                buf[12..14].copy_from_slice(&tpid.to_be_bytes());
+                buf[14..16].copy_from_slice(&tci.to_be_bytes());
+                Ok(Received::Frame {
+                    start: 0,
+                    len: len + TAG,
+                    wire_len: wire_len.saturating_add(TAG as u32),
+                })
+            }
+            _ => Ok(Received::Frame {
+                start: TAG,
+                len,
+                wire_len,
+            }),
+        }
     }
+}
+
+/// The VLAN tag (TPID, TCI) the kernel took out of a frame, from the
+/// `PACKET_AUXDATA` control message `recvmsg` filled in `msg`.
+fn vlan_of(msg: &libc::msghdr) -> Option<(u16, u16)> {
+    // SAFETY: `msg` was filled by recvmsg: `msg_control` points at a live
+    // buffer and `msg_controllen` says how much of it the kernel wrote; the
+    // CMSG_* walk stays inside that, and the aux data is read unaligned.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_PACKET
+                && (*c).cmsg_type == libc::PACKET_AUXDATA
+                && (*c).cmsg_len as usize
+                    >= libc::CMSG_LEN(std::mem::size_of::<libc::tpacket_auxdata>() as u32) as usize
+            {
+                let aux: libc::tpacket_auxdata =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                if aux.tp_status & libc::TP_STATUS_VLAN_VALID == 0 {
+                    return None;
+                }
+                let tpid = if aux.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                    aux.tp_vlan_tpid
+                } else {
+                    0x8100
+                };
+                return Some((tpid, aux.tp_vlan_tci));
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    None
 }
 
 impl std::fmt::Debug for Port {
@@ -271,6 +353,10 @@ pub fn open_port(cfg: &InterfaceConfig, group: u16) -> Result<Port, PortError> {
         .map_err(os("getsockopt(SO_RCVBUF)"))? as usize;
     setsockopt_int(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)
         .map_err(|e| PortError::IgnoreOutgoing(name.clone(), e))?;
+    // VLAN tags the kernel takes out of frames come back in this (see
+    // `Port::recv`).
+    setsockopt_int(&fd, libc::SOL_PACKET, libc::PACKET_AUXDATA, 1)
+        .map_err(os("setsockopt(PACKET_AUXDATA)"))?;
 
     let raw = fd.into_raw_fd();
     let config = datalink::Config {
@@ -358,8 +444,12 @@ impl SocketPorts {
     fn fill(&mut self, i: usize, batch: &mut Batch) -> usize {
         let mut n = 0;
         while !batch.is_full() {
-            let len = match self.ports[i].recv(&mut self.rx_buf) {
-                Ok(Received::Frame(len)) => len,
+            let (start, len, wire_len) = match self.ports[i].recv(&mut self.rx_buf) {
+                Ok(Received::Frame {
+                    start,
+                    len,
+                    wire_len,
+                }) => (start, len, wire_len),
                 Ok(Received::Empty) => break,
                 Ok(Received::Outgoing) => {
                     self.rx[i].rx_outgoing_dropped += 1;
@@ -373,14 +463,14 @@ impl SocketPorts {
             };
             let rx = &mut self.rx[i];
             rx.rx_packets += 1;
-            rx.rx_bytes += len as u64;
+            rx.rx_bytes += u64::from(wire_len);
             let now = self.clock.now();
             batch.push_from(
                 now,
-                len as u32,
+                wire_len,
                 LinkType::Ethernet,
                 i as u8,
-                &self.rx_buf[..len],
+                &self.rx_buf[start..start + len],
             );
             n += 1;
         }
