@@ -22,6 +22,11 @@
 //!    `CAP_NET_RAW` and `CAP_NET_ADMIN` as ambient capabilities (the
 //!    README's recipe, through `setpriv`) forwards, and drops those too.
 //!
+//! 7. the router's standard error and output are a pipe whose reader has
+//!    gone (`dataplane run ... 2>&1 | head -2`), stats every 100 ms: it
+//!    keeps forwarding, and SIGTERM still ends it with exit 0 and its final
+//!    report.
+//!
 //! It runs once per port backend (`[io] backend`: pnet and ring).
 //!
 //! Needs root and `ip netns`; otherwise it prints why and passes as skipped.
@@ -296,6 +301,9 @@ fn hostile_hosts(backend: &str) {
     // 6. Unprivileged, with ambient capabilities.
     unprivileged(&mut lab, backend);
 
+    // 7. Standard error a closed pipe.
+    closed_pipe(&mut lab, backend);
+
     drop(lab);
     eprintln!("{name}: ok in {:?}", t0.elapsed());
 }
@@ -367,4 +375,82 @@ fn unprivileged(lab: &mut Lab, backend: &str) {
     send_range(&tx, SocketAddr::from((B, UNICAST_PORT + 1)), 0..200);
     assert_eq!(collect(&rx, 200, Duration::from_secs(3)), (200, 0));
     lab.stop_router(&err, &report, Duration::from_secs(10));
+}
+
+/// The router with its standard output and error a closed pipe (the
+/// reader, like `head -2`, read its first line and left): every stats
+/// print fails with EPIPE; it must keep forwarding and stop cleanly.
+fn closed_pipe(lab: &mut Lab, backend: &str) {
+    use std::io::BufRead;
+    let cfg = lab.dir.join("pipe.toml");
+    std::fs::write(&cfg, config(backend)).unwrap();
+    let report = lab.dir.join("pipe.json");
+    let _ = std::fs::remove_file(&report);
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &lab.ns("r")])
+        .arg(bin())
+        .args(["run", "--stats-interval", "100ms", "--config"])
+        .arg(&cfg)
+        .arg("--final-report")
+        .arg(&report)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the router");
+    let stderr = child.stderr.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let mut seen = String::new();
+    let running = loop {
+        match lines.next() {
+            Some(Ok(l)) => {
+                seen.push_str(&l);
+                seen.push('\n');
+                if l.contains("running") {
+                    break true;
+                }
+            }
+            _ => break false,
+        }
+    };
+    // The reader goes away.
+    drop(lines);
+    drop(stdout);
+    lab.router = Some(child);
+    assert!(running, "the router did not start:\n{seen}");
+    std::thread::sleep(Duration::from_millis(300));
+    let rx = in_netns(&lab.ns("b"), || {
+        UdpSocket::bind((B, UNICAST_PORT + 2)).unwrap()
+    });
+    let tx = in_netns(&lab.ns("a"), || UdpSocket::bind((A, 0)).unwrap());
+    send_range(&tx, SocketAddr::from((B, UNICAST_PORT + 2)), 0..200);
+    assert_eq!(
+        collect(&rx, 200, Duration::from_secs(3)),
+        (200, 0),
+        "forwarding with a closed pipe for standard error"
+    );
+    let child = lab.router.as_mut().unwrap();
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the router exited on a closed pipe"
+    );
+    // SAFETY: kill(2) on the pid of our own child, not yet waited for.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            start.elapsed() < DRAIN_DEADLINE + Duration::from_secs(3),
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    lab.router = None;
+    assert!(status.success(), "exit {status} with a closed pipe");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("final report written")).unwrap();
+    assert!(u(&r["total"]["pipeline"]["received"]) >= 200, "{r}");
 }

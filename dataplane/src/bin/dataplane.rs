@@ -69,6 +69,12 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("\"{s}\": {e}"))
 }
 
+/// Writes to standard error, ignoring errors (a closed pipe must not stop
+/// the router).
+fn err_out(text: &str) {
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.command {
@@ -83,7 +89,7 @@ fn main() -> ExitCode {
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("dataplane: error: {e:#}");
+            err_out(&format!("dataplane: error: {e:#}\n"));
             ExitCode::FAILURE
         }
     }
@@ -91,7 +97,8 @@ fn main() -> ExitCode {
 
 fn check(file: &std::path::Path) -> anyhow::Result<()> {
     let cfg = RouterConfig::load(file)?;
-    println!(
+    let _ = writeln!(
+        std::io::stdout().lock(),
         "{}: ok ({} interfaces, {} wires, {} workers)",
         file.display(),
         cfg.interfaces.len(),
@@ -123,33 +130,56 @@ fn run(
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    eprintln!(
-        "dataplane: running ({} workers); SIGINT/SIGTERM to stop",
-        cfg.workers.resolved_count()
-    );
+    err_out(&format!(
+        "dataplane: running ({} workers, {} ports); SIGINT/SIGTERM to stop\n",
+        cfg.workers.resolved_count(),
+        cfg.io.backend.name()
+    ));
     let mut last = Instant::now();
+    let mut failed = None;
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
-        router.pump_reports()?;
-        if router.any_worker_exited() {
-            eprintln!("dataplane: a worker exited; stopping");
+        // A report that cannot be written stops the router cleanly, with
+        // its final counters, rather than leaving it half alive.
+        if let Err(e) = router.pump_reports() {
+            failed = Some(e);
+            break;
+        }
+        let exited = router.exited_workers();
+        if !exited.is_empty() {
+            err_out(&format!(
+                "dataplane: worker(s) {exited:?} exited unexpectedly; stopping\n"
+            ));
             break;
         }
         if !interval.is_zero() && last.elapsed() >= interval {
             last = Instant::now();
-            eprint!("{}", Stats::merged(&router.snapshot()).render());
+            err_out(&Stats::merged(&router.snapshot()).render());
         }
     }
-    eprintln!("dataplane: stopping: draining and writing the final report");
-    let (per_worker, merged) = router.shutdown()?;
-    for w in &per_worker {
-        eprint!("{}", w.render());
+    err_out("dataplane: stopping: draining and writing the final report\n");
+    let done = router.shutdown()?;
+    for w in &done.workers {
+        err_out(&w.render());
     }
-    eprint!("{}", merged.render());
+    err_out(&done.total.render());
+    for f in &done.failures {
+        err_out(&format!("dataplane: {f}\n"));
+    }
     if let Some((path, f)) = &mut final_out {
-        let json = serde_json::json!({ "total": merged, "workers": per_worker });
+        let json = serde_json::json!({
+            "total": done.total,
+            "workers": done.workers,
+            "failures": done.failures,
+        });
         f.write_all(&serde_json::to_vec_pretty(&json)?)
             .map_err(|e| anyhow::anyhow!("--final-report {}: {e}", path.display()))?;
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if !done.failures.is_empty() {
+        anyhow::bail!("{}", done.failures.join("; "));
     }
     Ok(())
 }

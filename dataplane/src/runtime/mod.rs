@@ -69,6 +69,13 @@
 //! SFB and queue drops included); per port, `copies == sent + send_errors
 //! + dropped + backlog + shutdown_dropped` ([`Stats::is_consistent`]).
 
+/// `eprintln!` that never panics ([`say`]).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::runtime::say(format_args!($($arg)*))
+    };
+}
+
 pub mod lock;
 pub mod privileges;
 pub mod share;
@@ -92,6 +99,15 @@ pub use stats::{
     InterfaceReport, Latency, LatencyReport, MulticastInterface, PipelineSummary, Stats,
 };
 pub use worker::{DRAIN_DEADLINE, Latencies, TICK, Worker};
+
+/// Writes a line to standard error, ignoring errors: a router whose
+/// standard error is a closed pipe (`dataplane run 2>&1 | head`) keeps
+/// forwarding instead of panicking in `eprintln!`.
+pub fn say(args: std::fmt::Arguments<'_>) {
+    let mut e = std::io::stderr().lock();
+    let _ = e.write_fmt(args);
+    let _ = e.write_all(b"\n");
+}
 
 /// Closed heavy-flow epochs of one worker.
 #[derive(Debug)]
@@ -139,6 +155,26 @@ pub struct RunOptions {
 
 /// What a worker thread hands back.
 type WorkerOutput = (Stats, Latencies);
+
+/// What [`Router::shutdown`] hands back.
+#[derive(Debug)]
+pub struct Shutdown {
+    /// Each worker's final stats (those that did not panic).
+    pub workers: Vec<Stats>,
+    /// Their merged stats.
+    pub total: Stats,
+    /// A line per worker that panicked, with its message.
+    pub failures: Vec<String>,
+}
+
+/// A panic's message, when it has one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
 
 /// A running router.
 #[derive(Debug)]
@@ -197,9 +233,10 @@ impl Router {
                     all.push(ports);
                 }
                 for (p, g) in all[0].iter().zip(&groups) {
-                    eprintln!(
+                    say!(
                         "dataplane: {}: pnet, receive buffer {} bytes, fanout group {g:#06x} ({n} workers)",
-                        p.name, p.recv_buffer
+                        p.name,
+                        p.recv_buffer
                     );
                 }
                 Opened::Pnet(
@@ -215,9 +252,11 @@ impl Router {
                     all.push(RingPorts::open(&cfg.interfaces, &groups, &rc, clock)?);
                 }
                 for (ifc, g) in cfg.interfaces.iter().zip(&groups) {
-                    eprintln!(
+                    say!(
                         "dataplane: {}: ring, {} blocks of {} bytes per worker, fanout group {g:#06x} ({n} workers)",
-                        ifc.name, rc.blocks, rc.block_bytes
+                        ifc.name,
+                        rc.blocks,
+                        rc.block_bytes
                     );
                 }
                 Opened::Ring(all)
@@ -237,7 +276,7 @@ impl Router {
         // capability from here on (see `privileges`).
         let dropped = privileges::drop_all()?;
         if dropped.effective_before != 0 {
-            eprintln!(
+            say!(
                 "dataplane: capabilities dropped (effective was {:#x}, now none)",
                 dropped.effective_before
             );
@@ -270,12 +309,6 @@ impl Router {
         self.stop.clone()
     }
 
-    /// Whether any worker has exited (they only do when stopped, or on a
-    /// panic).
-    pub fn any_worker_exited(&self) -> bool {
-        self.workers.iter().any(|w| w.is_finished())
-    }
-
     /// The latest snapshot of each worker.
     pub fn snapshot(&self) -> Vec<Stats> {
         self.snapshots
@@ -297,19 +330,27 @@ impl Router {
 
     /// Stops the workers, waits for them (each closes its epochs), writes
     /// the last reports and returns every worker's final stats and the
-    /// merged stats (latency percentiles from the merged histograms).
-    pub fn shutdown(mut self) -> anyhow::Result<(Vec<Stats>, Stats)> {
+    /// merged stats (latency percentiles from the merged histograms). A
+    /// worker that panicked has no stats; its panic message is in
+    /// [`Shutdown::failures`], and the others' stats are still returned.
+    ///
+    /// # Errors
+    /// Writing the heavy-flow reports.
+    pub fn shutdown(mut self) -> anyhow::Result<Shutdown> {
         self.stop.store(true, Ordering::SeqCst);
         let mut out = Vec::new();
         let mut latency = Latencies::default();
-        let mut panicked = false;
-        for w in std::mem::take(&mut self.workers) {
+        let mut failures = Vec::new();
+        for (id, w) in std::mem::take(&mut self.workers).into_iter().enumerate() {
             match w.join() {
                 Ok((s, l)) => {
                     latency.merge(&l);
                     out.push(s);
                 }
-                Err(_) => panicked = true,
+                Err(payload) => failures.push(format!(
+                    "worker {id} panicked: {}",
+                    panic_message(payload.as_ref())
+                )),
             }
         }
         if let Some(r) = &mut self.reporter {
@@ -318,12 +359,27 @@ impl Router {
             }
             r.flush(true)?;
         }
-        if panicked {
-            anyhow::bail!("a worker panicked");
-        }
         let mut merged = Stats::merged(&out);
         merged.set_latency(&latency);
-        Ok((out, merged))
+        Ok(Shutdown {
+            workers: out,
+            total: merged,
+            failures,
+        })
+    }
+
+    /// The workers that have exited although nobody stopped them (a
+    /// panic), by id.
+    pub fn exited_workers(&self) -> Vec<usize> {
+        if self.stop.load(Ordering::SeqCst) {
+            return Vec::new();
+        }
+        self.workers
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.is_finished())
+            .map(|(i, _)| i)
+            .collect()
     }
 }
 
@@ -382,7 +438,7 @@ fn run_worker<P: Ports>(
     let id = worker.id();
     let pinned = core.filter(|c| core_affinity::set_for_current(*c));
     if let (Some(c), None) = (core, pinned) {
-        eprintln!("dataplane: worker {id}: could not pin to core {}", c.id);
+        say!("dataplane: worker {id}: could not pin to core {}", c.id);
     }
     let core = pinned.map(|c| c.id);
     let mut cap_warned = 0u64;
@@ -392,9 +448,10 @@ fn run_worker<P: Ports>(
             let bit = 1u64 << (i.stats.port & 63);
             if i.stats.refused > 0 && cap_warned & bit == 0 {
                 cap_warned |= bit;
-                eprintln!(
+                say!(
                     "dataplane: worker {id}: {}: {} learned multicast groups, the cap (multicast.max_learned_groups): further joins are refused and counted",
-                    i.name, i.stats.learned
+                    i.name,
+                    i.stats.learned
                 );
             }
         }

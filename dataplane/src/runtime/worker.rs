@@ -381,9 +381,10 @@ impl<P: Ports> Worker<P> {
         let egress = self.chain.egress_mut();
         let left = egress.discard_all();
         if left > 0 {
-            eprintln!(
+            say!(
                 "dataplane: worker {}: {left} queued frames not sent within {:?} of the stop; dropped",
-                self.id, DRAIN_DEADLINE
+                self.id,
+                DRAIN_DEADLINE
             );
         }
         let (gone, gone_marked) = egress.shutdown_discarded();
