@@ -216,9 +216,49 @@ fn bad_magic() {
     );
 }
 
+/// Versions libpcap reads: 2.0-2.4 and 543.0; before 2.3 (and in 543.0)
+/// the record's two lengths are the other way round, in 2.3 they may be
+/// (swapped when the first is the larger), as libpcap reads them.
+#[test]
+fn pcap_versions_libpcap_reads() {
+    let data = [1u8, 2, 3, 4];
+    for (major, minor, swapped) in [
+        (2, 0, true),
+        (2, 1, true),
+        (2, 2, true),
+        (2, 3, true),
+        (2, 4, false),
+        (543, 0, true),
+    ] {
+        let mut f = pcap_header_version(false, false, 1, major, minor);
+        // A 4-byte capture of a 60-byte frame, lengths as the version
+        // writes them.
+        let mut rec = pcap_record(false, 1, 0, 60, &data);
+        if swapped {
+            rec[8..12].copy_from_slice(&60u32.to_le_bytes());
+            rec[12..16].copy_from_slice(&4u32.to_le_bytes());
+        }
+        f.extend(rec);
+        let (recs, err) = read_bytes("t.pcap", &f);
+        assert!(err.is_none(), "{major}.{minor}: {err:?}");
+        assert_eq!(recs.len(), 1, "{major}.{minor}");
+        assert_eq!(
+            (recs[0].data.as_slice(), recs[0].orig_len),
+            (&data[..], 60),
+            "{major}.{minor}"
+        );
+    }
+    // 2.3 in the modern order (captured <= original) is read as it is.
+    let mut f = pcap_header_version(false, false, 1, 2, 3);
+    f.extend(pcap_record(false, 1, 0, 60, &data));
+    let (recs, err) = read_bytes("t.pcap", &f);
+    assert!(err.is_none());
+    assert_eq!((recs[0].data.len(), recs[0].orig_len), (4, 60));
+}
+
 #[test]
 fn pcap_bad_version() {
-    for (major, minor) in [(1, 4), (2, 3), (2, 5), (3, 0)] {
+    for (major, minor) in [(1, 4), (2, 5), (3, 0), (543, 1)] {
         let mut f = pcap_header_version(false, false, 1, major, minor);
         f.extend(pcap_record(false, 1, 0, 4, &[1, 2, 3, 4]));
         let (recs, shown, offset, _) = fault(&f);

@@ -1,5 +1,11 @@
 //! Classic libpcap format: a 24-byte file header, then 16-byte record
 //! headers each followed by the captured bytes.
+//!
+//! Versions as libpcap reads them: 2.0 to 2.4, and 543.0 (DG/UX tcpdump).
+//! Files older than 2.3 (and 543.0) have the captured and original
+//! lengths of each record the other way round, and 2.3 files may (libpcap
+//! swaps them when the captured length is the larger); all are read as
+//! libpcap does.
 
 use crate::wire::LinkType;
 
@@ -31,6 +37,19 @@ pub(super) struct PcapHeader {
     link_type: LinkType,
     /// FCS bytes at the end of each frame, when the header says.
     pub(super) fcs_len: Option<u8>,
+    /// How the record lengths are ordered (see the module docs).
+    lengths: Lengths,
+}
+
+/// The order of a record's captured and original lengths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lengths {
+    /// Captured, then original (2.4).
+    InOrder,
+    /// Original, then captured (before 2.3, and 543.0).
+    Swapped,
+    /// Swapped when the first is the larger (2.3).
+    MaybeSwapped,
 }
 
 /// Reads and checks the 24-byte file header. The caller has checked that
@@ -52,16 +71,22 @@ pub(super) fn read_header(src: &mut Source) -> Result<PcapHeader, Fault> {
     };
     let major = u16_at(&h, 4, big_endian);
     let minor = u16_at(&h, 6, big_endian);
-    if (major, minor) != (2, 4) {
-        return Err(Fault::new(
-            4,
-            CaptureErrorKind::UnsupportedVersion {
-                format: "pcap",
-                major,
-                minor,
-            },
-        ));
-    }
+    let lengths = match (major, minor) {
+        // DG/UX tcpdump's 543.0 writes the pre-2.3 order.
+        (2, 0..=2) | (543, 0) => Lengths::Swapped,
+        (2, 3) => Lengths::MaybeSwapped,
+        (2, 4) => Lengths::InOrder,
+        _ => {
+            return Err(Fault::new(
+                4,
+                CaptureErrorKind::UnsupportedVersion {
+                    format: "pcap",
+                    major,
+                    minor,
+                },
+            ));
+        }
+    };
     // Bytes 8..16 (thiszone, sigfigs) are always zero in practice and
     // ignored, as libpcap does. The snapshot length (16..20) only says what
     // the capture asked for; each record carries its own length, which is
@@ -79,6 +104,7 @@ pub(super) fn read_header(src: &mut Source) -> Result<PcapHeader, Fault> {
         nanos,
         link_type: LinkType::from_linktype(field & 0xffff),
         fcs_len,
+        lengths,
     })
 }
 
@@ -108,8 +134,13 @@ pub(super) fn next_record(
     let be = hdr.big_endian;
     let sec = u64::from(u32_at(&rh, 0, be));
     let frac = u64::from(u32_at(&rh, 4, be));
-    let caplen = u32_at(&rh, 8, be);
-    let orig_len = u32_at(&rh, 12, be);
+    let (first, second) = (u32_at(&rh, 8, be), u32_at(&rh, 12, be));
+    let (caplen, orig_len) = match hdr.lengths {
+        Lengths::InOrder => (first, second),
+        Lengths::Swapped => (second, first),
+        Lengths::MaybeSwapped if first > second => (second, first),
+        Lengths::MaybeSwapped => (first, second),
+    };
     if caplen > MAX_RECORD_LEN {
         return Err(Fault::new(
             start + 8,
