@@ -313,7 +313,7 @@ pub struct RouterConfig {
 }
 
 /// Which live port backend the router runs on (`[io] backend`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IoBackend {
     /// pnet's datalink channels: one system call per frame, portable

@@ -8,10 +8,14 @@
 //!   [`replay::Report`].
 //! * [`pacing`] — tcpreplay's pacing: a drift-free schedule, passes.
 //! * [`live`] — the same captures and pacing out of a live interface, with
-//!   end-to-end loss, reordering and latency measured on another.
+//!   end-to-end loss, reordering and latency measured on another (pnet
+//!   sockets, or packet rings and `sendmmsg`).
+//! * [`throughput`] — RFC 2544's zero-loss rate of what sits between two
+//!   interfaces: a binary search of live runs of generated frames.
 //! * [`frames`] — the Ethernet, IP, UDP and TCP builders the synthetic
 //!   workloads share.
-//! * [`synth`] — Zipf workloads with known ground truth, written as pcaps.
+//! * [`synth`] — Zipf workloads with known ground truth, written as pcaps,
+//!   and streams of unique fixed-size frames made as they are sent.
 //! * [`synth_mcast`] — multicast joins, leaves, expiries and data over
 //!   several interfaces, with exact egress sets.
 //! * [`synth_icarus`] — packets carrying Icarus loop-detection filters as
@@ -32,3 +36,4 @@ pub mod synth;
 pub mod synth_icarus;
 pub mod synth_mcast;
 pub mod synth_router;
+pub mod throughput;

@@ -18,6 +18,17 @@
 //! the packet type, so frames the receiving host sends itself are skipped
 //! even where `PACKET_IGNORE_OUTGOING` is missing.
 //!
+//! With `--io ring` ([`IoBackend::Ring`]) both hot paths change, not the
+//! sockets' setup: the sender gathers frames and sends them with one
+//! `sendmmsg(2)` per batch ([`dataplane::io::ring::send_batch`]; see
+//! [`batch_step`] for when a batch goes out), and the receiver reads a
+//! `TPACKET_V3` receive ring ([`RxRing`], promiscuous, sized from
+//! `--rx-buffer`) that the kernel fills without a system call per frame.
+//! The ring stamps each frame with the kernel's receive time, which is
+//! closer to the arrival than the time a `recvmmsg` call returns (see
+//! Matching). Either receiver reports the frames the kernel dropped for it
+//! (`PACKET_STATISTICS`: a full socket buffer or ring).
+//!
 //! `--tx-netns`/`--rx-netns` open a side's socket from a thread that has
 //! entered `/var/run/netns/NAME` with `setns(2)`: a socket stays in the
 //! namespace it was created in, and only that thread moves. The same thread
@@ -57,11 +68,18 @@
 //! both hot paths to one `Vec` push (16 bytes per frame on each side) and
 //! makes the matching a pure function.
 //!
-//! The receive time is taken when the `recvmmsg` call that read the frame
-//! returns (one clock read per call), so it includes the time the frame
-//! waited in the socket queue: exact while the receiver keeps up (a call
-//! then returns one or a few frames), inflated at top speed when it does
-//! not.
+//! With pnet, the receive time is taken when the `recvmmsg` call that read
+//! the frame returns (one clock read per call), so it includes the time the
+//! frame waited in the socket queue: exact while the receiver keeps up (a
+//! call then returns one or a few frames), inflated at top speed when it
+//! does not. With the ring it is the kernel's receive time
+//! (`CLOCK_REALTIME`), moved to the monotonic origin by the offset between
+//! the two clocks sampled once when the receiver starts (never later than
+//! the time the frame was read; that time when the kernel gave none).
+//!
+//! The send time is the clock read just before the system call that sent
+//! the frame: per frame with pnet, per batch with the ring (a batch whose
+//! call had to be repeated keeps the first read).
 //!
 //! A sent frame not received by `grace` after the last send is lost. A
 //! received frame whose send came before that of a frame received earlier
@@ -79,7 +97,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender, bounded};
+use dataplane::config::IoBackend;
 use dataplane::io::capture::CaptureReader;
+use dataplane::io::ring::{RingConfig, RxRing, send_batch};
 use dataplane::io::socket::{
     PortError, READ_BUFFER, find_interface, getsockopt_int, setsockopt_int,
 };
@@ -91,6 +111,7 @@ use serde::Serialize;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use crate::replay::{Latency, Pacing, PassClock, Schedule, new_histogram, wait_until, write_hgrm};
+use crate::synth::{UniqueConfig, UniqueFrames};
 
 /// One side of the link: an interface, in a named network namespace or in
 /// the current one.
@@ -103,7 +124,8 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    fn describe(&self) -> String {
+    /// `eth0 (netns bp-a)`, or the bare interface name.
+    pub fn describe(&self) -> String {
         match &self.netns {
             Some(ns) => format!("{} (netns {ns})", self.interface),
             None => self.interface.clone(),
@@ -127,8 +149,34 @@ pub struct LiveConfig {
     pub preload: bool,
     /// How long after the last send the receiver keeps waiting.
     pub grace: Duration,
-    /// Receive socket buffer requested (`SO_RCVBUFFORCE`), bytes.
+    /// Receive socket buffer requested (`SO_RCVBUFFORCE`), bytes; with the
+    /// ring, the ring's size ([`ring_config`]).
     pub rx_buffer_bytes: usize,
+    /// The sender's and receiver's packet I/O.
+    pub io: IoBackend,
+}
+
+/// Frames made as they are sent ([`UniqueFrames`]) instead of read from
+/// captures: what `traffic-gen throughput` offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generated {
+    /// The frames.
+    pub frames: UniqueConfig,
+    /// Stop sending this long after the first frame (for a top-speed run
+    /// whose frame count is not known in advance).
+    pub time_limit: Option<Duration>,
+}
+
+/// The receive ring for a `--rx-buffer` of `bytes`: blocks of 1 MiB (64 KiB
+/// below 4 MiB), as many as fit (2 to 1024), handed over 1 ms after their
+/// first frame at the latest.
+pub fn ring_config(bytes: usize) -> RingConfig {
+    let block: usize = if bytes >= 4 << 20 { 1 << 20 } else { 64 << 10 };
+    RingConfig {
+        block_bytes: block as u32,
+        blocks: (bytes / block).clamp(2, 1024) as u32,
+        block_timeout_ms: 1,
+    }
 }
 
 impl Default for LiveConfig {
@@ -144,6 +192,7 @@ impl Default for LiveConfig {
             preload: false,
             grace: Duration::from_millis(200),
             rx_buffer_bytes: 32 << 20,
+            io: IoBackend::Pnet,
         }
     }
 }
@@ -363,6 +412,12 @@ pub struct RxReport {
     pub unmatched: u64,
     /// Delivery rate: received / (first send .. last matched receive), pps.
     pub received_pps: f64,
+    /// Frames the kernel dropped before the receiver read them (socket
+    /// buffer or ring full: `PACKET_STATISTICS` `tp_drops`).
+    pub kernel_dropped: u64,
+    /// Times the kernel found the ring's next block still held by the
+    /// receiver (`tp_freeze_q_cnt`; 0 with pnet).
+    pub kernel_freeze_q: u64,
     /// End-to-end latency (send -> receive), ns.
     pub latency_ns: Latency,
     /// The latency histogram (ns).
@@ -379,6 +434,8 @@ pub struct LiveReport {
     pub tx: Endpoint,
     /// Whether the send socket bypasses the qdisc (`PACKET_QDISC_BYPASS`).
     pub qdisc_bypass: bool,
+    /// The packet I/O of both sides.
+    pub io: IoBackend,
     /// Pacing.
     pub pacing: String,
     /// Passes over the input.
@@ -434,6 +491,13 @@ impl LiveReport {
                 r.reordered,
                 r.unmatched,
                 r.received_pps
+            )?;
+            writeln!(
+                w,
+                "Kernel drops at the receiver ({}): {} (buffer full), ring blocks found held: {}",
+                self.io.name(),
+                r.kernel_dropped,
+                r.kernel_freeze_q
             )?;
             let l = &r.latency_ns;
             let us = |ns: u64| ns as f64 / 1e3;
@@ -591,6 +655,94 @@ fn open_endpoint(ep: &Endpoint, rx_buffer: Option<usize>) -> Result<LiveSocket> 
     r.with_context(|| format!("{side} {}", ep.describe()))
 }
 
+/// The MTU of interface `name` (`SIOCGIFMTU` on socket `fd`, so in the
+/// socket's namespace).
+fn interface_mtu(fd: RawFd, name: &str) -> io::Result<u32> {
+    // SAFETY: ifreq is plain data; all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let bytes = name.as_bytes();
+    if bytes.len() >= req.ifr_name.len() {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    for (d, &b) in req.ifr_name.iter_mut().zip(bytes) {
+        *d = b as libc::c_char;
+    }
+    // SAFETY: `fd` is an open socket; `req` is a live ifreq whose name is
+    // NUL-terminated (checked length, zeroed rest), and SIOCGIFMTU writes
+    // only the MTU inside it.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFMTU succeeded, so it set the union's `ifru_mtu`.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    Ok(u32::try_from(mtu).unwrap_or(0))
+}
+
+/// Whether frames of `size` bytes fit `ep`'s MTU of `mtu` (plus the
+/// Ethernet header); the error says how to make them fit.
+pub fn check_fits(ep: &Endpoint, mtu: u32, size: u16) -> Result<()> {
+    let want = u32::from(size);
+    let most = mtu.saturating_add(14);
+    if want > most {
+        bail!(
+            "--tx {}: frames of {want} bytes do not fit its MTU of {mtu} (at most {most} bytes with the Ethernet header): raise the MTU (ip link set {} mtu {}) or send smaller frames",
+            ep.describe(),
+            ep.interface,
+            want - 14
+        );
+    }
+    Ok(())
+}
+
+/// The MTU of `ep`'s interface, asked in its namespace (from a thread of
+/// its own that enters it).
+///
+/// # Errors
+/// The namespace or the interface, named.
+pub fn endpoint_mtu(ep: &Endpoint) -> Result<u32> {
+    let ep2 = ep.clone();
+    let asked = thread::spawn(move || -> Result<u32> {
+        if let Some(ns) = &ep2.netns {
+            enter_netns(ns)?;
+        }
+        // SAFETY: plain socket(2) call with constant arguments; checked
+        // below.
+        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            bail!("socket(AF_INET): {}", io::Error::last_os_error());
+        }
+        // SAFETY: `raw` was just returned by socket(2); nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        interface_mtu(fd.as_raw_fd(), &ep2.interface)
+            .map_err(|e| anyhow!("interface \"{}\": SIOCGIFMTU: {e}", ep2.interface))
+    })
+    .join()
+    .map_err(|_| anyhow!("the MTU thread panicked"))?;
+    asked.with_context(|| format!("--tx {}", ep.describe()))
+}
+
+/// Frames the kernel dropped for packet socket `fd` (no ring) since the
+/// last call: `PACKET_STATISTICS` `tp_drops`, which reading resets; 0 when
+/// the kernel does not say.
+fn socket_drops(fd: RawFd) -> u64 {
+    // SAFETY: tpacket_stats is plain data; all zeroes is a valid value.
+    let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+    // SAFETY: `fd` is an open packet socket; `st` and `len` are live and
+    // `len` holds the size of `st`, so the kernel writes within it.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut st as *mut libc::tpacket_stats).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 { u64::from(st.tp_drops) } else { 0 }
+}
+
 fn poll_fd(fd: RawFd, events: libc::c_short, timeout_ms: libc::c_int) {
     let mut p = libc::pollfd {
         fd,
@@ -625,6 +777,105 @@ struct Transmitter<'a> {
     stamps: Option<Vec<Stamp>>,
     progress: Option<&'a ProgressBar>,
     attempted: u64,
+    /// `--io ring`: frames gathered for the next `sendmmsg`.
+    batch: Option<TxBatch>,
+}
+
+/// Frames the batched sender sends with one system call, at most.
+pub const TX_BATCH: usize = 64;
+
+/// What the batched sender does before gathering a frame ([`BatchPlan::offer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeforeGather {
+    /// The frame is due: gather it with the others.
+    Gather,
+    /// The frame is due later, at this offset (ns): send the frames
+    /// gathered so far (if any), wait until then, and gather it.
+    FlushAndWait(u64),
+}
+
+/// The batched sender's decisions, apart from its clock and its socket so
+/// they can be tested: frames that are due go out together (up to
+/// [`TX_BATCH`] per call at top speed, or when the sender is behind its
+/// schedule), and gathered frames are sent before the sender waits for a
+/// later due time, so no frame waits for the next one's due time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchPlan {
+    pending: usize,
+    /// The latest clock reading (ns from the start): a frame due by then is
+    /// due without another reading.
+    now: u64,
+}
+
+impl Default for BatchPlan {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BatchPlan {
+    /// Nothing gathered, the clock at the start.
+    pub fn new() -> Self {
+        BatchPlan { pending: 0, now: 0 }
+    }
+
+    /// Frames gathered and not yet sent.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// A frame due at offset `due` (ns from the start; `None`: at once) is
+    /// next: whether it can be gathered now. `clock` reads the time (ns
+    /// from the start); it is called only when the latest reading does not
+    /// already show the frame due.
+    pub fn offer(&mut self, due: Option<u64>, clock: impl FnOnce() -> u64) -> BeforeGather {
+        match due {
+            Some(d) if d > self.now => {
+                self.now = self.now.max(clock());
+                if d > self.now {
+                    BeforeGather::FlushAndWait(d)
+                } else {
+                    BeforeGather::Gather
+                }
+            }
+            _ => BeforeGather::Gather,
+        }
+    }
+
+    /// The wait for a due time ended at `t` (ns from the start).
+    pub fn waited(&mut self, t: u64) {
+        self.now = self.now.max(t);
+    }
+
+    /// One frame was gathered; `true` when the batch is full and must be
+    /// sent now.
+    pub fn gathered(&mut self) -> bool {
+        self.pending += 1;
+        self.pending >= TX_BATCH
+    }
+
+    /// The gathered frames were sent (or given up).
+    pub fn sent(&mut self) {
+        self.pending = 0;
+    }
+}
+
+/// The batched sender's gathered frames: copies (a capture reader reuses
+/// its buffer between records) and their hashes.
+struct TxBatch {
+    plan: BatchPlan,
+    bufs: Vec<Vec<u8>>,
+    keys: [u64; TX_BATCH],
+}
+
+impl TxBatch {
+    fn new() -> Self {
+        TxBatch {
+            plan: BatchPlan::new(),
+            bufs: (0..TX_BATCH).map(|_| Vec::with_capacity(2048)).collect(),
+            keys: [0; TX_BATCH],
+        }
+    }
 }
 
 impl Transmitter<'_> {
@@ -636,6 +887,11 @@ impl Transmitter<'_> {
     /// Paces, then sends `frame` (capture time `ts`, hash `key`).
     #[inline]
     fn emit(&mut self, ts: u64, frame: &[u8], key: u64) -> Result<()> {
+        if let Some(mut b) = self.batch.take() {
+            let r = self.gather(&mut b, ts, frame, key);
+            self.batch = Some(b);
+            return r;
+        }
         let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
         let t = match self.schedule.next_offset(ts, len) {
             Some(off) => Some(wait_until(self.start + Duration::from_nanos(off))),
@@ -709,6 +965,114 @@ impl Transmitter<'_> {
         }
     }
 
+    /// `--io ring`: paces `frame` and gathers it into `b`, sending the
+    /// gathered frames first when it is not due yet ([`BatchPlan`]) and
+    /// after it when the batch is full.
+    fn gather(&mut self, b: &mut TxBatch, ts: u64, frame: &[u8], key: u64) -> Result<()> {
+        let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+        let due = self.schedule.next_offset(ts, len);
+        let start = self.start;
+        let since =
+            |t: Instant| u64::try_from(t.duration_since(start).as_nanos()).unwrap_or(u64::MAX);
+        if let BeforeGather::FlushAndWait(d) = b.plan.offer(due, || since(Instant::now())) {
+            self.send_gathered(b)?;
+            let t = wait_until(self.start + Duration::from_nanos(d));
+            b.plan.waited(since(t));
+        }
+        let i = b.plan.pending();
+        if let (Some(buf), Some(k)) = (b.bufs.get_mut(i), b.keys.get_mut(i)) {
+            buf.clear();
+            buf.extend_from_slice(frame);
+            *k = key;
+        }
+        if b.plan.gathered() {
+            self.send_gathered(b)?;
+        }
+        self.attempted += 1;
+        if self.attempted & 0xfff == 0
+            && let Some(p) = self.progress
+        {
+            p.set_position(self.attempted);
+        }
+        Ok(())
+    }
+
+    /// Sends the frames gathered in `b` with `sendmmsg(2)` (one call when
+    /// the kernel takes them all), retried as [`Transmitter::send`] retries
+    /// one frame; a frame refused for good is counted as failed and the
+    /// rest are still sent. Each frame's send time is the clock read
+    /// before the call that sent it.
+    fn send_gathered(&mut self, b: &mut TxBatch) -> Result<()> {
+        let n = b.plan.pending().min(TX_BATCH);
+        let mut frames: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
+        for (f, buf) in frames.iter_mut().zip(&b.bufs[..n]) {
+            *f = buf;
+        }
+        let fd = self.sock.fd;
+        let mut done = 0usize;
+        while done < n {
+            let t = Instant::now();
+            let (mut enobufs, mut eagain_since) = (0u32, None::<Instant>);
+            let stats = &mut self.stats;
+            let (sent, err) = send_batch(fd, &frames[done..n], |e| match e.raw_os_error() {
+                Some(libc::EAGAIN) => {
+                    let since = *eagain_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > EAGAIN_LIMIT {
+                        return false;
+                    }
+                    stats.retried_eagain += 1;
+                    poll_fd(fd, libc::POLLOUT, 100);
+                    true
+                }
+                Some(libc::ENOBUFS) if enobufs < ENOBUFS_RETRIES => {
+                    enobufs += 1;
+                    stats.retried_enobufs += 1;
+                    thread::sleep(ENOBUFS_PAUSE);
+                    true
+                }
+                _ => false,
+            });
+            let sent = sent.min(n - done);
+            let t_ns = self.ns(t);
+            for (f, &key) in frames[done..done + sent].iter().zip(&b.keys[done..]) {
+                self.stats.packets += 1;
+                self.stats.bytes += f.len() as u64;
+                if let Some(s) = &mut self.stamps {
+                    s.push(Stamp { key, t_ns });
+                }
+            }
+            done += sent;
+            if let Some(err) = err {
+                let errno = err.raw_os_error().unwrap_or(0);
+                if matches!(
+                    errno,
+                    libc::ENETDOWN | libc::ENODEV | libc::ENXIO | libc::EBADF
+                ) {
+                    bail!(
+                        "interface {}: send failed after {} packets: {err} (interface down or gone?)",
+                        self.ep.describe(),
+                        self.stats.packets
+                    );
+                }
+                // The frame the kernel stopped at is given up.
+                self.fail(errno);
+                done += 1;
+            }
+        }
+        b.plan.sent();
+        Ok(())
+    }
+
+    /// Sends what is still gathered (`--io ring`).
+    fn finish(&mut self) -> Result<()> {
+        if let Some(mut b) = self.batch.take() {
+            let r = self.send_gathered(&mut b);
+            self.batch = Some(b);
+            r?;
+        }
+        Ok(())
+    }
+
     fn fail(&mut self, errno: i32) {
         self.stats.failed += 1;
         *self.errnos.entry(errno).or_default() += 1;
@@ -754,8 +1118,42 @@ fn preload(files: &[PathBuf], keys: bool) -> Result<Preloaded> {
     Ok(p)
 }
 
-/// Sends every pass: from memory, or streaming from the files.
-fn transmit(
+/// Sends every pass: generated, from memory, or streaming from the files;
+/// then what is still gathered.
+fn transmit(tx: &mut Transmitter<'_>, sh: Shared<'_>) -> Result<()> {
+    match sh.generated {
+        Some(g) => transmit_generated(tx, g, sh.stop)?,
+        None => transmit_files(tx, sh.files, sh.loaded, sh.cfg.loops, sh.stop)?,
+    }
+    tx.finish()
+}
+
+/// Sends a generated stream once, until it ends, its time limit passes or
+/// the run is stopped.
+fn transmit_generated(tx: &mut Transmitter<'_>, g: &Generated, stop: &AtomicBool) -> Result<()> {
+    let keys = tx.stamps.is_some();
+    let mut frames = UniqueFrames::new(g.frames)?;
+    let mut n = 0u64;
+    while let Some((ts, f)) = frames.next() {
+        let key = if keys {
+            match_key(LinkType::Ethernet, f)
+        } else {
+            0
+        };
+        tx.emit(ts, f, key)?;
+        n += 1;
+        if n & 0x3ff == 0
+            && (stop.load(Ordering::Relaxed)
+                || g.time_limit.is_some_and(|l| tx.start.elapsed() >= l))
+        {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Sends every pass of the capture files: from memory, or streaming.
+fn transmit_files(
     tx: &mut Transmitter<'_>,
     files: &[PathBuf],
     loaded: Option<&Preloaded>,
@@ -808,6 +1206,8 @@ struct Shared<'a> {
     cfg: &'a LiveConfig,
     files: &'a [PathBuf],
     loaded: Option<&'a Preloaded>,
+    /// Frames made as they are sent instead of `files`.
+    generated: Option<&'a Generated>,
     /// The origin of both sides' timestamps.
     origin: Instant,
     /// Set when the receiver should drain and stop (and the sender give up).
@@ -825,6 +1225,15 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
             bail!("{msg}");
         }
     };
+    if let Some(g) = sh.generated
+        && let Ok(mtu) = interface_mtu(sock.fd, &cfg.tx.interface)
+        && let Err(e) = check_fits(&cfg.tx, mtu, g.frames.size)
+    {
+        // The kernel would refuse every frame (EMSGSIZE): say so once.
+        let msg = format!("{e:#}");
+        let _ = ready.send(Err(e));
+        bail!("{msg}");
+    }
     // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer
     // slack; the argument is a plain integer.
     unsafe {
@@ -834,10 +1243,13 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
     if go.recv().is_err() {
         bail!("cancelled");
     }
-    let capacity = match (cfg.rx.is_some(), sh.loaded) {
-        (false, _) => None,
-        (true, Some(p)) => Some(p.frames.len().saturating_mul(cfg.loops as usize)),
-        (true, None) => Some(1 << 16),
+    let capacity = match (cfg.rx.is_some(), sh.loaded, sh.generated) {
+        (false, _, _) => None,
+        (true, _, Some(g)) => {
+            Some(usize::try_from(g.frames.packets).map_or(1 << 20, |n| n.min(1 << 26)))
+        }
+        (true, Some(p), None) => Some(p.frames.len().saturating_mul(cfg.loops as usize)),
+        (true, None, None) => Some(1 << 16),
     };
     let start = Instant::now();
     let mut tx = Transmitter {
@@ -851,8 +1263,9 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
         stamps: capacity.map(Vec::with_capacity),
         progress: sh.progress,
         attempted: 0,
+        batch: (cfg.io == IoBackend::Ring).then(TxBatch::new),
     };
-    transmit(&mut tx, sh.files, sh.loaded, cfg.loops, sh.stop)?;
+    transmit(&mut tx, sh)?;
     let elapsed = start.elapsed();
     let mut stats = tx.stats;
     stats.errors = tx
@@ -877,6 +1290,9 @@ const DRAIN_LIMIT: Duration = Duration::from_millis(200);
 struct RxRun {
     stamps: Vec<Stamp>,
     recv_buffer: usize,
+    /// `PACKET_STATISTICS`: frames dropped, ring blocks found held.
+    kernel_dropped: u64,
+    kernel_freeze_q: u64,
 }
 
 /// Frames read per `recvmmsg(2)` call.
@@ -957,6 +1373,9 @@ impl RxBatch {
 }
 
 fn receiver_thread(sh: Shared<'_>, ep: &Endpoint, ready: Sender<Result<()>>) -> Result<RxRun> {
+    if sh.cfg.io == IoBackend::Ring {
+        return ring_receiver(sh, ep, ready);
+    }
     let (origin, stop) = (sh.origin, sh.stop);
     let sock = match open_endpoint(ep, Some(sh.cfg.rx_buffer_bytes)) {
         Ok(s) => s,
@@ -1008,6 +1427,98 @@ fn receiver_thread(sh: Shared<'_>, ep: &Endpoint, ready: Sender<Result<()>>) -> 
     Ok(RxRun {
         stamps,
         recv_buffer: sock.recv_buffer,
+        kernel_dropped: socket_drops(sock.fd),
+        kernel_freeze_q: 0,
+    })
+}
+
+/// Nanoseconds since the Unix epoch (`CLOCK_REALTIME`, the ring's clock).
+fn realtime_ns() -> i128 {
+    match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i128::try_from(d.as_nanos()).unwrap_or(i128::MAX),
+        Err(e) => -i128::try_from(e.duration().as_nanos()).unwrap_or(i128::MAX),
+    }
+}
+
+/// `--io ring`: the receiver on a `TPACKET_V3` ring (see the module docs).
+fn ring_receiver(sh: Shared<'_>, ep: &Endpoint, ready: Sender<Result<()>>) -> Result<RxRun> {
+    let (origin, stop) = (sh.origin, sh.stop);
+    let rc = ring_config(sh.cfg.rx_buffer_bytes);
+    let opened = match &ep.netns {
+        Some(ns) => enter_netns(ns),
+        None => Ok(()),
+    }
+    .and_then(|()| RxRing::open(&ep.interface, true, None, &rc).map_err(|e| anyhow!("{e}")))
+    .with_context(|| format!("--rx {}", ep.describe()));
+    let mut ring = match opened {
+        Ok(r) => r,
+        Err(e) => {
+            let msg = format!("{e:#}");
+            let _ = ready.send(Err(e));
+            bail!("{msg}");
+        }
+    };
+    let since_origin =
+        |t: Instant| u64::try_from(t.duration_since(origin).as_nanos()).unwrap_or(u64::MAX);
+    // The kernel stamps frames on CLOCK_REALTIME; both sides' times are
+    // monotonic from `origin`. One sample of each gives the offset.
+    let offset = realtime_ns() - i128::from(since_origin(Instant::now()));
+    let _ = ready.send(Ok(()));
+    let capacity = sh
+        .generated
+        .and_then(|g| usize::try_from(g.frames.packets).ok())
+        .map_or(1 << 16, |n| n.min(1 << 26));
+    let mut stamps = Vec::with_capacity(capacity);
+    let mut stopping: Option<Instant> = None;
+    let mut idle_after_stop = false;
+    loop {
+        let mut got = 0usize;
+        // Frames cannot have arrived after they are read: a kernel time
+        // past the latest reading (clocks stepped) is cut to a new one.
+        let mut read_ns = since_origin(Instant::now());
+        while let Some(f) = ring.next_frame() {
+            got += 1;
+            if f.outgoing {
+                continue;
+            }
+            let t_ns = if f.ts_ns == 0 {
+                read_ns
+            } else {
+                let t = (i128::from(f.ts_ns) - offset).max(0);
+                if t > i128::from(read_ns) {
+                    read_ns = since_origin(Instant::now());
+                }
+                u64::try_from(t).unwrap_or(u64::MAX).min(read_ns)
+            };
+            stamps.push(Stamp {
+                key: match_key(LinkType::Ethernet, f.bytes),
+                t_ns,
+            });
+            if got >= 1 << 14 {
+                break;
+            }
+        }
+        if stop.load(Ordering::Acquire) {
+            // Drain what is handed over (a block is handed over within its
+            // timeout: wait once for that), but not forever under a flood.
+            let since = *stopping.get_or_insert_with(Instant::now);
+            if since.elapsed() > DRAIN_LIMIT || (got == 0 && idle_after_stop) {
+                break;
+            }
+            idle_after_stop = got == 0;
+            if got == 0 {
+                poll_fd(ring.fd(), libc::POLLIN, 5);
+            }
+        } else if got == 0 {
+            poll_fd(ring.fd(), libc::POLLIN, 5);
+        }
+    }
+    let (kernel_dropped, kernel_freeze_q) = ring.statistics();
+    Ok(RxRun {
+        stamps,
+        recv_buffer: rc.block_bytes as usize * rc.blocks as usize,
+        kernel_dropped,
+        kernel_freeze_q,
     })
 }
 
@@ -1027,6 +1538,30 @@ impl Drop for StopOnDrop<'_> {
 fn joined<T>(h: thread::ScopedJoinHandle<'_, Result<T>>, what: &str) -> Result<T> {
     h.join()
         .map_err(|_| anyhow!("the {what} thread panicked"))?
+}
+
+/// Sends a generated stream live as `cfg` says (once: `cfg.loops` and
+/// `cfg.preload` do not apply) and returns the report. Errors name the
+/// interface or the namespace at fault, or the bad setting.
+pub fn run_live_generated(
+    generated: &Generated,
+    cfg: &LiveConfig,
+    progress: Option<&ProgressBar>,
+) -> Result<LiveReport> {
+    cfg.pacing.validate()?;
+    // A bad size or flow count fails here, before any socket is opened.
+    UniqueFrames::new(generated.frames)?;
+    if let Some(pb) = progress
+        && generated.frames.packets != u64::MAX
+    {
+        pb.set_length(generated.frames.packets);
+    }
+    let f = generated.frames;
+    let input = format!(
+        "generated: unique {}-byte frames over {} flows",
+        f.size, f.flows
+    );
+    run(&[], None, Some(generated), input, cfg, progress)
 }
 
 /// Replays `files` live as `cfg` says and returns the report. Errors name
@@ -1056,12 +1591,27 @@ pub fn run_live(
     } else {
         None
     };
+    let mut report = run(files, loaded.as_ref(), None, String::new(), cfg, progress)?;
+    report.inputs = files.iter().map(|p| p.display().to_string()).collect();
+    Ok(report)
+}
 
+/// The run itself, from captures (`files`, `loaded` when preloaded) or a
+/// generated stream (described as `input`).
+fn run(
+    files: &[PathBuf],
+    loaded: Option<&Preloaded>,
+    generated: Option<&Generated>,
+    input: String,
+    cfg: &LiveConfig,
+    progress: Option<&ProgressBar>,
+) -> Result<LiveReport> {
     let stop = AtomicBool::new(false);
     let sh = Shared {
         cfg,
         files,
-        loaded: loaded.as_ref(),
+        loaded,
+        generated,
         origin: Instant::now(),
         stop: &stop,
         progress,
@@ -1130,6 +1680,8 @@ pub fn run_live(
                 reordered: m.reordered,
                 unmatched: m.unmatched,
                 received_pps: Rates::of(m.received, 0, m.span_ns as f64 / 1e9).pps,
+                kernel_dropped: r.kernel_dropped,
+                kernel_freeze_q: r.kernel_freeze_q,
                 latency_ns: Latency::of(&m.histogram),
                 histogram: m.histogram,
             })
@@ -1137,9 +1689,10 @@ pub fn run_live(
         _ => None,
     };
     Ok(LiveReport {
-        inputs: files.iter().map(|p| p.display().to_string()).collect(),
+        inputs: vec![input],
         tx: cfg.tx.clone(),
         qdisc_bypass: tx_run.qdisc_bypass,
+        io: cfg.io,
         pacing: cfg.pacing.describe(),
         loops: cfg.loops,
         preload: cfg.preload,
@@ -1356,6 +1909,139 @@ mod tests {
         assert_eq!((m.received, m.lost, m.unmatched), (0, 1, 1));
     }
 
+    /// Drives a [`BatchPlan`] as the batched sender does, on a simulated
+    /// clock: a wait jumps to the due time, gathering a frame costs
+    /// `gather_ns`, a send call `call_ns`. Returns each call's time and
+    /// frames, and how often the clock was read.
+    fn simulate(
+        dues: &[Option<u64>],
+        gather_ns: u64,
+        call_ns: u64,
+    ) -> (Vec<(u64, Vec<usize>)>, usize) {
+        struct Sim {
+            plan: BatchPlan,
+            clock: u64,
+            pending: Vec<usize>,
+            calls: Vec<(u64, Vec<usize>)>,
+            call_ns: u64,
+        }
+        impl Sim {
+            fn flush(&mut self) {
+                assert_eq!(self.plan.pending(), self.pending.len());
+                if !self.pending.is_empty() {
+                    self.calls
+                        .push((self.clock, std::mem::take(&mut self.pending)));
+                    self.clock += self.call_ns;
+                }
+                self.plan.sent();
+            }
+        }
+        let mut sim = Sim {
+            plan: BatchPlan::new(),
+            clock: 0,
+            pending: Vec::new(),
+            calls: Vec::new(),
+            call_ns,
+        };
+        let mut reads = 0;
+        for (i, &due) in dues.iter().enumerate() {
+            let now = sim.clock;
+            let step = sim.plan.offer(due, || {
+                reads += 1;
+                now
+            });
+            if let BeforeGather::FlushAndWait(d) = step {
+                sim.flush();
+                sim.clock = sim.clock.max(d);
+                sim.plan.waited(sim.clock);
+            }
+            sim.pending.push(i);
+            sim.clock += gather_ns;
+            if sim.plan.gathered() {
+                sim.flush();
+            }
+        }
+        sim.flush();
+        (sim.calls, reads)
+    }
+
+    /// Every frame sent once, in order, never before it is due.
+    fn check_sent(dues: &[Option<u64>], calls: &[(u64, Vec<usize>)]) {
+        let order: Vec<usize> = calls.iter().flat_map(|(_, f)| f.iter().copied()).collect();
+        assert_eq!(order, (0..dues.len()).collect::<Vec<_>>());
+        for (t, frames) in calls {
+            assert!(!frames.is_empty() && frames.len() <= TX_BATCH);
+            for &i in frames {
+                assert!(
+                    dues[i].is_none_or(|d| d <= *t),
+                    "frame {i} due {:?} sent at {t}",
+                    dues[i]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn top_speed_sends_full_batches() {
+        let dues = vec![None; 200];
+        let (calls, reads) = simulate(&dues, 10, 1000);
+        check_sent(&dues, &calls);
+        let sizes: Vec<usize> = calls.iter().map(|(_, f)| f.len()).collect();
+        assert_eq!(sizes, [64, 64, 64, 8]);
+        assert_eq!(reads, 0, "top speed needs no clock");
+    }
+
+    #[test]
+    fn slow_pacing_sends_each_frame_before_waiting_for_the_next() {
+        // 10 us apart, a call takes 1 us: nothing is ever behind.
+        let dues: Vec<Option<u64>> = (0..100).map(|i| Some(i * 10_000)).collect();
+        let (calls, _) = simulate(&dues, 10, 1000);
+        check_sent(&dues, &calls);
+        assert_eq!(calls.len(), 100, "one frame per call");
+        for (k, (t, frames)) in calls.iter().enumerate() {
+            // Sent at its due time (plus the gathering), before the next is due.
+            assert_eq!(frames, &[k]);
+            assert_eq!(*t, k as u64 * 10_000 + 10);
+        }
+    }
+
+    #[test]
+    fn frames_already_due_go_out_together() {
+        // 100 ns apart, but a call takes 2 us: the sender falls behind and
+        // gathers what has come due meanwhile.
+        let dues: Vec<Option<u64>> = (0..1000).map(|i| Some(i * 100)).collect();
+        let (calls, reads) = simulate(&dues, 10, 2000);
+        check_sent(&dues, &calls);
+        assert!(calls.len() < 100, "{} calls", calls.len());
+        assert!(calls.iter().skip(1).all(|(_, f)| f.len() > 1));
+        // A frame due by the last clock reading needs no new one.
+        assert!(reads < dues.len(), "{reads} clock reads");
+        // A pending frame is flushed before the sender waits: with a gap
+        // after frame 9 it leaves at once, not at frame 10's due time.
+        let mut dues: Vec<Option<u64>> = (0..10).map(|_| None).collect();
+        dues.push(Some(1_000_000));
+        let (calls, _) = simulate(&dues, 10, 1000);
+        check_sent(&dues, &calls);
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0], (100, (0..10).collect()));
+        assert_eq!(calls[1], (1_000_010, vec![10]));
+    }
+
+    #[test]
+    fn ring_sizes_follow_the_buffer() {
+        let r = ring_config(32 << 20);
+        assert_eq!(
+            (r.block_bytes, r.blocks, r.block_timeout_ms),
+            (1 << 20, 32, 1)
+        );
+        let r = ring_config(1 << 20);
+        assert_eq!((r.block_bytes, r.blocks), (64 << 10, 16));
+        let r = ring_config(0);
+        assert_eq!((r.block_bytes, r.blocks), (64 << 10, 2));
+        let r = ring_config(usize::MAX);
+        assert_eq!((r.block_bytes, r.blocks), (1 << 20, 1024));
+    }
+
     #[test]
     fn rates_as_tcpreplay() {
         let r = Rates::of(10_000, 6_540_000, 0.52);
@@ -1375,6 +2061,7 @@ mod tests {
                 netns: Some("bp-a".into()),
             },
             qdisc_bypass: true,
+            io: IoBackend::Pnet,
             pacing: "topspeed".into(),
             loops: 1,
             preload: false,

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use dataplane::config::{RouterConfig, ThresholdConfig};
+use dataplane::config::{IoBackend, RouterConfig, ThresholdConfig};
 use dataplane::pipeline::MalformedPolicy;
 use dataplane::stage::sfb::SfbConfig;
 use dataplane::wire::icarus::FilterWidth;
@@ -21,6 +21,7 @@ use traffic_gen::synth::{SynthConfig, write_pcap};
 use traffic_gen::synth_icarus::{self, HopRange, IcarusSynthConfig};
 use traffic_gen::synth_mcast::McastConfig;
 use traffic_gen::synth_router::{self, RouterSynthConfig};
+use traffic_gen::throughput::{self, ThroughputConfig, run_throughput};
 
 #[derive(Debug, Parser)]
 #[command(name = "traffic-gen", version, about = "Bloomplane traffic generator")]
@@ -42,6 +43,121 @@ enum Command {
     /// Closed-loop scenarios against the embedded dataplane in virtual time.
     #[command(subcommand)]
     Scenario(ScenarioCmd),
+    /// The zero-loss rate between two live interfaces (RFC 2544 style): per
+    /// frame size, a binary search of the offered rate at which at most
+    /// --loss of the frames are lost; unique frames made as they are sent,
+    /// sent from --tx and matched at --rx (needs CAP_NET_RAW).
+    Throughput(ThroughputArgs),
+}
+
+#[derive(Debug, Args)]
+struct ThroughputArgs {
+    /// Send out of IFACE.
+    #[arg(long, value_name = "IFACE")]
+    tx: String,
+    /// Open --tx in network namespace NAME (/var/run/netns/NAME).
+    #[arg(long, value_name = "NAME")]
+    tx_netns: Option<String>,
+    /// Receive on IFACE.
+    #[arg(long, value_name = "IFACE")]
+    rx: String,
+    /// Open --rx in network namespace NAME.
+    #[arg(long, value_name = "NAME")]
+    rx_netns: Option<String>,
+    /// Packet I/O of the sender and receiver: pnet (a system call per
+    /// frame) or ring (sendmmsg batches, a TPACKET_V3 receive ring).
+    #[arg(long, default_value = "pnet", value_parser = parse_io)]
+    io: IoBackend,
+    /// Frame sizes, bytes as sent (no FCS), comma-separated, each in 60..=9000.
+    #[arg(long, default_value = "64,128,256,512,1024,1280,1518", value_parser = parse_sizes)]
+    size: Sizes,
+    /// One trial's length (5s, 500ms).
+    #[arg(long, default_value = "5s", value_parser = scenario::parse_duration)]
+    duration: u64,
+    /// Largest lost fraction of a trial that passes (0.001 = 0.1%).
+    #[arg(long, default_value_t = 0.001)]
+    loss: f64,
+    /// Flows the frames are spread over (round robin).
+    #[arg(long, default_value_t = 1024)]
+    flows: u32,
+    /// Start the search here (pps) instead of at the sender's top-speed rate.
+    #[arg(long, value_name = "P")]
+    max_pps: Option<f64>,
+    /// Stop when the search interval is within this fraction of the rate.
+    #[arg(long, value_name = "R", default_value_t = 0.01)]
+    resolution: f64,
+    /// Stop after this many trials per size.
+    #[arg(long, default_value_t = 16)]
+    max_trials: u32,
+    /// Pause between trials so that queues drain.
+    #[arg(long, default_value = "500ms", value_parser = scenario::parse_duration)]
+    pause: u64,
+    /// Receive buffer (or ring) size, bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 32 << 20)]
+    rx_buffer: usize,
+    /// Frames not received this many ms after the last send are lost.
+    #[arg(long, value_name = "MS", default_value_t = 200)]
+    rx_grace: u64,
+    /// Write the report (every trial) as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// `--size`'s list as one value (clap would otherwise split it itself and
+/// lose the list's context in errors).
+#[derive(Debug, Clone)]
+struct Sizes(Vec<u16>);
+
+fn parse_sizes(s: &str) -> Result<Sizes, String> {
+    throughput::parse_sizes(s)
+        .map(Sizes)
+        .map_err(|e| format!("{e:#}"))
+}
+
+fn parse_io(s: &str) -> Result<IoBackend, String> {
+    s.parse()
+}
+
+fn run_throughput_cmd(a: &ThroughputArgs) -> Result<()> {
+    let cfg = ThroughputConfig {
+        tx: Endpoint {
+            interface: a.tx.clone(),
+            netns: a.tx_netns.clone(),
+        },
+        rx: Endpoint {
+            interface: a.rx.clone(),
+            netns: a.rx_netns.clone(),
+        },
+        io: a.io,
+        sizes: a.size.0.clone(),
+        duration: std::time::Duration::from_nanos(a.duration),
+        max_loss: a.loss,
+        flows: a.flows,
+        max_pps: a.max_pps,
+        resolution: a.resolution,
+        max_trials: a.max_trials,
+        rx_buffer_bytes: a.rx_buffer,
+        grace: std::time::Duration::from_millis(a.rx_grace),
+        pause: std::time::Duration::from_nanos(a.pause),
+    };
+    cfg.validate()?;
+    // The output file is created first, so a bad path fails at once.
+    let json = a
+        .json
+        .as_ref()
+        .map(|p| {
+            std::fs::File::create(p)
+                .with_context(|| format!("{}: cannot create", p.display()))
+                .map(|f| (p, f))
+        })
+        .transpose()?;
+    let report = run_throughput(&cfg)?;
+    report.write_text(&mut std::io::stdout().lock())?;
+    if let Some((p, f)) = json {
+        serde_json::to_writer_pretty(std::io::BufWriter::new(f), &report)
+            .with_context(|| format!("{}: write failed", p.display()))?;
+    }
+    Ok(())
 }
 
 #[derive(Debug, Subcommand)]
@@ -479,6 +595,11 @@ struct ReplayArgs {
     /// --preload-pcap).
     #[arg(long, requires = "tx", help_heading = "Live replay")]
     preload: bool,
+    /// Live: packet I/O of the sender and receiver: pnet (one send(2) per
+    /// frame, recvmmsg) or ring (sendmmsg batches, a TPACKET_V3 receive
+    /// ring stamped by the kernel).
+    #[arg(long, default_value = "pnet", value_parser = parse_io, help_heading = "Live replay")]
+    io: IoBackend,
     #[command(flatten)]
     synth: SynthArgs,
 }
@@ -514,6 +635,9 @@ fn run_replay(a: &ReplayArgs) -> Result<()> {
     }
     if let Some(tx) = &a.tx {
         return run_live_replay(a, tx);
+    }
+    if a.io != IoBackend::Pnet {
+        bail!("--io applies to live replay (--tx)");
     }
     let mut router = match &a.config {
         Some(p) => RouterConfig::load(p)?,
@@ -628,6 +752,7 @@ fn run_live_replay(a: &ReplayArgs, tx: &str) -> Result<()> {
         preload: a.preload,
         grace: std::time::Duration::from_millis(a.rx_grace),
         rx_buffer_bytes: a.rx_buffer,
+        io: a.io,
     };
     let progress = progress_bar(None);
     let report = run_live(&a.files, &cfg, progress.as_ref());
@@ -657,6 +782,7 @@ fn run() -> Result<()> {
     match &cli.command {
         Command::Replay(a) => run_replay(a),
         Command::Scenario(ScenarioCmd::Sfb(a)) => run_scenario_sfb(a),
+        Command::Throughput(a) => run_throughput_cmd(a),
         Command::Synth(s) if s.kind == SynthKind::Icarus => run_synth_icarus(s),
         Command::Synth(s) if s.kind == SynthKind::Router => run_synth_router(s),
         Command::Synth(s) if s.kind == SynthKind::Multicast => {

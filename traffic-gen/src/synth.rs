@@ -5,6 +5,10 @@
 //! (`2001:db8::1 -> 2001:db8:1::i:2`), with a fixed frame size per flow
 //! (`--size`, or per-flow sizes between 64 and 1500 bytes). Packets are
 //! 1 microsecond apart in capture time, starting at 1 s after the epoch.
+//!
+//! [`UniqueFrames`] streams unique frames of one size over many IPv4 flows
+//! round robin, made as they are sent: the input of `traffic-gen
+//! throughput`'s trials.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -172,6 +176,81 @@ impl Synth {
     /// Whether the stream yields nothing.
     pub fn is_empty(&self) -> bool {
         self.cfg.packets == 0
+    }
+}
+
+/// Frame sizes [`UniqueFrames`] makes, bytes (no frame check sequence:
+/// the bytes handed to the interface, as a capture holds them).
+pub const UNIQUE_SIZES: std::ops::RangeInclusive<u16> = 60..=9000;
+
+/// Settings of a [`UniqueFrames`] stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UniqueConfig {
+    /// Every frame's size, bytes (in [`UNIQUE_SIZES`]).
+    pub size: u16,
+    /// Flows, sent round robin.
+    pub flows: u32,
+    /// Frames; `u64::MAX` for a stream the caller stops.
+    pub packets: u64,
+}
+
+/// Unique frames of one size over many flows, made as they are sent (a
+/// throughput trial at a high rate would not fit in memory as a capture):
+/// flow `i` is IPv4 UDP `10.0.0.1:(1024 + i) -> 11.x.y.z:53` (the IPv4
+/// flows of [`frame`]), taken round robin; frame `n` carries `n` as
+/// `--unique` does ([`Synth`]'s unique mode): in the IPv4 identification
+/// (low 16 bits, checksum updated) and in the first 8 payload bytes (a
+/// 60-byte frame has 18), so no two frames of a stream are alike and
+/// `replay --rx` matches each exactly. IPv4 only: a 64-byte IPv6 frame has
+/// room for 2 payload bytes, too few to tell millions of frames apart.
+#[derive(Debug)]
+pub struct UniqueFrames {
+    cfg: UniqueConfig,
+    frames: Vec<Vec<u8>>,
+    n: u64,
+}
+
+impl UniqueFrames {
+    /// A stream for `cfg`; an error naming the option for a size outside
+    /// [`UNIQUE_SIZES`] or no flows.
+    pub fn new(cfg: UniqueConfig) -> Result<Self> {
+        if !UNIQUE_SIZES.contains(&cfg.size) {
+            bail!(
+                "--size {}: frame sizes must be in {}..={} bytes",
+                cfg.size,
+                UNIQUE_SIZES.start(),
+                UNIQUE_SIZES.end()
+            );
+        }
+        if cfg.flows == 0 {
+            bail!("--flows must be at least 1");
+        }
+        // Flow ids that `frame` makes IPv4 (every fourth one is IPv6).
+        let frames = (0..cfg.flows)
+            .map(|k| frame(k / 3 * 4 + k % 3, usize::from(cfg.size)))
+            .collect();
+        Ok(UniqueFrames { cfg, frames, n: 0 })
+    }
+
+    /// The next frame (its capture time is [`SYNTH_START_NS`] +
+    /// n x [`SYNTH_GAP_NS`]), `None` after `packets`.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<(u64, &[u8])> {
+        if self.n >= self.cfg.packets {
+            return None;
+        }
+        let n = self.n;
+        self.n += 1;
+        let ts = SYNTH_START_NS.saturating_add(n.saturating_mul(SYNTH_GAP_NS));
+        let len = self.frames.len() as u64;
+        let f = self.frames.get_mut((n % len) as usize)?;
+        stamp(f, n);
+        Some((ts, f))
+    }
+
+    /// The settings.
+    pub fn config(&self) -> UniqueConfig {
+        self.cfg
     }
 }
 
@@ -350,6 +429,64 @@ mod tests {
         };
         assert_eq!(collect(), collect());
         assert_eq!(collect().len(), 1000);
+    }
+
+    #[test]
+    fn unique_stream_frames_are_unique_sized_and_parse() {
+        for size in [60u16, 64, 128, 1518, 9000] {
+            let mut s = UniqueFrames::new(UniqueConfig {
+                size,
+                flows: 7,
+                packets: 3000,
+            })
+            .unwrap();
+            let mut seen = std::collections::HashSet::new();
+            let mut flows = std::collections::HashSet::new();
+            let mut keys = std::collections::HashSet::new();
+            let mut last_ts = 0;
+            while let Some((ts, d)) = s.next() {
+                assert!(ts > last_ts);
+                last_ts = ts;
+                assert_eq!(d.len(), usize::from(size));
+                let p = parse(LinkType::Ethernet, d).expect("parses");
+                assert_eq!(p.ip_total_len, usize::from(size) - 14, "IP length");
+                flows.insert(p.flow.expect("IP"));
+                assert_eq!(dataplane::wire::checksum::sum(&d[14..34]), 0xffff);
+                assert!(seen.insert(d.to_vec()), "a frame repeated");
+                keys.insert(crate::live::match_key(LinkType::Ethernet, d));
+            }
+            assert_eq!(seen.len(), 3000);
+            assert_eq!(keys.len(), 3000, "matching keys differ too");
+            assert_eq!(flows.len(), 7);
+        }
+    }
+
+    #[test]
+    fn unique_stream_rejects_bad_settings() {
+        for size in [0u16, 59, 9001] {
+            let err = UniqueFrames::new(UniqueConfig {
+                size,
+                flows: 1,
+                packets: 1,
+            })
+            .unwrap_err();
+            assert!(err.to_string().contains("--size"), "{err}");
+        }
+        let err = UniqueFrames::new(UniqueConfig {
+            size: 64,
+            flows: 0,
+            packets: 1,
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("--flows"), "{err}");
+        // A stream of nothing yields nothing.
+        let mut s = UniqueFrames::new(UniqueConfig {
+            size: 64,
+            flows: 1,
+            packets: 0,
+        })
+        .unwrap();
+        assert!(s.next().is_none());
     }
 
     #[test]
