@@ -16,7 +16,7 @@
 //! Every step is bounded by a timeout, and a guard kills the router and
 //! takes the lab down whatever happens.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ mod lab_common;
 use dataplane::io::capture::CaptureWriter;
 use dataplane::wire::LinkType;
 use dataplane::wire::checksum;
-use lab_common::{Lab, run_bounded, skip_reason, workspace};
+use lab_common::{Lab, binaries, run_bounded, skip_reason};
 
 /// Frames in the pcap (including the repeats).
 const FRAMES: usize = 4000;
@@ -37,47 +37,6 @@ const MAC_A: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 0x0a];
 const MAC_B: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 0x0b];
 const IP_A: [u8; 4] = [10, 77, 0, 1];
 const IP_B: [u8; 4] = [10, 77, 0, 2];
-
-/// The directory holding the `dataplane` and `traffic-gen` binaries, built
-/// (or found fresh) by cargo with the profile this test was built with.
-fn binaries() -> PathBuf {
-    if let Some(dir) = std::env::var_os("BLOOMPLANE_BIN_DIR") {
-        return PathBuf::from(dir);
-    }
-    // target/<profile>/deps/live_replay-<hash>
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps")
-        .to_path_buf();
-    let target_dir = profile_dir.parent().expect("target dir");
-    let profile = profile_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("debug");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(workspace())
-        .args(["build", "--bins", "-p", "dataplane", "-p", "traffic-gen"])
-        .env("CARGO_TARGET_DIR", target_dir);
-    match profile {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
-    }
-    let out = run_bounded(&mut cmd, Duration::from_secs(900), "cargo build");
-    assert!(
-        out.status.success(),
-        "building the binaries failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    profile_dir
-}
 
 /// A UDP datagram A -> B in an Ethernet frame, numbered `seq`, with a
 /// payload of `len` bytes (at least 4), valid IPv4 header checksum.

@@ -1,7 +1,8 @@
 //! The namespace lab (`scripts/lab.sh`) for the live tests of two crates
 //! (`dataplane/tests/live_lab.rs`, `live_security.rs`,
-//! `tests/tests/live_replay.rs`, which includes this file by path): whether
-//! the lab can run here, a command run with a time limit, a guard that
+//! `tests/tests/live_replay.rs` and `live_throughput.rs`, which include this
+//! file by path): the binaries, whether the lab can run here, a command
+//! run with a time limit, a guard that
 //! takes the lab down, the router started and stopped, threads in a
 //! namespace, and numbered UDP datagrams sent and collected.
 #![allow(dead_code)]
@@ -44,6 +45,48 @@ pub fn ring_refused() -> Option<String> {
     dataplane::io::ring::probe()
         .err()
         .map(|e| format!("the kernel refuses a packet ring: {e}"))
+}
+
+/// The directory holding the `dataplane` and `traffic-gen` binaries, built
+/// (or found fresh) by cargo with the profile this test was built with
+/// (`BLOOMPLANE_BIN_DIR` names a directory of prebuilt ones instead).
+pub fn binaries() -> PathBuf {
+    if let Some(dir) = std::env::var_os("BLOOMPLANE_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    // target/<profile>/deps/<test>-<hash>
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .to_path_buf();
+    let target_dir = profile_dir.parent().expect("target dir");
+    let profile = profile_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("debug");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace())
+        .args(["build", "--bins", "-p", "dataplane", "-p", "traffic-gen"])
+        .env("CARGO_TARGET_DIR", target_dir);
+    match profile {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    let out = run_bounded(&mut cmd, Duration::from_secs(900), "cargo build");
+    assert!(
+        out.status.success(),
+        "building the binaries failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    profile_dir
 }
 
 /// Runs `cmd` to completion within `limit`, killing it past that; its
