@@ -20,11 +20,16 @@
 # real checksums and are never larger than the MTU.
 #
 # Environment: LAB_PREFIX (default "bp") names the namespaces <P>-a, <P>-r,
-# <P>-b, <P>-c, so parallel labs do not collide. Needs root, iproute2, ethtool
+# <P>-b, <P>-c, so parallel labs do not collide. LAB_MTU (default: the
+# kernel's 1500) sets every veth's MTU, e.g. 9000 for 1518-byte frames
+# (1504 bytes of IP), which also leaves room for an Icarus option the
+# router inserts. Needs root, iproute2, ethtool
 # (installed with apt-get when missing and possible).
 set -euo pipefail
 
 P=${LAB_PREFIX:-bp}
+MTU=${LAB_MTU:-}
+[[ -z $MTU || $MTU =~ ^[0-9]+$ ]] || { echo "lab.sh: LAB_MTU must be a number, got \"$MTU\"" >&2; exit 1; }
 NS_A=$P-a NS_R=$P-r NS_B=$P-b NS_C=$P-c
 ALL_NS=("$NS_A" "$NS_R" "$NS_B" "$NS_C")
 SUBNET=10.77.0
@@ -97,6 +102,10 @@ up() {
     nsx "$peer_ns" ip addr add "${ADDR[$h]}/24" dev eth0
     offloads_off "$peer_ns" eth0
     offloads_off "$NS_R" "r-$h"
+    if [[ -n $MTU ]]; then
+      nsx "$peer_ns" ip link set eth0 mtu "$MTU"
+      nsx "$NS_R" ip link set "r-$h" mtu "$MTU"
+    fi
     nsx "$NS_R" ip link set "r-$h" up
     nsx "$peer_ns" ip link set eth0 up
   done

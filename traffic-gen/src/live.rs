@@ -21,7 +21,7 @@
 //! With `--io ring` ([`IoBackend::Ring`]) both hot paths change, not the
 //! sockets' setup: the sender gathers frames and sends them with one
 //! `sendmmsg(2)` per batch ([`dataplane::io::ring::send_batch`]; see
-//! [`batch_step`] for when a batch goes out), and the receiver reads a
+//! [`BatchPlan`] for when a batch goes out), and the receiver reads a
 //! `TPACKET_V3` receive ring ([`RxRing`], promiscuous, sized from
 //! `--rx-buffer`) that the kernel fills without a system call per frame.
 //! The ring stamps each frame with the kernel's receive time, which is
