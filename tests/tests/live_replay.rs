@@ -16,7 +16,7 @@
 //! Every step is bounded by a timeout, and a guard kills the router and
 //! takes the lab down whatever happens.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ mod lab_common;
 use dataplane::io::capture::CaptureWriter;
 use dataplane::wire::LinkType;
 use dataplane::wire::checksum;
-use lab_common::{Lab, binaries, run_bounded, skip_reason};
+use lab_common::{Lab, binaries, run_bounded, skip_reason, workspace};
 
 /// Frames in the pcap (including the repeats).
 const FRAMES: usize = 4000;

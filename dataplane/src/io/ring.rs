@@ -89,7 +89,7 @@ const HDR_LEN: usize = (std::mem::size_of::<libc::tpacket3_hdr>() + libc::TPACKE
     & !(libc::TPACKET_ALIGNMENT - 1);
 
 /// Copies gathered per port before [`Ports::flush`] sends them.
-const TX_BATCH: usize = 64;
+pub const TX_BATCH: usize = 64;
 
 /// One mapped receive ring and its read position.
 struct Ring {
@@ -633,7 +633,7 @@ impl RingPorts {
     /// in the fanout groups `groups[i]`, on `clock`.
     ///
     /// # Errors
-    /// As [`open_ring`]: the first port that could not be opened.
+    /// As [`RxRing::open`]: the first port that could not be opened.
     pub fn open(
         interfaces: &[InterfaceConfig],
         groups: &[u16],
