@@ -48,7 +48,7 @@ use std::time::Duration;
 use crate::clock::{MonotonicClock, Timestamp};
 use crate::config::InterfaceConfig;
 use crate::io::port::{Ports, RxCounters};
-use crate::io::socket::{PortError, find_interface, setsockopt_int};
+use crate::io::socket::{PortError, find_interface, poll_readable, setsockopt_int};
 use crate::pipeline::Batch;
 use crate::stage::egress::{Transmit, TxFrame};
 use crate::wire::LinkType;
@@ -456,14 +456,9 @@ fn setsockopt_val<T>(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, v: &T) 
     }
 }
 
-/// Opens interface `name` on a ring (see [`RxRing::open`]).
-fn open_ring(
-    name: &str,
-    promiscuous: bool,
-    fanout: Option<u16>,
-    rc: &RingConfig,
-) -> Result<Ring, PortError> {
-    let ifc = find_interface(name)?;
+/// A packet socket, bound to nothing yet (protocol 0: nothing arrives),
+/// with a `TPACKET_V3` receive ring of `rc` set up but not mapped.
+fn ring_socket(name: &str, rc: &RingConfig) -> Result<OwnedFd, PortError> {
     // SAFETY: plain socket(2) call with constant arguments; checked below.
     let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
@@ -497,6 +492,18 @@ fn open_ring(
     };
     setsockopt_val(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
         .map_err(os(name, "setsockopt(PACKET_RX_RING)"))?;
+    Ok(fd)
+}
+
+/// Opens interface `name` on a ring (see [`RxRing::open`]).
+fn open_ring(
+    name: &str,
+    promiscuous: bool,
+    fanout: Option<u16>,
+    rc: &RingConfig,
+) -> Result<Ring, PortError> {
+    let ifc = find_interface(name)?;
+    let fd = ring_socket(name, rc)?;
     let len = rc.block_bytes as usize * rc.blocks as usize;
     // SAFETY: maps the ring the kernel just made for `fd`, `len` bytes as
     // it was sized; the result is checked against MAP_FAILED.
@@ -596,36 +603,12 @@ fn open_ring(
 /// # Errors
 /// No `CAP_NET_RAW`, or the socket option the kernel refused.
 pub fn probe() -> Result<(), PortError> {
-    let name = "(probe)";
-    // SAFETY: plain socket(2) call with constant arguments; checked below.
-    // Protocol 0: the socket receives nothing until bound.
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(PortError::Permission(
-            name.to_string(),
-            io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: `raw` was just returned by socket(2) and nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    setsockopt_int(
-        &fd,
-        libc::SOL_PACKET,
-        libc::PACKET_VERSION,
-        libc::tpacket_versions::TPACKET_V3 as libc::c_int,
-    )
-    .map_err(os(name, "setsockopt(PACKET_VERSION, TPACKET_V3)"))?;
-    let req = libc::tpacket_req3 {
-        tp_block_size: 1 << 16,
-        tp_block_nr: 2,
-        tp_frame_size: FRAME_SIZE,
-        tp_frame_nr: (1 << 16) / FRAME_SIZE * 2,
-        tp_retire_blk_tov: 1,
-        tp_sizeof_priv: 0,
-        tp_feature_req_word: 0,
+    let small = RingConfig {
+        block_bytes: 1 << 16,
+        blocks: 2,
+        block_timeout_ms: 1,
     };
-    setsockopt_val(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
-        .map_err(os(name, "setsockopt(PACKET_RX_RING)"))
+    ring_socket("(probe)", &small).map(drop)
 }
 
 impl RingPorts {
@@ -769,31 +752,12 @@ impl Ports for RingPorts {
     fn wait(&mut self, until: Option<Timestamp>) -> bool {
         self.flush();
         let now = self.clock.now();
-        let timeout = until.map_or(crate::io::socket::IDLE_POLL, |t| {
-            crate::io::socket::IDLE_POLL.min(Duration::from_nanos(t.nanos_since(now)))
-        });
-        self.pollfds.clear();
-        self.pollfds.extend(self.ports.iter().map(|p| libc::pollfd {
-            fd: p.rx.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }));
-        let ts = libc::timespec {
-            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_nsec: timeout.subsec_nanos().into(),
-        };
-        // SAFETY: `pollfds` is a live array of `len()` initialised pollfd
-        // structs and `ts` a live timespec for the call; a null signal mask
-        // leaves the mask alone. The descriptors are open (owned by the
-        // rings in `self.ports`).
-        unsafe {
-            libc::ppoll(
-                self.pollfds.as_mut_ptr(),
-                self.pollfds.len() as libc::nfds_t,
-                &ts,
-                std::ptr::null(),
-            );
-        }
+        poll_readable(
+            &mut self.pollfds,
+            self.ports.iter().map(|p| p.rx.fd()),
+            now,
+            until,
+        );
         true
     }
 

@@ -400,6 +400,44 @@ pub fn open_port(cfg: &InterfaceConfig, group: u16) -> Result<Port, PortError> {
 /// copy is due sooner).
 pub const IDLE_POLL: Duration = Duration::from_millis(10);
 
+/// Waits in `ppoll(2)` until any of `fds` is readable, for at most
+/// [`IDLE_POLL`] and never past `until` (nanosecond precision: `poll(2)`
+/// counts whole milliseconds, which would wake a shaped queue late or
+/// spin); `now` is the clock `until` is on. EINTR counts as a timeout.
+/// `pollfds` is scratch space.
+pub fn poll_readable(
+    pollfds: &mut Vec<libc::pollfd>,
+    fds: impl Iterator<Item = RawFd>,
+    now: Timestamp,
+    until: Option<Timestamp>,
+) {
+    let timeout = until.map_or(IDLE_POLL, |t| {
+        IDLE_POLL.min(Duration::from_nanos(t.nanos_since(now)))
+    });
+    pollfds.clear();
+    pollfds.extend(fds.map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }));
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: timeout.subsec_nanos().into(),
+    };
+    // SAFETY: `pollfds` is a live, initialised array of `len()` pollfd
+    // structs and `ts` a live timespec for the duration of the call; a null
+    // signal mask leaves the mask alone. The caller's descriptors are open
+    // (a closed one would only come back as POLLNVAL).
+    unsafe {
+        libc::ppoll(
+            pollfds.as_mut_ptr(),
+            pollfds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        );
+    }
+}
+
 /// A worker's live ports: one [`Port`] per interface, read round robin (a
 /// batch from one port at a time), monotonic time.
 pub struct SocketPorts {
@@ -541,31 +579,12 @@ impl Ports for SocketPorts {
     /// late or spin). EINTR counts as a timeout.
     fn wait(&mut self, until: Option<Timestamp>) -> bool {
         let now = self.clock.now();
-        let timeout = until.map_or(IDLE_POLL, |t| {
-            IDLE_POLL.min(Duration::from_nanos(t.nanos_since(now)))
-        });
-        self.pollfds.clear();
-        self.pollfds.extend(self.ports.iter().map(|p| libc::pollfd {
-            fd: p.fd,
-            events: libc::POLLIN,
-            revents: 0,
-        }));
-        let ts = libc::timespec {
-            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_nsec: timeout.subsec_nanos().into(),
-        };
-        // SAFETY: `pollfds` is a live, initialised array of `len()` pollfd
-        // structs and `ts` a live timespec for the duration of the call; a
-        // null signal mask leaves the mask alone. The descriptors are open
-        // (pnet owns them for as long as `self.ports` lives).
-        unsafe {
-            libc::ppoll(
-                self.pollfds.as_mut_ptr(),
-                self.pollfds.len() as libc::nfds_t,
-                &ts,
-                std::ptr::null(),
-            );
-        }
+        poll_readable(
+            &mut self.pollfds,
+            self.ports.iter().map(|p| p.fd),
+            now,
+            until,
+        );
         true
     }
 
