@@ -697,6 +697,8 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
         Vec::new()
     };
     let chains = build_workers(&router, cfg.workers).map_err(|e| anyhow!("{e}"))?;
+    // The shaped ports' queues, shared by the workers: read once all stop.
+    let queues = chains.first().map(|(c, _)| c.egress().queue_view());
     let (free_tx, free_rx) = unbounded::<Chunk>();
     let mut txs = Vec::new();
     let mut handles = Vec::new();
@@ -792,6 +794,9 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
     }
     let mut stats = Stats::merged(&all);
     stats.set_latency(&latency);
+    if let Some(q) = &queues {
+        stats.set_queues(q.summaries(last_departure));
+    }
     let threshold = router
         .heavy_config()
         .map_or(Threshold::ByteShare(0.001), |h| h.threshold);

@@ -34,7 +34,9 @@
 //! queues under one bucket would still show SFB `n` short queues. Each
 //! worker counts what it offered, dropped and sent, so a port's counters
 //! balance over the workers together; the queue's backlog and SFB figures
-//! are reported once, in worker 0's stats.
+//! are reported once, in worker 0's stats, and the final merged report
+//! reads them again once every worker has stopped (worker 0 may stop while
+//! another still offers copies).
 //!
 //! Multicast memberships are shared ([`share`]). A report reaches only the
 //! worker its flow hashes to, while data to its group may hash to another,
@@ -93,6 +95,7 @@ use crate::config::{IoBackend, RouterConfig};
 use crate::io::port::Ports;
 use crate::io::ring::RingPorts;
 use crate::io::socket::{self, SocketPorts};
+use crate::stage::egress::QueueView;
 use crate::stage::heavy::{EpochReport, Threshold, merge_epochs};
 use share::MembershipLink;
 pub use stats::{
@@ -186,6 +189,10 @@ pub struct Router {
     snapshots: Vec<Arc<Mutex<Stats>>>,
     reporter: Option<HeavyReporter>,
     epochs: crossbeam_channel::Receiver<EpochMsg>,
+    /// The shaped ports' queues, read for the final report once every
+    /// worker has stopped.
+    queues: Option<QueueView>,
+    clock: MonotonicClock,
 }
 
 impl Router {
@@ -283,9 +290,11 @@ impl Router {
         }
         let (etx, erx) = crossbeam_channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
+        let chains = build_workers(cfg, n)?;
+        let queues = chains.first().map(|(c, _)| c.egress().queue_view());
         let spawn = Spawn {
             cores,
-            chains: build_workers(cfg, n)?,
+            chains,
             stop: &stop,
             epochs: &etx,
             epoch_ns: cfg.heavy_config().and_then(|h| h.epoch_ns),
@@ -301,6 +310,8 @@ impl Router {
             snapshots,
             reporter,
             epochs: erx,
+            queues,
+            clock,
         })
     }
 
@@ -361,6 +372,9 @@ impl Router {
         }
         let mut merged = Stats::merged(&out);
         merged.set_latency(&latency);
+        if let Some(q) = &self.queues {
+            merged.set_queues(q.summaries(self.clock.now()));
+        }
         Ok(Shutdown {
             workers: out,
             total: merged,

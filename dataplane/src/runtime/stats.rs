@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::worker::{Latencies, Worker};
 use crate::io::port::{Ports, RxCounters};
 use crate::pipeline::PipelineCounters;
-use crate::stage::egress::PortSummary;
+use crate::stage::egress::{PortSummary, QueueSummary};
 use crate::stage::heavy::HeavyCounters;
 use crate::stage::icarus::IcarusCounters;
 use crate::stage::multicast::{InterfaceStats, MulticastCounters};
@@ -242,6 +242,19 @@ impl Stats {
     /// Sets the latency percentiles from merged histograms.
     pub fn set_latency(&mut self, l: &Latencies) {
         self.latency = LatencyReport::of(l);
+    }
+
+    /// Replaces the port queues' backlog and SFB figures with `queues`
+    /// (from [`crate::stage::egress::QueueView::summaries`], read once every
+    /// worker sharing them has stopped: a worker's own stats hold them as
+    /// they were when it stopped, while others may still have been
+    /// offering).
+    pub fn set_queues(&mut self, queues: Vec<Option<QueueSummary>>) {
+        for (i, q) in self.interfaces.iter_mut().zip(queues) {
+            if let Some(q) = q {
+                q.apply(&mut i.port);
+            }
+        }
     }
 
     /// Merges per-worker stats (`worker` and `core` are dropped).

@@ -268,6 +268,76 @@ impl PortSummary {
     }
 }
 
+/// A port queue's figures at one moment: what [`PortSummary`] reports
+/// about the queue itself rather than one worker's copies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueSummary {
+    /// Copies queued.
+    pub backlog_packets: u64,
+    /// Their bytes.
+    pub backlog_bytes: u64,
+    /// The configured rate, bit/s (0: not shaped).
+    pub rate_bps: u64,
+    /// SFB's figures.
+    pub sfb: SfbSummary,
+}
+
+impl QueueSummary {
+    /// Puts these figures into a port's report.
+    pub fn apply(self, s: &mut PortSummary) {
+        s.backlog_packets = self.backlog_packets;
+        s.backlog_bytes = self.backlog_bytes;
+        s.rate_bps = Some(self.rate_bps);
+        s.sfb = Some(self.sfb);
+    }
+}
+
+/// The port queues of a chain, shared with every worker's stage (see
+/// [`Egress::queue_view`]).
+#[derive(Debug, Clone)]
+pub struct QueueView {
+    queues: Vec<Option<SharedQueue>>,
+}
+
+impl QueueView {
+    /// Each port's queue figures at `now`, in port order (`None`: the port
+    /// has no queue).
+    pub fn summaries(&self, now: Timestamp) -> Vec<Option<QueueSummary>> {
+        self.queues
+            .iter()
+            .map(|q| q.as_ref().map(|q| queue_summary(q, now)))
+            .collect()
+    }
+}
+
+/// `q`'s figures at `now`.
+fn queue_summary(q: &SharedQueue, now: Timestamp) -> QueueSummary {
+    let guard = lock(q);
+    let q = &guard.queue;
+    let st = q.sfb().stats(now);
+    let eq = q.queue();
+    QueueSummary {
+        backlog_packets: eq.len() as u64,
+        backlog_bytes: eq.backlog_bytes(),
+        rate_bps: eq.config().rate_bps,
+        sfb: SfbSummary {
+            counters: st.counters,
+            maxqlen: st.maxqlen,
+            maxprob: st.maxprob,
+            avgprob: st.avgprob,
+            penalised: st
+                .penalised
+                .iter()
+                .map(|f| PenalisedSummary {
+                    flow: f.flow.to_string(),
+                    admitted: f.admitted,
+                    dropped: f.dropped,
+                })
+                .collect(),
+        },
+    }
+}
+
 /// Initial capacity of a pooled frame buffer (a full Ethernet frame with
 /// tags); a buffer grows to the largest frame it held and keeps it.
 const FRAME_CAPACITY: usize = 2048;
@@ -563,54 +633,35 @@ impl Egress {
     }
 
     /// Every port's report at `now`: counters, backlog, and for a queued
-    /// port SFB's figures (`tc -s qdisc` style).
+    /// port SFB's figures (`tc -s qdisc` style; only in the stage that
+    /// made the queues, see [`Egress::share_queues`]).
     pub fn summaries(&self, now: Timestamp) -> Vec<PortSummary> {
         self.ports
             .iter()
             .map(|p| {
-                let (backlog_packets, backlog_bytes, rate_bps, sfb) = match &p.queue {
-                    None => (0, 0, None, None),
-                    Some(q) if !self.reports_queues => {
-                        (0, 0, Some(lock(q).queue.queue().config().rate_bps), None)
-                    }
-                    Some(q) => {
-                        let guard = lock(q);
-                        let q = &guard.queue;
-                        let st = q.sfb().stats(now);
-                        let eq = q.queue();
-                        let sfb = SfbSummary {
-                            counters: st.counters,
-                            maxqlen: st.maxqlen,
-                            maxprob: st.maxprob,
-                            avgprob: st.avgprob,
-                            penalised: st
-                                .penalised
-                                .iter()
-                                .map(|f| PenalisedSummary {
-                                    flow: f.flow.to_string(),
-                                    admitted: f.admitted,
-                                    dropped: f.dropped,
-                                })
-                                .collect(),
-                        };
-                        (
-                            eq.len() as u64,
-                            eq.backlog_bytes(),
-                            Some(eq.config().rate_bps),
-                            Some(sfb),
-                        )
-                    }
-                };
-                PortSummary {
+                let mut s = PortSummary {
                     name: p.name.clone(),
                     counters: p.counters.clone(),
-                    backlog_packets,
-                    backlog_bytes,
-                    rate_bps,
-                    sfb,
+                    ..PortSummary::default()
+                };
+                if let Some(q) = &p.queue {
+                    let q = queue_summary(q, now);
+                    s.rate_bps = Some(q.rate_bps);
+                    if self.reports_queues {
+                        q.apply(&mut s);
+                    }
                 }
+                s
             })
             .collect()
+    }
+
+    /// A handle on this stage's port queues, to read them after the
+    /// workers that share them have stopped ([`QueueView::summaries`]).
+    pub fn queue_view(&self) -> QueueView {
+        QueueView {
+            queues: self.ports.iter().map(|p| p.queue.clone()).collect(),
+        }
     }
 
     /// Sends every packet of `batch` out of its ports (see the module
