@@ -497,7 +497,22 @@ fn ring_and_pnet_forward_public_captures_alike() {
     eprintln!("{name}: pnet pipeline {}", pnet["pipeline"]);
     eprintln!("{name}: ring pipeline {}", ring["pipeline"]);
     assert!(u(&pnet["pipeline"]["received"]) > 3000, "{pnet}");
-    for section in ["pipeline", "multicast", "icarus"] {
+    // `publishes` counts how often learned memberships were published to
+    // the data path: once per batch that changed them, so it depends on
+    // where batches end (timing), not on what was forwarded.
+    let without_publishes = |t: &serde_json::Value| {
+        let mut m = t["multicast"].clone();
+        if let Some(o) = m.as_object_mut() {
+            o.remove("publishes");
+        }
+        m
+    };
+    assert_eq!(
+        without_publishes(pnet),
+        without_publishes(ring),
+        "multicast"
+    );
+    for section in ["pipeline", "icarus"] {
         assert_eq!(pnet[section], ring[section], "{section}");
     }
     let port = |t: &serde_json::Value, name: &str| {
