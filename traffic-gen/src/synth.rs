@@ -67,12 +67,23 @@ pub const SYNTH_START_NS: u64 = 1_000_000_000;
 
 /// Zipf-distributed flow ids: rank `r` (0 the most frequent) has
 /// probability proportional to `(r + 1)^-s`, and ranks are scattered over
-/// the ids `0..flows` so that the heavy flows are not the low ids.
+/// the ids `0..flows` so that the heavy flows are not the low ids: rank `r`
+/// is id `r * m mod flows` with `m` near `0.618 * flows` and coprime with
+/// it, a permutation of `0..flows` whatever `flows` is (every flow exists).
 #[derive(Debug, Clone)]
 pub struct ZipfFlows {
     zipf: Zipf<f64>,
     flows: u32,
     s: f64,
+    /// The scattering multiplier (coprime with `flows`).
+    m: u64,
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 impl ZipfFlows {
@@ -87,7 +98,14 @@ impl ZipfFlows {
         }
         let zipf = Zipf::new(f64::from(flows), s)
             .with_context(|| format!("bad Zipf parameters (s = {s})"))?;
-        Ok(ZipfFlows { zipf, flows, s })
+        let n = u64::from(flows);
+        // Bounded: among any n consecutive integers one is coprime with n
+        // (1 mod n is), so the search ends within n steps.
+        let mut m = ((n as f64 * 0.618_033_988_75) as u64).max(1);
+        while gcd(m, n) != 1 {
+            m += 1;
+        }
+        Ok(ZipfFlows { zipf, flows, s, m })
     }
 
     /// The number of flows.
@@ -97,7 +115,8 @@ impl ZipfFlows {
 
     /// The id of the flow of rank `rank` (0-based).
     pub fn id_of_rank(&self, rank: u32) -> u32 {
-        rank.wrapping_mul(2_654_435_761) % self.flows
+        // Below `flows`, so it fits.
+        ((u64::from(rank) * self.m) % u64::from(self.flows)) as u32
     }
 
     /// Draws a flow id.
@@ -402,6 +421,30 @@ pub fn frame(flow: u32, size: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_flow_count_gives_that_many_flows() {
+        // Ranks map to ids one to one whatever the count (200,000 gave
+        // 111,551 distinct ids, 1,000 gave 729, before).
+        for flows in [1u32, 2, 3, 10, 729, 1000, 1024, 4096, 65_537, 200_000] {
+            let z = ZipfFlows::new(flows, 1.1).unwrap();
+            let mut seen = vec![false; flows as usize];
+            for r in 0..flows {
+                let id = z.id_of_rank(r);
+                assert!(!seen[id as usize], "{flows}: id {id} twice");
+                seen[id as usize] = true;
+            }
+            let p = z.probabilities();
+            assert!(
+                p.iter().all(|&x| x > 0.0),
+                "{flows}: a flow that never occurs"
+            );
+            assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+            if flows > 10 {
+                assert_ne!(z.id_of_rank(0) + 1, z.id_of_rank(1), "ranks scattered");
+            }
+        }
+    }
 
     #[test]
     fn frames_parse_to_distinct_flows() {
