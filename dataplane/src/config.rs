@@ -59,6 +59,17 @@ pub const MAX_INTERFACES: usize = PortSet::MAX_PORTS as usize;
 /// The most worker threads.
 pub const MAX_WORKERS: usize = 256;
 
+/// The lowest shaped rate, bit/s: below it a full frame takes seconds to
+/// leave and the queue drops nearly everything (0 means unshaped).
+pub const MIN_RATE_BPS: u64 = 8_000;
+
+/// The largest Ethernet frame without tags (a shaper's burst below it
+/// sends such frames one at a time, each borrowing the whole bucket).
+pub const ETHERNET_MAX_FRAME: u64 = 1514;
+
+/// Most flows the heavy-flow stage may track per worker.
+pub const MAX_HEAVY_CAPACITY: usize = 1 << 24;
+
 /// The default socket receive buffer (`SO_RCVBUF`), 4 MiB.
 pub const DEFAULT_RECV_BUFFER: u64 = 4 << 20;
 
@@ -587,6 +598,32 @@ impl RouterConfig {
         Some(c)
     }
 
+    /// Settings that are valid but probably not meant, as `key: reason`
+    /// lines (`check-config` and `run` print them, as tc warns).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        for (i, ifc) in self.interfaces.iter().enumerate() {
+            if let Some(e) = &ifc.egress
+                && e.rate_bps > 0
+                && e.burst_bytes < ETHERNET_MAX_FRAME
+            {
+                w.push(format!(
+                    "interfaces[{i}].egress.burst_bytes: {} is below a full Ethernet frame ({ETHERNET_MAX_FRAME} bytes): larger frames leave one at a time, each taking the whole bucket",
+                    e.burst_bytes
+                ));
+            }
+            if let Some(sfb) = &ifc.sfb
+                && sfb.target >= sfb.max
+            {
+                w.push(format!(
+                    "interfaces[{i}].sfb.target: {} is not below max ({}): bins overflow (bucketdrop) before marking starts",
+                    sfb.target, sfb.max
+                ));
+            }
+        }
+        w
+    }
+
     /// The validation pass: `Err((key, reason))` for the first problem.
     fn validate(&self) -> Result<(), (String, String)> {
         let err = |key: String, reason: String| Err((key, reason));
@@ -714,6 +751,16 @@ impl RouterConfig {
                 if e.limit == 0 {
                     return err(key("egress.limit"), "must be at least 1 packet".into());
                 }
+                if (1..MIN_RATE_BPS).contains(&e.rate_bps) {
+                    return err(
+                        key("egress.rate_bps"),
+                        format!(
+                            "{} bit/s is below {MIN_RATE_BPS}: a 1500-byte frame would take {:.0} s to leave and the queue would drop nearly everything (0 means unshaped)",
+                            e.rate_bps,
+                            12_000.0 / e.rate_bps as f64
+                        ),
+                    );
+                }
             }
             if let Some(s) = &ifc.sfb {
                 s.validate()
@@ -784,6 +831,15 @@ impl RouterConfig {
             }
             if h.capacity == 0 {
                 return err(key("capacity"), "must be at least 1 flow".into());
+            }
+            if h.capacity > MAX_HEAVY_CAPACITY {
+                return err(
+                    key("capacity"),
+                    format!(
+                        "{} flows is above {MAX_HEAVY_CAPACITY} per worker (the flow memory is allocated up front)",
+                        h.capacity
+                    ),
+                );
             }
             if h.report.is_empty() {
                 return err(
@@ -904,6 +960,36 @@ bidirectional = true
     }
 
     #[test]
+    fn sfb_probabilities_as_tc_writes_them_and_warnings() {
+        let t = MIN.replacen(
+            "name = \"veth0\"\n",
+            "name = \"veth0\"\n[interfaces.egress]\nrate_bps = 1000000\nburst_bytes = 1000\n\
+             [interfaces.sfb]\nincrement = 0.0005\ndecrement = 11\nmax = 10\ntarget = 10\n",
+            1,
+        );
+        let c = RouterConfig::from_toml_str(&t, "router.toml").unwrap();
+        let sfb = c.interfaces[0].sfb.unwrap();
+        // 0.0005 x 65536 = 32.8: 33 Q0.16 units; an integer is units.
+        assert_eq!((sfb.increment, sfb.decrement), (33, 11));
+        let w = c.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].starts_with("interfaces[0].egress.burst_bytes: 1000 is below"),
+            "{w:?}"
+        );
+        assert!(
+            w[1].starts_with("interfaces[0].sfb.target: 10 is not below max (10)"),
+            "{w:?}"
+        );
+        assert!(
+            RouterConfig::from_toml_str(MIN, "router.toml")
+                .unwrap()
+                .warnings()
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn validation_names_the_key() {
         let cases: &[(&str, &str)] = &[
             (
@@ -972,6 +1058,10 @@ bidirectional = true
                 "[io.ring]\nblock_timeout_ms = 0",
                 "io.ring.block_timeout_ms: 0 is outside 1..=1000",
             ),
+            (
+                "[heavy]\ncapacity = 10000000000",
+                "heavy.capacity: 10000000000 flows is above 16777216 per worker",
+            ),
         ];
         for (extra, want) in cases {
             let e = parse(&format!("{MIN}\n{extra}\n")).unwrap_err();
@@ -996,6 +1086,22 @@ bidirectional = true
             (
                 "[interfaces.sfb]\nlevels = 0",
                 "interfaces[0].sfb.levels: 0 is outside 1..=",
+            ),
+            (
+                "[interfaces.egress]\nrate_bps = 1\n[interfaces.sfb]",
+                "interfaces[0].egress.rate_bps: 1 bit/s is below 8000",
+            ),
+            (
+                "[interfaces.sfb]\nmax = 0\ntarget = 0\nlimit = 10",
+                "interfaces[0].sfb.max: 0 drops every packet",
+            ),
+            (
+                "[interfaces.sfb]\nincrement = 1.5",
+                "interfaces[0].sfb.increment: 1.5 is not a probability",
+            ),
+            (
+                "[interfaces.sfb]\nincrement = 70000",
+                "interfaces[0].sfb.increment: 70000 is above 65535",
             ),
         ];
         for (extra, want) in iface_cases {

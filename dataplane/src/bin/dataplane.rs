@@ -95,8 +95,16 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prints the config's warnings (tc-style: valid, probably not meant).
+fn warn(file: &std::path::Path, cfg: &RouterConfig) {
+    for w in cfg.warnings() {
+        err_out(&format!("dataplane: warning: {}: {w}\n", file.display()));
+    }
+}
+
 fn check(file: &std::path::Path) -> anyhow::Result<()> {
     let cfg = RouterConfig::load(file)?;
+    warn(file, &cfg);
     let _ = writeln!(
         std::io::stdout().lock(),
         "{}: ok ({} interfaces, {} wires, {} workers)",
@@ -115,6 +123,7 @@ fn run(
     final_report: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let cfg = RouterConfig::load(file)?;
+    warn(file, &cfg);
     // Created now: a bad path fails before the run, and the router gives up
     // its capabilities once started (a root-owned directory may then be
     // out of reach).

@@ -27,6 +27,30 @@ pub enum BinIndex {
     Partitioned,
 }
 
+/// A probability in Q0.16: an integer as it is (0..=65535), a float in
+/// `[0, 1]` scaled (tc's `increment 0.0005`).
+fn probability<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum P {
+        Units(u64),
+        Probability(f64),
+    }
+    match P::deserialize(d)? {
+        P::Units(u) => u16::try_from(u).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "{u} is above {SFB_MAX_PROB} (Q0.16 units; write a probability with a point, e.g. 0.0005)"
+            ))
+        }),
+        P::Probability(p) if (0.0..=1.0).contains(&p) => {
+            Ok((p * 65536.0).round().min(f64::from(SFB_MAX_PROB)) as u16)
+        }
+        P::Probability(p) => Err(serde::de::Error::custom(format!(
+            "{p} is not a probability in [0, 1]"
+        ))),
+    }
+}
+
 /// SFB settings. Deserialises from TOML/JSON with every field optional
 /// (missing ones take the defaults, which are the kernel's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -48,9 +72,14 @@ pub struct SfbConfig {
     pub max: u16,
     /// Bin count from which arrivals raise the bin's probability.
     pub target: u16,
-    /// Probability increase per arrival, Q0.16 (66 = 0.1%).
+    /// Probability increase per arrival, Q0.16 (66 = 0.1%). In a file, an
+    /// integer is Q0.16 units and a number with a point a probability, as
+    /// tc takes it (`increment = 0.0005`).
+    #[serde(deserialize_with = "probability")]
     pub increment: u16,
-    /// Probability decrease per arrival at an empty bin, Q0.16 (11 = 0.017%).
+    /// Probability decrease per arrival at an empty bin, Q0.16 (11 =
+    /// 0.017%); in a file as `increment`.
+    #[serde(deserialize_with = "probability")]
     pub decrement: u16,
     /// Penalty box rate, packets per second (0 drops every penalised packet).
     pub penalty_rate: u32,
@@ -147,6 +176,12 @@ impl SfbConfig {
         }
         if self.limit == 0 {
             return err("limit", "must be at least 1 packet".into());
+        }
+        if self.max == 0 {
+            return err(
+                "max",
+                "0 drops every packet (a bin may hold at most 0): at least 1".into(),
+            );
         }
         Ok(())
     }
