@@ -9,7 +9,7 @@ use std::io::{Cursor, Write};
 use capture_common::*;
 use dataplane::io::capture::{
     CaptureErrorKind, CaptureFormat, CaptureReader, CaptureWriter, FileFormat, MAX_BLOCK_LEN,
-    MAX_RECORD_LEN, OwnedRecord, PcapNgWriter, TimeResolution, drain, read_all,
+    MAX_ORIG_LEN, MAX_RECORD_LEN, OwnedRecord, PcapNgWriter, TimeResolution, drain, read_all,
 };
 use dataplane::wire::LinkType;
 
@@ -254,6 +254,25 @@ fn pcap_versions_libpcap_reads() {
     let (recs, err) = read_bytes("t.pcap", &f);
     assert!(err.is_none());
     assert_eq!((recs[0].data.len(), recs[0].orig_len), (4, 60));
+}
+
+/// An absurd original length (2^32 - 1 for 60 bytes) is taken as the
+/// captured length and counted; a plausible one is kept.
+#[test]
+fn contradicting_original_lengths_are_fixed_and_counted() {
+    let data = [7u8; 60];
+    let mut f = pcap_header(false, false, 1);
+    f.extend(pcap_record(false, 1, 0, u32::MAX, &data));
+    f.extend(pcap_record(false, 2, 0, 10, &data));
+    f.extend(pcap_record(false, 3, 0, 1514, &data));
+    f.extend(pcap_record(false, 4, 0, MAX_ORIG_LEN, &data));
+    let mut r = CaptureReader::from_reader("t.pcap", Cursor::new(f)).unwrap();
+    let mut lens = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        lens.push(rec.orig_len);
+    }
+    assert_eq!(lens, [60, 10, 1514, MAX_ORIG_LEN]);
+    assert_eq!(r.lengths_fixed(), 1);
 }
 
 #[test]

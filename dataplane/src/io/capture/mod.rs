@@ -51,7 +51,10 @@
 //! reader loads may not exceed [`MAX_BLOCK_LEN`]; other blocks are skipped
 //! by streaming, however long they claim to be. The one packet buffer grows
 //! to the largest record seen and is reused, so memory is bounded by those
-//! limits whatever the input. Malformed input never panics; it yields a
+//! limits whatever the input. A record's original length above
+//! [`MAX_ORIG_LEN`] (16 MiB; a record claiming 4 GB for 60 bytes) is taken
+//! as its captured length and counted ([`CaptureReader::lengths_fixed`]).
+//! Malformed input never panics; it yields a
 //! [`CaptureError`] naming the file, the byte offset and the fault.
 //!
 //! # Why not the `pcap-file` crate
@@ -88,7 +91,7 @@ use crate::wire::LinkType;
 
 pub use error::{CaptureError, CaptureErrorKind};
 pub use pcapng_writer::PcapNgWriter;
-pub use reader::CaptureReader;
+pub use reader::{CaptureReader, MAX_ORIG_LEN};
 pub use writer::{CaptureWriter, TimeResolution};
 
 /// The largest captured length accepted for one packet: 256 KiB, libpcap's

@@ -52,7 +52,14 @@ pub struct CaptureReader {
     state: State,
     buf: Vec<u8>,
     done: bool,
+    /// Records whose original length was absurdly large, and was taken as
+    /// the captured length.
+    lengths_fixed: u64,
 }
+
+/// An original length above this is not a frame's (a record claiming 4 GB
+/// for 60 captured bytes): it is taken as the captured length, and counted.
+pub const MAX_ORIG_LEN: u32 = 16 << 20;
 
 impl fmt::Debug for CaptureReader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -91,6 +98,7 @@ impl CaptureReader {
                 state,
                 buf,
                 done: false,
+                lengths_fixed: 0,
             }),
             Err(f) => Err(CaptureError::new(name, f.offset, f.kind)),
         }
@@ -200,6 +208,15 @@ impl CaptureReader {
         }
     }
 
+    /// Records so far whose recorded original length was above
+    /// [`MAX_ORIG_LEN`] and was replaced by the captured length: a bogus
+    /// length must not count a 60-byte frame as 4 GB in rates and byte
+    /// counters. (An original length below the captured one is kept: the
+    /// stages use the captured bytes.)
+    pub fn lengths_fixed(&self) -> u64 {
+        self.lengths_fixed
+    }
+
     /// The next record, borrowed from the reader's buffer until the next
     /// call. `Ok(None)` at the end of the stream, and after any error (see
     /// the type's docs).
@@ -208,13 +225,24 @@ impl CaptureReader {
             return Ok(None);
         }
         match self.advance() {
-            Ok(Some(meta)) => Ok(Some(Record {
-                ts_ns: meta.ts_ns,
-                interface: meta.interface,
-                orig_len: meta.orig_len,
-                link_type: meta.link_type,
-                data: self.buf.get(meta.data).unwrap_or_default(),
-            })),
+            Ok(Some(meta)) => {
+                let data = self.buf.get(meta.data).unwrap_or_default();
+                // Bounded by MAX_RECORD_LEN.
+                let caplen = data.len() as u32;
+                let orig_len = if meta.orig_len > MAX_ORIG_LEN {
+                    self.lengths_fixed += 1;
+                    caplen
+                } else {
+                    meta.orig_len
+                };
+                Ok(Some(Record {
+                    ts_ns: meta.ts_ns,
+                    interface: meta.interface,
+                    orig_len,
+                    link_type: meta.link_type,
+                    data,
+                }))
+            }
             Ok(None) => {
                 self.done = true;
                 Ok(None)
