@@ -52,13 +52,28 @@ impl Pacing {
 /// catches up by sending the next packets at once.
 ///
 /// Call [`next_offset`](Self::next_offset) once per packet in send order.
+///
+/// With a multiplier, a gap between two consecutive packets' capture times
+/// longer than the schedule's maximum ([`DEFAULT_MAX_GAP_NS`], one minute,
+/// like tcpreplay's `--maxsleep`) is cut to that maximum and counted
+/// ([`Schedule::capped_gaps`]): a capture whose clock jumps by 2^31 s must
+/// not put the sender to sleep for 68 years.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
     pacing: Pacing,
     first_ts: Option<u64>,
     packets: u64,
     bits: u64,
+    prev_ts: Option<u64>,
+    /// Capture time cut out of long gaps so far.
+    skipped_ns: u64,
+    capped: u64,
+    max_gap_ns: u64,
 }
+
+/// The longest gap between two packets' capture times a multiplier
+/// schedule keeps (see [`Schedule`]).
+pub const DEFAULT_MAX_GAP_NS: u64 = 60 * 1_000_000_000;
 
 /// Offsets are capped here (about 31 years), so that adding one to an
 /// `Instant` cannot overflow.
@@ -72,7 +87,22 @@ impl Schedule {
             first_ts: None,
             packets: 0,
             bits: 0,
+            prev_ts: None,
+            skipped_ns: 0,
+            capped: 0,
+            max_gap_ns: DEFAULT_MAX_GAP_NS,
         }
+    }
+
+    /// The same with another longest kept gap, ns (at least 1).
+    pub fn with_max_gap(mut self, ns: u64) -> Self {
+        self.max_gap_ns = ns.max(1);
+        self
+    }
+
+    /// Gaps longer than the maximum that were cut to it so far.
+    pub fn capped_gaps(&self) -> u64 {
+        self.capped
     }
 
     /// The offset from the start, in ns, at which the next packet (capture
@@ -82,9 +112,20 @@ impl Schedule {
     /// pps: index / rate; Mbps: bits of the packets before this one / rate.
     pub fn next_offset(&mut self, ts_ns: u64, wire_len: u32) -> Option<u64> {
         let first = *self.first_ts.get_or_insert(ts_ns);
+        if let Some(prev) = self.prev_ts {
+            let gap = ts_ns.saturating_sub(prev);
+            if gap > self.max_gap_ns {
+                self.skipped_ns = self.skipped_ns.saturating_add(gap - self.max_gap_ns);
+                self.capped += 1;
+            }
+        }
+        // The latest time so far: a packet back in time opens no gap.
+        self.prev_ts = Some(self.prev_ts.map_or(ts_ns, |p| p.max(ts_ns)));
         let ns = match self.pacing {
             Pacing::TopSpeed => None,
-            Pacing::Multiplier(m) => Some(ts_ns.saturating_sub(first) as f64 / m),
+            Pacing::Multiplier(m) => {
+                Some(ts_ns.saturating_sub(first).saturating_sub(self.skipped_ns) as f64 / m)
+            }
             Pacing::Pps(p) => Some(self.packets as f64 * 1e9 / p),
             Pacing::Mbps(r) => Some(self.bits as f64 * 1e3 / r),
         };
@@ -180,6 +221,31 @@ mod tests {
         (5_000_004_000, 1500),
         (5_000_010_000, 64),
     ];
+
+    #[test]
+    fn hostile_gaps_are_cut_to_the_maximum_and_counted() {
+        // A 2^31 s jump between the second and third packet.
+        let jump = (1u64 << 31) * 1_000_000_000;
+        let mut s = Schedule::new(Pacing::Multiplier(1.0));
+        let got: Vec<Option<u64>> = [0, 1_000, 1_000 + jump, 2_000 + jump]
+            .iter()
+            .map(|&t| s.next_offset(1_000_000_000 + t, 64))
+            .collect();
+        let max = DEFAULT_MAX_GAP_NS;
+        assert_eq!(
+            got,
+            [Some(0), Some(1_000), Some(1_000 + max), Some(2_000 + max)]
+        );
+        assert_eq!(s.capped_gaps(), 1);
+        // A tighter cap, and gaps below it kept.
+        let mut s = Schedule::new(Pacing::Multiplier(2.0)).with_max_gap(10_000);
+        let got: Vec<Option<u64>> = [0, 5_000, 50_000, 55_000]
+            .iter()
+            .map(|&t| s.next_offset(t, 64))
+            .collect();
+        assert_eq!(got, [Some(0), Some(2_500), Some(7_500), Some(10_000)]);
+        assert_eq!(s.capped_gaps(), 1);
+    }
 
     #[test]
     fn schedule_topspeed_sends_at_once() {
