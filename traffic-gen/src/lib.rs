@@ -6,6 +6,8 @@
 //!
 //! * [`replay`] — dispatcher, pinned workers over capture ports, the merged
 //!   [`replay::Report`].
+//! * [`input`] — what a replay keeps of a capture with a defect part-way
+//!   ([`input::InputError`]), and the operator's stop flag.
 //! * [`pacing`] — tcpreplay's pacing: a drift-free schedule, passes.
 //! * [`live`] — the same captures and pacing out of a live interface, with
 //!   end-to-end loss, reordering and latency measured on another (pnet
@@ -28,6 +30,7 @@
 //!   and drop-tail in virtual time.
 
 pub mod frames;
+pub mod input;
 pub mod live;
 pub mod pacing;
 pub mod replay;

@@ -85,6 +85,15 @@
 //! received frame whose send came before that of a frame received earlier
 //! is reordered. A received frame that matches nothing sent (the hosts' own
 //! traffic) is unmatched: counted, not an error.
+//!
+//! # Defects and interruptions
+//!
+//! A capture with a defect part-way is sent up to the defect and the
+//! defect reported (`input_errors`, [`crate::input`]), as the embedded
+//! replay does. A stop requested by the operator ([`run_live_with_stop`])
+//! ends the sending at the next frame or during a wait; the receiver still
+//! gets its grace period, so the report's Actual/Rated lines and the
+//! matching cover exactly what was sent.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -110,7 +119,10 @@ use pnet::datalink::{self, Channel, DataLinkReceiver, DataLinkSender};
 use serde::Serialize;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
-use crate::replay::{Latency, Pacing, PassClock, Schedule, new_histogram, wait_until, write_hgrm};
+use crate::input::{InputError, InputErrors, Stop, check_headers};
+use crate::replay::{
+    Latency, Pacing, PassClock, Schedule, new_histogram, wait_until_or_stop, write_hgrm,
+};
 use crate::synth::{UniqueConfig, UniqueFrames};
 
 /// One side of the link: an interface, in a named network namespace or in
@@ -452,6 +464,12 @@ pub struct LiveReport {
     pub rated: Rates,
     /// Send-side counters.
     pub tx_stats: TxStats,
+    /// Defects part-way through input files: each file was sent up to its
+    /// defect (empty when every file read to its end).
+    pub input_errors: Vec<InputError>,
+    /// The operator stopped the run (Ctrl-C, SIGTERM) before the input's
+    /// end: the counters cover the frames sent until then.
+    pub interrupted: bool,
     /// The receive side, with `--rx`.
     pub rx: Option<RxReport>,
 }
@@ -478,6 +496,16 @@ impl LiveReport {
         writeln!(w, "\tRetried packets (EAGAIN):  {}", t.retried_eagain)?;
         for (e, n) in &t.errors {
             writeln!(w, "\t  failed: {e}: {n}")?;
+        }
+        if self.interrupted {
+            writeln!(
+                w,
+                "interrupted: stopped after {} packets, before the end of the input",
+                self.sent
+            )?;
+        }
+        for e in &self.input_errors {
+            writeln!(w, "input error: {e}; sent what precedes it")?;
         }
         if let Some(r) = &self.rx {
             writeln!(
@@ -779,6 +807,10 @@ struct Transmitter<'a> {
     attempted: u64,
     /// `--io ring`: frames gathered for the next `sendmmsg`.
     batch: Option<TxBatch>,
+    /// The operator's stop.
+    interrupt: Stop<'a>,
+    /// A stop ended a wait: nothing more is sent.
+    stopped: bool,
 }
 
 /// Frames the batched sender sends with one system call, at most.
@@ -894,7 +926,14 @@ impl Transmitter<'_> {
         }
         let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
         let t = match self.schedule.next_offset(ts, len) {
-            Some(off) => Some(wait_until(self.start + Duration::from_nanos(off))),
+            Some(off) => {
+                let due = self.start + Duration::from_nanos(off);
+                let Some(t) = wait_until_or_stop(due, self.interrupt) else {
+                    self.stopped = true;
+                    return Ok(());
+                };
+                Some(t)
+            }
             None if self.stamps.is_some() => Some(Instant::now()),
             None => None,
         };
@@ -976,7 +1015,11 @@ impl Transmitter<'_> {
             |t: Instant| u64::try_from(t.duration_since(start).as_nanos()).unwrap_or(u64::MAX);
         if let BeforeGather::FlushAndWait(d) = b.plan.offer(due, || since(Instant::now())) {
             self.send_gathered(b)?;
-            let t = wait_until(self.start + Duration::from_nanos(d));
+            let Some(t) = wait_until_or_stop(self.start + Duration::from_nanos(d), self.interrupt)
+            else {
+                self.stopped = true;
+                return Ok(());
+            };
             b.plan.waited(since(t));
         }
         let i = b.plan.pending();
@@ -1086,6 +1129,8 @@ struct Preloaded {
     bytes: Vec<u8>,
     /// (capture time, start, end, hash)
     frames: Vec<(u64, usize, usize, u64)>,
+    /// Defects met while reading.
+    errors: InputErrors,
 }
 
 fn not_ethernet(file: &str, index: u64, link: LinkType) -> anyhow::Error {
@@ -1095,12 +1140,27 @@ fn not_ethernet(file: &str, index: u64, link: LinkType) -> anyhow::Error {
     )
 }
 
-fn preload(files: &[PathBuf], keys: bool) -> Result<Preloaded> {
+/// Reads every file into memory, each up to its end, its defect or a stop.
+fn preload(files: &[PathBuf], keys: bool, interrupt: Stop<'_>) -> Result<Preloaded> {
     let mut p = Preloaded::default();
-    for f in files {
-        let mut r = CaptureReader::open(f).map_err(|e| anyhow!("{e}"))?;
+    for (i, f) in files.iter().enumerate() {
+        let mut r = match CaptureReader::open(f) {
+            Ok(r) => r,
+            Err(e) => {
+                p.errors.note(i, &e, 0);
+                continue;
+            }
+        };
         let mut index = 0u64;
-        while let Some(rec) = r.next_record().map_err(|e| anyhow!("{e}"))? {
+        while !interrupt.requested() {
+            let rec = match r.next_record() {
+                Ok(Some(rec)) => rec,
+                Ok(None) => break,
+                Err(e) => {
+                    p.errors.note(i, &e, index);
+                    break;
+                }
+            };
             if rec.link_type != LinkType::Ethernet {
                 return Err(not_ethernet(&f.display().to_string(), index, rec.link_type));
             }
@@ -1119,13 +1179,17 @@ fn preload(files: &[PathBuf], keys: bool) -> Result<Preloaded> {
 }
 
 /// Sends every pass: generated, from memory, or streaming from the files;
-/// then what is still gathered.
-fn transmit(tx: &mut Transmitter<'_>, sh: Shared<'_>) -> Result<()> {
-    match sh.generated {
-        Some(g) => transmit_generated(tx, g, sh.stop)?,
+/// then what is still gathered. Returns the defects met while streaming.
+fn transmit(tx: &mut Transmitter<'_>, sh: Shared<'_>) -> Result<InputErrors> {
+    let errors = match sh.generated {
+        Some(g) => {
+            transmit_generated(tx, g, sh.stop)?;
+            InputErrors::default()
+        }
         None => transmit_files(tx, sh.files, sh.loaded, sh.cfg.loops, sh.stop)?,
-    }
-    tx.finish()
+    };
+    tx.finish()?;
+    Ok(errors)
 }
 
 /// Sends a generated stream once, until it ends, its time limit passes or
@@ -1142,6 +1206,9 @@ fn transmit_generated(tx: &mut Transmitter<'_>, g: &Generated, stop: &AtomicBool
         };
         tx.emit(ts, f, key)?;
         n += 1;
+        if tx.stopped || tx.interrupt.requested() {
+            break;
+        }
         if n & 0x3ff == 0
             && (stop.load(Ordering::Relaxed)
                 || g.time_limit.is_some_and(|l| tx.start.elapsed() >= l))
@@ -1152,27 +1219,53 @@ fn transmit_generated(tx: &mut Transmitter<'_>, g: &Generated, stop: &AtomicBool
     Ok(())
 }
 
-/// Sends every pass of the capture files: from memory, or streaming.
+/// Sends every pass of the capture files: from memory, or streaming (each
+/// file up to its end or its defect, which is returned), until the end or
+/// the operator's stop.
 fn transmit_files(
     tx: &mut Transmitter<'_>,
     files: &[PathBuf],
     loaded: Option<&Preloaded>,
     loops: u32,
     stop: &AtomicBool,
-) -> Result<()> {
+) -> Result<InputErrors> {
     let keys = tx.stamps.is_some();
     let mut clock = PassClock::new();
+    let mut errors = InputErrors::default();
+    let halted = |tx: &Transmitter<'_>| tx.stopped || tx.interrupt.requested();
     for _ in 0..loops {
         clock.start_pass();
         if let Some(p) = loaded {
             for &(ts, s, e, key) in &p.frames {
+                if halted(tx) {
+                    break;
+                }
                 tx.emit(clock.map(ts), &p.bytes[s..e], key)?;
             }
         } else {
-            for f in files {
-                let mut r = CaptureReader::open(f).map_err(|e| anyhow!("{e}"))?;
+            for (i, f) in files.iter().enumerate() {
+                if halted(tx) {
+                    break;
+                }
+                // Every header was read before the run; a file gone since
+                // is a defect at its start.
+                let mut r = match CaptureReader::open(f) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        errors.note(i, &e, 0);
+                        continue;
+                    }
+                };
                 let mut index = 0u64;
-                while let Some(rec) = r.next_record().map_err(|e| anyhow!("{e}"))? {
+                while !halted(tx) {
+                    let rec = match r.next_record() {
+                        Ok(Some(rec)) => rec,
+                        Ok(None) => break,
+                        Err(e) => {
+                            errors.note(i, &e, index);
+                            break;
+                        }
+                    };
                     if rec.link_type != LinkType::Ethernet {
                         return Err(not_ethernet(&f.display().to_string(), index, rec.link_type));
                     }
@@ -1186,11 +1279,11 @@ fn transmit_files(
                 }
             }
         }
-        if stop.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) || halted(tx) {
             break;
         }
     }
-    Ok(())
+    Ok(errors)
 }
 
 struct TxRun {
@@ -1198,6 +1291,9 @@ struct TxRun {
     stamps: Vec<Stamp>,
     elapsed: Duration,
     qdisc_bypass: bool,
+    input_errors: InputErrors,
+    /// The operator's stop ended the sending early.
+    interrupted: bool,
 }
 
 /// What the sender and receiver threads share.
@@ -1212,6 +1308,8 @@ struct Shared<'a> {
     origin: Instant,
     /// Set when the receiver should drain and stop (and the sender give up).
     stop: &'a AtomicBool,
+    /// The operator's stop: the sender stops sending, the grace period ends.
+    interrupt: Stop<'a>,
     progress: Option<&'a ProgressBar>,
 }
 
@@ -1264,8 +1362,11 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
         progress: sh.progress,
         attempted: 0,
         batch: (cfg.io == IoBackend::Ring).then(TxBatch::new),
+        interrupt: sh.interrupt,
+        stopped: false,
     };
-    transmit(&mut tx, sh)?;
+    let input_errors = transmit(&mut tx, sh)?;
+    let interrupted = tx.stopped || sh.interrupt.requested();
     let elapsed = start.elapsed();
     let mut stats = tx.stats;
     stats.errors = tx
@@ -1278,6 +1379,8 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
         stamps: tx.stamps.unwrap_or_default(),
         elapsed,
         qdisc_bypass: sock.qdisc_bypass,
+        input_errors,
+        interrupted,
     })
 }
 
@@ -1561,15 +1664,36 @@ pub fn run_live_generated(
         "generated: unique {}-byte frames over {} flows",
         f.size, f.flows
     );
-    run(&[], None, Some(generated), input, cfg, progress)
+    run(
+        &[],
+        None,
+        Some(generated),
+        input,
+        cfg,
+        progress,
+        Stop::never(),
+    )
 }
 
 /// Replays `files` live as `cfg` says and returns the report. Errors name
-/// the file (and byte offset), the interface or the namespace at fault.
+/// the file (and byte offset), the interface or the namespace at fault; a
+/// defect part-way through a file is no error but one of the report's
+/// `input_errors`.
 pub fn run_live(
     files: &[PathBuf],
     cfg: &LiveConfig,
     progress: Option<&ProgressBar>,
+) -> Result<LiveReport> {
+    run_live_with_stop(files, cfg, progress, Stop::never())
+}
+
+/// [`run_live`], ending the sending early when `interrupt` is requested:
+/// the report covers the frames sent until then and says `interrupted`.
+pub fn run_live_with_stop(
+    files: &[PathBuf],
+    cfg: &LiveConfig,
+    progress: Option<&ProgressBar>,
+    interrupt: Stop<'_>,
 ) -> Result<LiveReport> {
     if files.is_empty() {
         bail!("--tx needs at least one capture file");
@@ -1578,12 +1702,10 @@ pub fn run_live(
         bail!("--loop must be at least 1");
     }
     cfg.pacing.validate()?;
-    // Open every file first, so a bad name fails before any work.
-    for f in files {
-        CaptureReader::open(f).map_err(|e| anyhow!("{e}"))?;
-    }
+    // Open every file first, so a bad name or header fails before any work.
+    check_headers(files)?;
     let loaded = if cfg.preload {
-        let p = preload(files, cfg.rx.is_some())?;
+        let p = preload(files, cfg.rx.is_some(), interrupt)?;
         if let Some(pb) = progress {
             pb.set_length((p.frames.len() as u64).saturating_mul(u64::from(cfg.loops)));
         }
@@ -1591,8 +1713,21 @@ pub fn run_live(
     } else {
         None
     };
-    let mut report = run(files, loaded.as_ref(), None, String::new(), cfg, progress)?;
+    let mut report = run(
+        files,
+        loaded.as_ref(),
+        None,
+        String::new(),
+        cfg,
+        progress,
+        interrupt,
+    )?;
     report.inputs = files.iter().map(|p| p.display().to_string()).collect();
+    if let Some(p) = loaded {
+        // Preloading read every file before the sending began.
+        report.input_errors = p.errors.into_vec();
+        report.interrupted |= interrupt.requested();
+    }
     Ok(report)
 }
 
@@ -1605,6 +1740,7 @@ fn run(
     input: String,
     cfg: &LiveConfig,
     progress: Option<&ProgressBar>,
+    interrupt: Stop<'_>,
 ) -> Result<LiveReport> {
     let stop = AtomicBool::new(false);
     let sh = Shared {
@@ -1614,6 +1750,7 @@ fn run(
         generated,
         origin: Instant::now(),
         stop: &stop,
+        interrupt,
         progress,
     };
     let (tx_run, rx_run) = thread::scope(|s| -> Result<(TxRun, Option<RxRun>)> {
@@ -1656,6 +1793,8 @@ fn run(
         let tx_run = joined(h, "sender")?;
         let rx_run = match rx_handle {
             Some(h) => {
+                // Also after an operator's stop: frames still on the way
+                // are not lost.
                 thread::sleep(cfg.grace);
                 sh.stop.store(true, Ordering::Release);
                 Some(joined(h, "receiver")?)
@@ -1701,6 +1840,8 @@ fn run(
         elapsed_s,
         rated: Rates::of(st.packets, st.bytes, elapsed_s),
         tx_stats: st,
+        input_errors: tx_run.input_errors.into_vec(),
+        interrupted: tx_run.interrupted,
         rx,
     })
 }
@@ -2070,6 +2211,13 @@ mod tests {
             elapsed_s: 0.52,
             rated: Rates::of(10_000, 6_540_000, 0.52),
             tx_stats: TxStats::default(),
+            input_errors: vec![InputError {
+                file: "x.pcap".into(),
+                offset: 99_915,
+                reason: "record data cut short (85 of 190 bytes)".into(),
+                packets_read: 258,
+            }],
+            interrupted: true,
             rx: None,
         };
         let mut out = Vec::new();
@@ -2081,6 +2229,14 @@ mod tests {
         );
         assert!(
             text.contains("Rated: 12576923.1 Bps, 100.62 Mbps, 19230.77 pps"),
+            "{text}"
+        );
+        assert!(
+            text.contains("interrupted: stopped after 10000 packets"),
+            "{text}"
+        );
+        assert!(
+            text.contains("input error: x.pcap: byte 99915: record data cut short (85 of 190 bytes) (after 258 packets)"),
             "{text}"
         );
         assert!(rep.write_hgrm(&mut Vec::new()).is_none());
@@ -2104,6 +2260,40 @@ mod tests {
             msg.contains("--tx bpnosuchif0") && msg.contains("not found"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn preload_keeps_what_precedes_a_defect() {
+        let dir = std::env::temp_dir().join(format!("tg-live-preload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (whole, cut) = (dir.join("whole.pcap"), dir.join("cut.pcap"));
+        crate::synth::write_pcap(
+            crate::synth::SynthConfig {
+                flows: 20,
+                packets: 30,
+                size: Some(100),
+                ..crate::synth::SynthConfig::default()
+            },
+            &whole,
+        )
+        .unwrap();
+        let bytes = std::fs::read(&whole).unwrap();
+        // 24 header bytes, 116 per record: cut inside record 12's header.
+        std::fs::write(&cut, &bytes[..24 + 12 * 116 + 5]).unwrap();
+        let files = [cut.clone(), whole.clone(), cut.clone()];
+        let p = preload(&files, true, Stop::never()).unwrap();
+        assert_eq!(p.frames.len(), 12 + 30 + 12);
+        let errs = p.errors.into_vec();
+        // One entry per position on the command line.
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert_eq!(errs[0].file, cut.display().to_string());
+        assert_eq!(errs[0].offset, 24 + 12 * 116);
+        assert_eq!(errs[0].packets_read, 12);
+        // A stop before reading reads nothing.
+        let flag = AtomicBool::new(true);
+        let p = preload(&files, false, Stop::on(&flag)).unwrap();
+        assert!(p.frames.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
+use crate::input::Stop;
+
 /// How fast to send, as tcpreplay's options.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Pacing {
@@ -197,6 +199,27 @@ pub fn wait_until(deadline: Instant) -> Instant {
     }
 }
 
+/// Longest sleep between two looks at the stop flag in
+/// [`wait_until_or_stop`].
+const STOP_CHECK: Duration = Duration::from_millis(20);
+
+/// [`wait_until`], but looking at `stop` at least every 20 ms while more
+/// than that is left: returns `None` as soon as a stop is requested (so a
+/// slow rate or a long gap in the capture never holds up Ctrl-C), else the
+/// time [`wait_until`] returns.
+pub fn wait_until_or_stop(deadline: Instant, stop: Stop<'_>) -> Option<Instant> {
+    loop {
+        if stop.requested() {
+            return None;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left <= STOP_CHECK {
+            return Some(wait_until(deadline));
+        }
+        thread::sleep(STOP_CHECK);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +341,19 @@ mod tests {
         }
         assert!(Pacing::TopSpeed.validate().is_ok());
         assert!(Pacing::Pps(1.0).validate().is_ok());
+    }
+
+    #[test]
+    fn a_stop_ends_a_long_wait() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let flag = AtomicBool::new(false);
+        let far = Instant::now() + Duration::from_secs(3600);
+        let near = Instant::now() + Duration::from_millis(30);
+        let t = wait_until_or_stop(near, Stop::on(&flag));
+        assert!(t.is_some_and(|t| t >= near));
+        flag.store(true, Ordering::Relaxed);
+        // Returns at once: a wait of an hour would hang the test.
+        assert_eq!(wait_until_or_stop(far, Stop::on(&flag)), None);
     }
 
     #[test]

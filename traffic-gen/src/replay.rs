@@ -18,6 +18,12 @@
 //! At the end of the input every queue is sent out at the times its shaper
 //! releases it, so nothing is left queued.
 //!
+//! A capture with a defect part-way is replayed up to the defect, which
+//! goes into the report's `input_errors` ([`crate::input`]); a stop
+//! requested by the operator ([`replay_with_stop`]) ends the input there,
+//! and the report (with `interrupted` set) covers what was sent, every
+//! queue drained as at a normal end.
+//!
 //! # Determinism
 //!
 //! With one worker (the default), the same capture, config and seed give
@@ -64,10 +70,11 @@ use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-pub use crate::pacing::{Pacing, PassClock, Schedule, wait_until};
+pub use crate::pacing::{Pacing, PassClock, Schedule, wait_until, wait_until_or_stop};
 pub use dataplane::runtime::Latency;
 pub use dataplane::runtime::worker::new_histogram;
 
+use crate::input::{InputError, InputErrors, Stop, check_headers};
 use crate::synth_router::{RouterSynth, RouterSynthConfig};
 
 /// The built-in router `replay` runs without `--config` (printed by
@@ -186,6 +193,12 @@ pub struct Report {
     pub per_worker: Vec<WorkerSummary>,
     /// The capture written per port (`--write`).
     pub written: Vec<PathBuf>,
+    /// Defects part-way through input files: each file was replayed up to
+    /// its defect (empty when every file read to its end).
+    pub input_errors: Vec<InputError>,
+    /// The operator stopped the run (Ctrl-C, SIGTERM) before the input's
+    /// end: the counters cover the packets sent until then.
+    pub interrupted: bool,
     /// The merged latency histograms (ns).
     #[serde(skip)]
     pub latency: Latencies,
@@ -207,6 +220,16 @@ impl Report {
             self.pps,
             self.mbps
         )?;
+        if self.interrupted {
+            writeln!(
+                w,
+                "interrupted: stopped after {} packets, before the end of the input",
+                self.packets
+            )?;
+        }
+        for e in &self.input_errors {
+            writeln!(w, "input error: {e}; replayed what precedes it")?;
+        }
         write!(w, "{}", self.router.render())?;
         self.write_heavy(w, top)?;
         for p in &self.written {
@@ -276,27 +299,51 @@ impl Report {
     }
 
     /// Writes the three latency distributions as `.hgrm` files next to
-    /// `path`: `STEM-processing.EXT`, `STEM-sojourn.EXT`,
-    /// `STEM-through.EXT`; returns their paths.
+    /// `path` ([`hgrm_paths`]); returns their paths.
+    ///
+    /// # Errors
+    /// The file that could not be created or written.
+    pub fn write_hgrms(&self, path: &Path) -> Result<Vec<PathBuf>> {
+        let files = hgrm_paths(path).map(|p| {
+            let f = std::fs::File::create(&p);
+            (p, f)
+        });
+        let mut opened = Vec::new();
+        for (p, f) in files {
+            let f = f.with_context(|| format!("{}: cannot create", p.display()))?;
+            opened.push((p, f));
+        }
+        self.write_hgrms_to(opened)
+    }
+
+    /// Writes the processing, sojourn and through distributions, in that
+    /// order, into `files` (created beforehand, as [`hgrm_paths`] names
+    /// them, so that a bad path fails before the run); returns the paths.
     ///
     /// # Errors
     /// The file that could not be written.
-    pub fn write_hgrms(&self, path: &Path) -> Result<Vec<PathBuf>> {
-        let mut out = Vec::new();
+    pub fn write_hgrms_to(
+        &self,
+        files: impl IntoIterator<Item = (PathBuf, std::fs::File)>,
+    ) -> Result<Vec<PathBuf>> {
         let through = self.latency.through();
-        for (what, h) in [
-            ("processing", &self.latency.processing),
-            ("sojourn", &self.latency.sojourn),
-            ("through", &through),
-        ] {
-            let p = suffixed(path, what);
-            let mut f = std::fs::File::create(&p)
-                .with_context(|| format!("{}: cannot create", p.display()))?;
-            write_hgrm(h, &mut f).with_context(|| format!("{}: write failed", p.display()))?;
+        let hists = [&self.latency.processing, &self.latency.sojourn, &through];
+        let mut out = Vec::new();
+        for (h, (p, f)) in hists.into_iter().zip(files) {
+            let mut w = std::io::BufWriter::new(f);
+            write_hgrm(h, &mut w)
+                .and_then(|()| w.flush())
+                .with_context(|| format!("{}: write failed", p.display()))?;
             out.push(p);
         }
         Ok(out)
     }
+}
+
+/// The `.hgrm` files of an embedded replay's `--hgrm path`:
+/// `STEM-processing.EXT`, `STEM-sojourn.EXT`, `STEM-through.EXT`.
+pub fn hgrm_paths(path: &Path) -> [PathBuf; 3] {
+    ["processing", "sojourn", "through"].map(|what| suffixed(path, what))
 }
 
 /// `dir/stem.ext` -> `dir/stem-WHAT.ext`.
@@ -556,6 +603,9 @@ struct Dispatcher<'a> {
     bytes: u64,
     first_ts: Option<u64>,
     progress: Option<&'a ProgressBar>,
+    stop: Stop<'a>,
+    /// A stop was requested: nothing more is sent.
+    stopped: bool,
 }
 
 impl Dispatcher<'_> {
@@ -584,7 +634,9 @@ impl Dispatcher<'_> {
         let target = self.start + std::time::Duration::from_nanos(offset);
         if target > Instant::now() {
             self.flush_all()?;
-            wait_until(target);
+            if wait_until_or_stop(target, self.stop).is_none() {
+                self.stopped = true;
+            }
         }
         Ok(())
     }
@@ -597,7 +649,15 @@ impl Dispatcher<'_> {
         ingress: u8,
         data: &[u8],
     ) -> Result<()> {
-        self.pace(ts, orig_len)?;
+        if self.stop.requested() {
+            self.stopped = true;
+        }
+        if !self.stopped {
+            self.pace(ts, orig_len)?;
+        }
+        if self.stopped {
+            return Ok(());
+        }
         self.first_ts.get_or_insert(ts);
         let w = worker_of(link, data, self.txs.len());
         self.pending[w].push(ts, orig_len, link, ingress, data);
@@ -667,8 +727,20 @@ fn default_ingress(cfg: &ReplayConfig) -> Result<u8> {
 }
 
 /// Replays `input` through `cfg.workers` embedded routers and returns the
-/// merged report. Errors name the file and the reason.
+/// merged report. Errors name the file and the reason; a defect part-way
+/// through a file is no error but one of the report's `input_errors`.
 pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>) -> Result<Report> {
+    replay_with_stop(input, cfg, progress, Stop::never())
+}
+
+/// [`replay`], ending the input early when `stop` is requested: the
+/// report covers the packets sent until then and says `interrupted`.
+pub fn replay_with_stop(
+    input: &Input,
+    cfg: &ReplayConfig,
+    progress: Option<&ProgressBar>,
+    stop: Stop<'_>,
+) -> Result<Report> {
     if cfg.workers == 0 {
         bail!("--workers must be at least 1");
     }
@@ -677,11 +749,9 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
     }
     cfg.pacing.validate()?;
     let ingress = default_ingress(cfg)?;
-    // Open every file first, so a bad name fails before any work.
+    // Open every file first, so a bad name or header fails before any work.
     if let Input::Files(files) = input {
-        for f in files {
-            CaptureReader::open(f).map_err(|e| anyhow!("{e}"))?;
-        }
+        check_headers(files)?;
     }
     let mut router = cfg.router.clone();
     router.fill_seeds(cfg.seed);
@@ -721,7 +791,7 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
                         };
                         CaptureWriter::create(&p, LinkType::Ethernet, 65535)
                             .map(|w| (p.clone(), w))
-                            .map_err(|e| anyhow!("{e}"))
+                            .map_err(|e| anyhow!("--write {}: {e}", dir.display()))
                     })
                     .collect::<Result<_>>()?,
                 error: None,
@@ -754,6 +824,8 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
         bytes: 0,
         first_ts: None,
         progress,
+        stop,
+        stopped: false,
     };
     let started = Instant::now();
     let map = IngressMap {
@@ -763,13 +835,13 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
     };
     let result = feed(input, cfg, &map, &mut d);
     let flushed = d.flush_all();
-    let (sent, bytes, first_ts) = (d.sent, d.bytes, d.first_ts);
+    let (sent, bytes, first_ts, interrupted) = (d.sent, d.bytes, d.first_ts, d.stopped);
     drop(d); // closes the channels: workers finish
     let mut results = Vec::new();
     for h in handles {
         results.push(h.join().map_err(|_| anyhow!("a worker thread panicked"))?);
     }
-    result?;
+    let input_errors = result?.into_vec();
     flushed?;
     let elapsed = started.elapsed().as_secs_f64();
 
@@ -831,6 +903,8 @@ pub fn replay(input: &Input, cfg: &ReplayConfig, progress: Option<&ProgressBar>)
         heavy,
         per_worker,
         written,
+        input_errors,
+        interrupted,
         latency,
     })
 }
@@ -882,16 +956,18 @@ fn merge_written(dir: &Path, names: &[String], written: Vec<Vec<PathBuf>>) -> Re
     Ok(out)
 }
 
-/// Sends every pass of the input; capture time of pass `k > 0` is shifted to
-/// start 1 us after the previous pass ended ([`PassClock`]), so `now` keeps
-/// increasing.
+/// Sends every pass of the input until its end or a stop; capture time of
+/// pass `k > 0` is shifted to start 1 us after the previous pass ended
+/// ([`PassClock`]), so `now` keeps increasing. A file's defect part-way
+/// ends that file, not the run: it is returned among the input errors.
 fn feed(
     input: &Input,
     cfg: &ReplayConfig,
     map: &IngressMap<'_>,
     d: &mut Dispatcher<'_>,
-) -> Result<()> {
+) -> Result<InputErrors> {
     let mut clock = PassClock::new();
+    let mut errors = InputErrors::default();
     // A record borrows the reader; its interface's name is looked up after
     // the record's bytes are copied out.
     let mut buf = Vec::with_capacity(65_536);
@@ -899,9 +975,21 @@ fn feed(
         clock.start_pass();
         match input {
             Input::Files(files) => {
-                for f in files {
-                    let mut r = CaptureReader::open(f).map_err(|e| anyhow!("{e}"))?;
-                    loop {
+                for (i, f) in files.iter().enumerate() {
+                    if d.stopped {
+                        break;
+                    }
+                    // Every header was read before the run; a file gone
+                    // since is a defect at its start.
+                    let mut r = match CaptureReader::open(f) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            errors.note(i, &e, 0);
+                            continue;
+                        }
+                    };
+                    let mut read = 0u64;
+                    while !d.stopped {
                         let (ts, orig_len, link, interface) = match r.next_record() {
                             Ok(Some(rec)) => {
                                 buf.clear();
@@ -909,8 +997,12 @@ fn feed(
                                 (rec.ts_ns, rec.orig_len, rec.link_type, rec.interface)
                             }
                             Ok(None) => break,
-                            Err(e) => return Err(anyhow!("{e}")),
+                            Err(e) => {
+                                errors.note(i, &e, read);
+                                break;
+                            }
                         };
+                        read += 1;
                         let port = map.port(&r, interface);
                         d.send(clock.map(ts), orig_len, link, port, &buf)?;
                     }
@@ -919,7 +1011,9 @@ fn feed(
             Input::Synth(s) => {
                 let mut s = RouterSynth::new(*s)?;
                 let ports: Vec<u8> = s.interface_names().iter().map(|n| map.by_name(n)).collect();
-                while let Some(p) = s.next()? {
+                while !d.stopped
+                    && let Some(p) = s.next()?
+                {
                     let port = ports
                         .get(usize::from(p.port))
                         .copied()
@@ -929,8 +1023,11 @@ fn feed(
                 }
             }
         }
+        if d.stopped {
+            break;
+        }
     }
-    Ok(())
+    Ok(errors)
 }
 
 #[cfg(test)]
@@ -1021,6 +1118,133 @@ mod tests {
         write_hgrm(&r.latency.processing, &mut hgrm).unwrap();
         let text = String::from_utf8(hgrm).unwrap();
         assert!(text.contains("Total count    =         1000"), "{text}");
+    }
+
+    /// A scratch directory for one test.
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tg-replay-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A pcap of `packets` 100-byte frames: 24 header bytes, then 116 per
+    /// record.
+    fn fixed_pcap(path: &Path, packets: u64) {
+        crate::synth::write_pcap(
+            crate::synth::SynthConfig {
+                flows: 20,
+                packets,
+                size: Some(100),
+                ..crate::synth::SynthConfig::default()
+            },
+            path,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_defect_part_way_is_replayed_up_to_it_and_reported() {
+        let d = scratch("defect");
+        let (whole, cut, bogus) = (
+            d.join("whole.pcap"),
+            d.join("cut.pcap"),
+            d.join("bogus.pcap"),
+        );
+        fixed_pcap(&whole, 40);
+        let bytes = std::fs::read(&whole).unwrap();
+        // Cut in the middle of record 10's data.
+        std::fs::write(&cut, &bytes[..24 + 10 * 116 + 16 + 50]).unwrap();
+        // Record 7's captured length says 0xffff_fff0.
+        let mut b = bytes.clone();
+        b[24 + 7 * 116 + 8..24 + 7 * 116 + 12].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+        std::fs::write(&bogus, &b).unwrap();
+        let cfg = ReplayConfig {
+            pin: false,
+            loops: 2,
+            ..ReplayConfig::default()
+        };
+        let files = vec![cut.clone(), whole.clone(), bogus.clone()];
+        let r = replay(&Input::Files(files), &cfg, None).unwrap();
+        // Both passes send what precedes each defect, and every file after.
+        assert_eq!(r.packets, 2 * (10 + 40 + 7));
+        assert_eq!(r.router.pipeline.received, r.packets);
+        assert!(r.router.is_consistent());
+        assert!(!r.interrupted);
+        // One entry per file, not per pass.
+        let e = &r.input_errors;
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert_eq!(e[0].file, cut.display().to_string());
+        assert_eq!(e[0].offset, 24 + 10 * 116 + 16);
+        assert_eq!(e[0].packets_read, 10);
+        assert!(e[0].reason.contains("cut short"), "{}", e[0].reason);
+        assert_eq!(e[1].file, bogus.display().to_string());
+        assert_eq!(e[1].offset, 24 + 7 * 116 + 8);
+        assert_eq!(e[1].packets_read, 7);
+        let mut text = Vec::new();
+        r.write_text(&mut text, 10).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("input error: "), "{text}");
+        // A file that reads to its end has no input error.
+        let r = replay(&Input::Files(vec![whole]), &cfg, None).unwrap();
+        assert!(r.input_errors.is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_bad_header_among_several_files_fails_before_any_work() {
+        let d = scratch("header");
+        let (good, bad) = (d.join("good.pcap"), d.join("bad.pcap"));
+        fixed_pcap(&good, 5);
+        std::fs::write(&bad, b"\xd4\xc3\xb2\xa1 but not a pcap header").unwrap();
+        let out = d.join("out");
+        let cfg = ReplayConfig {
+            pin: false,
+            write: Some(out.clone()),
+            ..ReplayConfig::default()
+        };
+        let err = replay(&Input::Files(vec![good, bad]), &cfg, None).unwrap_err();
+        assert!(format!("{err:#}").contains("bad.pcap"), "{err:#}");
+        assert!(!out.exists(), "nothing is done before the headers are read");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_stop_ends_the_input_and_the_report_covers_what_was_sent() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let flag = AtomicBool::new(false);
+        let cfg = ReplayConfig {
+            pin: false,
+            // 200,000 packets at 20,000 pps would take 10 s.
+            pacing: Pacing::Pps(20_000.0),
+            ..ReplayConfig::default()
+        };
+        let input = Input::Synth(RouterSynthConfig::default());
+        let progress = ProgressBar::hidden();
+        let r = thread::scope(|s| {
+            let h = s.spawn(|| replay_with_stop(&input, &cfg, Some(&progress), Stop::on(&flag)));
+            // Stop once some packets went in (the bar moves every 4096).
+            while progress.position() == 0 && !h.is_finished() {
+                thread::sleep(std::time::Duration::from_millis(5));
+            }
+            flag.store(true, Ordering::Relaxed);
+            h.join().unwrap().unwrap()
+        });
+        assert!(r.interrupted);
+        assert!(r.packets >= 4096 && r.packets < 200_000, "{}", r.packets);
+        let p = &r.router.pipeline;
+        assert_eq!(p.received, r.packets);
+        assert_eq!(p.received, p.forwarded + p.dropped);
+        assert!(r.router.is_consistent());
+        for i in &r.router.interfaces {
+            assert_eq!(i.port.backlog_packets, 0, "{} drained", i.port.name);
+        }
+        let mut text = Vec::new();
+        r.write_text(&mut text, 10).unwrap();
+        assert!(
+            String::from_utf8(text)
+                .unwrap()
+                .contains("interrupted: stopped after")
+        );
     }
 
     #[test]

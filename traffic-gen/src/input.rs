@@ -1,0 +1,160 @@
+//! Reading the captures a replay sends: what is kept when a file has a
+//! defect part-way, and the stop flag an operator's Ctrl-C sets.
+//!
+//! A capture cut by a copy, a record with a bogus length after good ones,
+//! or garbage after a gzip member does not throw away the run: as tcpdump
+//! and tshark do, the records before the defect are replayed, the defect
+//! is recorded as an [`InputError`] (file, byte offset, reason, records
+//! read before it) and the replay goes on with the next file. The report
+//! carries the list (`input_errors` in the JSON) and `traffic-gen` exits
+//! with its own status for "completed with input errors".
+//!
+//! What is refused up front is a file that cannot be opened at all or
+//! whose file header is bad: [`check_headers`] opens every file before any
+//! work, so one unreadable file out of several fails the run at once (as
+//! tcpreplay does) instead of silently replaying a different input.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{Result, anyhow};
+use dataplane::io::capture::{CaptureError, CaptureReader};
+use serde::Serialize;
+
+/// A defect part-way through a capture: where reading stopped and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InputError {
+    /// The file, as it was named.
+    pub file: String,
+    /// Byte offset of the defect in the (decompressed) capture stream.
+    pub offset: u64,
+    /// What is wrong there (the capture reader's words).
+    pub reason: String,
+    /// Records read from the file before the defect (each was replayed).
+    pub packets_read: u64,
+}
+
+impl InputError {
+    /// The defect `e`, met after `packets_read` good records.
+    pub fn of(e: &CaptureError, packets_read: u64) -> Self {
+        InputError {
+            file: e.file().to_string(),
+            offset: e.offset(),
+            reason: e.kind().to_string(),
+            packets_read,
+        }
+    }
+}
+
+impl fmt::Display for InputError {
+    /// `FILE: byte N: REASON (after K packets)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: byte {}: {} (after {} packets)",
+            self.file, self.offset, self.reason, self.packets_read
+        )
+    }
+}
+
+/// The input errors of a run, each file's once however many passes
+/// (`--loop`) meet it.
+#[derive(Debug, Clone, Default)]
+pub struct InputErrors {
+    seen: BTreeSet<usize>,
+    errors: Vec<InputError>,
+}
+
+impl InputErrors {
+    /// Records the defect `e` of input file number `index` (its position on
+    /// the command line), met after `packets_read` records, unless that
+    /// file's defect is recorded already.
+    pub fn note(&mut self, index: usize, e: &CaptureError, packets_read: u64) {
+        if self.seen.insert(index) {
+            self.errors.push(InputError::of(e, packets_read));
+        }
+    }
+
+    /// The defects, in the order they were met.
+    pub fn into_vec(self) -> Vec<InputError> {
+        self.errors
+    }
+}
+
+/// Opens every file and reads its header, so that a missing file or a bad
+/// header fails before any work. Errors name the file, the byte offset and
+/// the reason.
+pub fn check_headers(files: &[PathBuf]) -> Result<()> {
+    for f in files {
+        CaptureReader::open(f).map_err(|e| anyhow!("{e}"))?;
+    }
+    Ok(())
+}
+
+/// An operator's request to stop (Ctrl-C, SIGTERM): a flag a signal
+/// handler sets and the sender checks between frames and while it waits.
+#[derive(Debug, Clone, Copy)]
+pub struct Stop<'a>(Option<&'a AtomicBool>);
+
+impl<'a> Stop<'a> {
+    /// Stop when `flag` is set.
+    pub fn on(flag: &'a AtomicBool) -> Self {
+        Stop(Some(flag))
+    }
+
+    /// Never stop early.
+    pub fn never() -> Self {
+        Stop(None)
+    }
+
+    /// Whether the stop was requested.
+    #[inline]
+    pub fn requested(self) -> bool {
+        self.0.is_some_and(|f| f.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataplane::io::capture::CaptureErrorKind;
+
+    #[test]
+    fn one_error_per_file_in_order() {
+        let cut = |file: &str, offset| {
+            CaptureError::new(
+                file,
+                offset,
+                CaptureErrorKind::Truncated {
+                    what: "record data",
+                    got: 3,
+                    need: 60,
+                },
+            )
+        };
+        let mut errs = InputErrors::default();
+        errs.note(1, &cut("b.pcap", 99), 7);
+        errs.note(0, &cut("a.pcap", 40), 1);
+        errs.note(1, &cut("b.pcap", 99), 7);
+        let v = errs.into_vec();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].file, "b.pcap");
+        assert_eq!(
+            v[0].to_string(),
+            "b.pcap: byte 99: record data cut short (3 of 60 bytes) (after 7 packets)"
+        );
+        assert_eq!(v[1].offset, 40);
+    }
+
+    #[test]
+    fn stop_follows_its_flag() {
+        let flag = AtomicBool::new(false);
+        let stop = Stop::on(&flag);
+        assert!(!stop.requested());
+        flag.store(true, Ordering::Relaxed);
+        assert!(stop.requested());
+        assert!(!Stop::never().requested());
+    }
+}
