@@ -38,10 +38,12 @@
 //!
 //! [`Schedule`] (shared with the embedded replay) gives each packet's due
 //! time as an offset from the start; the sender sleeps until shortly before
-//! it and spins the rest, yielding the CPU ([`wait_until`]), and the clock
-//! read that ends the wait is the packet's send timestamp. Nothing is measured from the
-//! previous packet, so a late packet never delays the ones after it. The
-//! sender sets its timer slack to 1 ns so sleeps end close to when asked.
+//! it and spins the rest, yielding the CPU
+//! ([`wait_until`](crate::pacing::wait_until)), and the clock read that
+//! ends the wait is the packet's send timestamp. Nothing is measured from
+//! the previous packet, so a late packet never delays the ones after it.
+//! The sender sets its timer slack to 1 ns so sleeps end close to when
+//! asked.
 //!
 //! # Matching
 //!

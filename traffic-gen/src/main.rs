@@ -1,9 +1,19 @@
 //! `traffic-gen`: replay captures through the embedded dataplane, or write
 //! synthetic ones. Run `traffic-gen --help`.
+//!
+//! Results are never thrown away: output files are created before a run
+//! (a bad path fails at once, naming the flag), a capture with a defect
+//! part-way is replayed up to it (exit status 2), and Ctrl-C or SIGTERM
+//! during `replay` stops the sending, prints the summary and writes the
+//! outputs of what was done (exit status 130).
 
+use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
@@ -12,19 +22,71 @@ use dataplane::pipeline::MalformedPolicy;
 use dataplane::stage::sfb::SfbConfig;
 use dataplane::wire::icarus::FilterWidth;
 use indicatif::{ProgressBar, ProgressStyle};
-use traffic_gen::live::{Endpoint, LiveConfig, run_live};
+use traffic_gen::input::{InputError, Stop};
+use traffic_gen::live::{Endpoint, LiveConfig, run_live_with_stop};
 use traffic_gen::replay::{
-    DEFAULT_ROUTER, Input, Pacing, ReplayConfig, default_router, replay, write_hgrm,
+    DEFAULT_ROUTER, Input, Pacing, ReplayConfig, default_router, hgrm_paths, replay_with_stop,
+    write_hgrm,
 };
-use traffic_gen::scenario::{self, SfbScenarioConfig, markdown_table, run_sfb_scenario};
+use traffic_gen::scenario::{self, QueueKind, SfbScenarioConfig, markdown_table, run_sfb_scenario};
 use traffic_gen::synth::{SynthConfig, write_pcap};
 use traffic_gen::synth_icarus::{self, HopRange, IcarusSynthConfig};
 use traffic_gen::synth_mcast::McastConfig;
 use traffic_gen::synth_router::{self, RouterSynthConfig};
 use traffic_gen::throughput::{self, ThroughputConfig, run_throughput};
 
+/// The exit statuses, as `--help` shows them.
+const EXIT_STATUS: &str = "\
+Exit status:
+  0    done
+  1    error: nothing was run, or the run failed (the message says why)
+  2    replay completed with input errors: a capture had a defect part-way
+       (cut short, a bad record, garbage after the data); what precedes it
+       was replayed, the next file read, and each defect is in the warnings
+       and the JSON report's input_errors
+  130  replay interrupted (SIGINT/Ctrl-C or SIGTERM): the summary and the
+       --json/--hgrm/--heavy-jsonl/--write outputs cover what was sent
+       (a second signal exits at once, writing nothing)";
+
+/// How a command ended, short of an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Everything done.
+    Done,
+    /// Replayed up to a defect in some input file.
+    InputErrors,
+    /// Stopped by a signal, outputs written.
+    Interrupted,
+}
+
+impl Outcome {
+    /// A replay's outcome: an interruption before input errors.
+    fn of_replay(interrupted: bool, input_errors: &[InputError]) -> Self {
+        if interrupted {
+            Outcome::Interrupted
+        } else if input_errors.is_empty() {
+            Outcome::Done
+        } else {
+            Outcome::InputErrors
+        }
+    }
+
+    fn exit_code(self) -> ExitCode {
+        match self {
+            Outcome::Done => ExitCode::SUCCESS,
+            Outcome::InputErrors => ExitCode::from(2),
+            Outcome::Interrupted => ExitCode::from(130),
+        }
+    }
+}
+
 #[derive(Debug, Parser)]
-#[command(name = "traffic-gen", version, about = "Bloomplane traffic generator")]
+#[command(
+    name = "traffic-gen",
+    version,
+    about = "Bloomplane traffic generator",
+    after_help = EXIT_STATUS
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -35,7 +97,12 @@ enum Command {
     /// Replay pcap/pcapng files (or, with none, a synthetic workload)
     /// through the embedded router (--config FILE, or the built-in one) in
     /// capture time and report counters per port and stage, latency and
-    /// heavy flows.
+    /// heavy flows. A capture with a defect part-way is replayed up to it
+    /// (exit status 2); a file that cannot be opened or whose header is bad
+    /// fails the run before anything is sent, one of several included.
+    /// Ctrl-C or SIGTERM stops, prints the summary of what was sent and
+    /// writes the outputs (exit status 130).
+    #[command(after_help = EXIT_STATUS)]
     Replay(ReplayArgs),
     /// Write a synthetic workload (--kind: Zipf flows, multicast, Icarus,
     /// the built-in router's) as a capture, with its ground truth beside it.
@@ -142,22 +209,10 @@ fn run_throughput_cmd(a: &ThroughputArgs) -> Result<()> {
     };
     cfg.validate()?;
     // The output file is created first, so a bad path fails at once.
-    let json = a
-        .json
-        .as_ref()
-        .map(|p| {
-            std::fs::File::create(p)
-                .with_context(|| format!("{}: cannot create", p.display()))
-                .map(|f| (p, f))
-        })
-        .transpose()?;
+    let json = create_output("--json", a.json.as_deref())?;
     let report = run_throughput(&cfg)?;
     report.write_text(&mut std::io::stdout().lock())?;
-    if let Some((p, f)) = json {
-        serde_json::to_writer_pretty(std::io::BufWriter::new(f), &report)
-            .with_context(|| format!("{}: write failed", p.display()))?;
-    }
-    Ok(())
+    write_json(json, &report)
 }
 
 #[derive(Debug, Subcommand)]
@@ -238,6 +293,30 @@ struct SfbScenarioArgs {
     json: Option<PathBuf>,
 }
 
+/// Creates the output file `path` of `flag` before a run, so that a bad
+/// path fails at once, naming the flag and the path.
+fn create_file(flag: &str, path: &Path) -> Result<File> {
+    File::create(path).with_context(|| format!("{flag} {}: cannot create", path.display()))
+}
+
+/// [`create_file`] for an optional flag, keeping the path for errors.
+fn create_output<'p>(flag: &str, path: Option<&'p Path>) -> Result<Option<(&'p Path, File)>> {
+    path.map(|p| create_file(flag, p).map(|f| (p, f)))
+        .transpose()
+}
+
+/// Writes `value` as JSON into `out` (made by [`create_output`]).
+fn write_json(out: Option<(&Path, File)>, value: &impl serde::Serialize) -> Result<()> {
+    if let Some((p, f)) = out {
+        let mut w = std::io::BufWriter::new(f);
+        serde_json::to_writer_pretty(&mut w, value)
+            .map_err(std::io::Error::from)
+            .and_then(|()| w.flush())
+            .with_context(|| format!("{}: write failed", p.display()))?;
+    }
+    Ok(())
+}
+
 fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
     if !(a.rate_mbps.is_finite() && a.rate_mbps > 0.0) {
         bail!("--rate-mbps must be positive, got {}", a.rate_mbps);
@@ -258,6 +337,18 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
         penalty_burst: a.sfb_penalty_burst.unwrap_or(d.penalty_burst),
         ..d
     };
+    // Output files are created first, so a bad path fails at once.
+    let json = create_output("--json", a.json.as_deref())?;
+    let mut hgrms = BTreeMap::new();
+    if let Some(p) = &a.hgrm {
+        for &aimd in &a.aimd {
+            for q in [QueueKind::Sfb, QueueKind::DropTail] {
+                let path = hgrm_path(p, q.name(), aimd);
+                let f = create_file("--hgrm", &path)?;
+                hgrms.insert((q.name(), aimd), (path, f));
+            }
+        }
+    }
     let mut reports = Vec::new();
     let mut out = std::io::stdout().lock();
     for (i, &aimd) in a.aimd.iter().enumerate() {
@@ -281,12 +372,11 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
         }
         rep.write_text(&mut out, a.per_flow)?;
         writeln!(out, "(wall time {:.2} s)", started.elapsed().as_secs_f64())?;
-        if let Some(p) = &a.hgrm {
-            for r in &rep.results {
-                let path = hgrm_path(p, r.queue.name(), aimd);
-                let mut f = std::fs::File::create(&path)
-                    .with_context(|| format!("{}: cannot create", path.display()))?;
+        for r in &rep.results {
+            if let Some((path, f)) = hgrms.remove(&(r.queue.name(), aimd)) {
+                let mut f = std::io::BufWriter::new(f);
                 write_hgrm(&r.histogram, &mut f)
+                    .and_then(|()| f.flush())
                     .with_context(|| format!("{}: write failed", path.display()))?;
             }
         }
@@ -294,13 +384,7 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
     }
     writeln!(out)?;
     write!(out, "{}", markdown_table(&reports))?;
-    if let Some(p) = &a.json {
-        let f =
-            std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;
-        serde_json::to_writer_pretty(std::io::BufWriter::new(f), &reports)
-            .with_context(|| format!("{}: write failed", p.display()))?;
-    }
-    Ok(())
+    write_json(json, &reports)
 }
 
 /// `dir/stem.ext` -> `dir/stem-QUEUE-aimdN.ext`.
@@ -628,10 +712,33 @@ fn progress_bar(total: Option<u64>) -> Option<ProgressBar> {
     })
 }
 
-fn run_replay(a: &ReplayArgs) -> Result<()> {
+/// Sets the returned flag on SIGINT and SIGTERM, so that a replay stops
+/// and still reports; a second signal exits at once with status 130.
+fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // Registered first, so it sees the flag as the earlier signals
+        // left it: it exits only when the flag is already set.
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&flag))
+            .context("cannot install a signal handler")?;
+        signal_hook::flag::register(sig, Arc::clone(&flag))
+            .context("cannot install a signal handler")?;
+    }
+    Ok(flag)
+}
+
+/// Tells the operator about each input error (the summary and the JSON
+/// list them too).
+fn warn_input_errors(errors: &[InputError], what: &str) {
+    for e in errors {
+        eprintln!("traffic-gen: warning: {e}; {what} what precedes it");
+    }
+}
+
+fn run_replay(a: &ReplayArgs) -> Result<Outcome> {
     if a.print_config {
         print!("{DEFAULT_ROUTER}");
-        return Ok(());
+        return Ok(Outcome::Done);
     }
     if let Some(tx) = &a.tx {
         return run_live_replay(a, tx);
@@ -673,20 +780,6 @@ fn run_replay(a: &ReplayArgs) -> Result<()> {
         write: a.write.clone(),
         seed: a.synth.seed,
     };
-    // Output files are created before the run, so a bad path fails at once.
-    let create = |p: &PathBuf| {
-        std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))
-    };
-    let json = a
-        .json
-        .as_ref()
-        .map(|p| create(p).map(|f| (p, f)))
-        .transpose()?;
-    let heavy_jsonl = a
-        .heavy_jsonl
-        .as_ref()
-        .map(|p| create(p).map(|f| (p, f)))
-        .transpose()?;
     let input = if a.files.is_empty() {
         if a.synth.size.is_some() || a.synth.unique {
             bail!(
@@ -703,38 +796,58 @@ fn run_replay(a: &ReplayArgs) -> Result<()> {
     } else {
         Input::Files(a.files.clone())
     };
+    // Output files are created before the run, so a bad path fails at once
+    // (the --write directory and its captures: by the replay, before it
+    // sends anything).
+    let json = create_output("--json", a.json.as_deref())?;
+    let heavy_jsonl = create_output("--heavy-jsonl", a.heavy_jsonl.as_deref())?;
+    let hgrms = match &a.hgrm {
+        Some(p) => Some(
+            hgrm_paths(p)
+                .into_iter()
+                .map(|path| create_file("--hgrm", &path).map(|f| (path, f)))
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        None => None,
+    };
+    let stop = stop_on_signals()?;
     let progress = progress_bar(match &input {
         Input::Synth(s) => Some(s.packets * u64::from(a.loops)),
         Input::Files(_) => None,
     });
-    let report = replay(&input, &cfg, progress.as_ref());
+    let report = replay_with_stop(&input, &cfg, progress.as_ref(), Stop::on(&stop));
     if let Some(pb) = &progress {
         pb.finish_and_clear();
     }
     let report = report?;
+    warn_input_errors(&report.input_errors, "replayed");
     let mut out = std::io::stdout().lock();
-    report.write_text(&mut out, a.top)?;
-    if let Some(p) = &a.hgrm {
-        for f in report.write_hgrms(p)? {
-            writeln!(out, "wrote {}", f.display())?;
-        }
-    }
-    if let Some((p, f)) = json {
-        serde_json::to_writer_pretty(std::io::BufWriter::new(f), &report)
-            .with_context(|| format!("{}: write failed", p.display()))?;
-    }
+    // The files are written even when standard output is gone.
+    let printed = report.write_text(&mut out, a.top);
+    let hgrm_written = match hgrms {
+        Some(files) => report.write_hgrms_to(files)?,
+        None => Vec::new(),
+    };
+    write_json(json, &report)?;
     if let Some((p, f)) = heavy_jsonl {
         let mut f = std::io::BufWriter::new(f);
         for e in &report.heavy {
             e.write_json_lines(&mut f)
                 .with_context(|| format!("{}: write failed", p.display()))?;
         }
+        f.flush()
+            .with_context(|| format!("{}: write failed", p.display()))?;
     }
-    Ok(())
+    printed?;
+    for f in hgrm_written {
+        writeln!(out, "wrote {}", f.display())?;
+    }
+    let interrupted = report.interrupted || stop.load(Ordering::Relaxed);
+    Ok(Outcome::of_replay(interrupted, &report.input_errors))
 }
 
 /// `replay --tx IFACE [--rx IFACE] FILE...`: live replay.
-fn run_live_replay(a: &ReplayArgs, tx: &str) -> Result<()> {
+fn run_live_replay(a: &ReplayArgs, tx: &str) -> Result<Outcome> {
     if a.hgrm.is_some() && a.rx.is_none() {
         bail!("--hgrm needs --rx (latency is measured at the receiver)");
     }
@@ -754,38 +867,52 @@ fn run_live_replay(a: &ReplayArgs, tx: &str) -> Result<()> {
         rx_buffer_bytes: a.rx_buffer,
         io: a.io,
     };
+    // Output files are created before the run, so a bad path fails at once.
+    let hgrm = create_output("--hgrm", a.hgrm.as_deref())?;
+    let json = create_output("--json", a.json.as_deref())?;
+    let stop = stop_on_signals()?;
     let progress = progress_bar(None);
-    let report = run_live(&a.files, &cfg, progress.as_ref());
+    let report = run_live_with_stop(&a.files, &cfg, progress.as_ref(), Stop::on(&stop));
     if let Some(pb) = &progress {
         pb.finish_and_clear();
     }
     let report = report?;
-    report.write_text(&mut std::io::stdout().lock())?;
-    if let Some(p) = &a.hgrm {
-        let mut f =
-            std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;
+    warn_input_errors(&report.input_errors, "sent");
+    // The files are written even when standard output is gone.
+    let printed = report.write_text(&mut std::io::stdout().lock());
+    if let Some((p, f)) = hgrm {
+        let mut f = std::io::BufWriter::new(f);
         if let Some(r) = report.write_hgrm(&mut f) {
-            r.with_context(|| format!("{}: write failed", p.display()))?;
+            r.and_then(|()| f.flush())
+                .with_context(|| format!("{}: write failed", p.display()))?;
         }
     }
-    if let Some(p) = &a.json {
-        let f =
-            std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;
-        serde_json::to_writer_pretty(std::io::BufWriter::new(f), &report)
-            .with_context(|| format!("{}: write failed", p.display()))?;
-    }
-    Ok(())
+    write_json(json, &report)?;
+    printed?;
+    let interrupted = report.interrupted || stop.load(Ordering::Relaxed);
+    Ok(Outcome::of_replay(interrupted, &report.input_errors))
 }
 
-fn run() -> Result<()> {
+fn run() -> Result<Outcome> {
     let cli = Cli::parse();
+    if let Command::Synth(s) = &cli.command {
+        // Created first, so a bad path fails at once (the writer truncates
+        // it again).
+        create_file("--output", &s.output)?;
+    }
     match &cli.command {
         Command::Replay(a) => run_replay(a),
-        Command::Scenario(ScenarioCmd::Sfb(a)) => run_scenario_sfb(a),
-        Command::Throughput(a) => run_throughput_cmd(a),
-        Command::Synth(s) if s.kind == SynthKind::Icarus => run_synth_icarus(s),
-        Command::Synth(s) if s.kind == SynthKind::Router => run_synth_router(s),
-        Command::Synth(s) if s.kind == SynthKind::Multicast => {
+        Command::Scenario(ScenarioCmd::Sfb(a)) => run_scenario_sfb(a).map(|()| Outcome::Done),
+        Command::Throughput(a) => run_throughput_cmd(a).map(|()| Outcome::Done),
+        Command::Synth(s) => run_synth(s).map(|()| Outcome::Done),
+    }
+}
+
+fn run_synth(s: &SynthCmd) -> Result<()> {
+    match s.kind {
+        SynthKind::Icarus => run_synth_icarus(s),
+        SynthKind::Router => run_synth_router(s),
+        SynthKind::Multicast => {
             let cfg = McastConfig {
                 ports: s.ports,
                 groups: s.groups,
@@ -808,7 +935,7 @@ fn run() -> Result<()> {
             );
             Ok(())
         }
-        Command::Synth(s) => {
+        SynthKind::Zipf => {
             let truth = write_pcap(s.synth.config(), &s.output)?;
             println!(
                 "wrote {} packets, {} bytes, {} flows to {} ({} flows at or above 0.1% of bytes; truth in {}.truth.json)",
@@ -826,7 +953,7 @@ fn run() -> Result<()> {
 
 fn main() -> ExitCode {
     match run() {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(outcome) => outcome.exit_code(),
         Err(e) => {
             eprintln!("traffic-gen: error: {e:#}");
             ExitCode::FAILURE
