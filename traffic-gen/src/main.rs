@@ -299,6 +299,23 @@ fn create_file(flag: &str, path: &Path) -> Result<File> {
     File::create(path).with_context(|| format!("{flag} {}: cannot create", path.display()))
 }
 
+/// Checks that the output file `path` of `flag` can be written, without
+/// leaving a file behind (the writer creates it once the settings are
+/// checked): a bad path fails at once, naming the flag and the path.
+fn check_writable(flag: &str, path: &Path) -> Result<()> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| format!("{flag} {}: cannot create", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
 /// [`create_file`] for an optional flag, keeping the path for errors.
 fn create_output<'p>(flag: &str, path: Option<&'p Path>) -> Result<Option<(&'p Path, File)>> {
     path.map(|p| create_file(flag, p).map(|f| (p, f)))
@@ -896,9 +913,7 @@ fn run_live_replay(a: &ReplayArgs, tx: &str) -> Result<Outcome> {
 fn run() -> Result<Outcome> {
     let cli = Cli::parse();
     if let Command::Synth(s) = &cli.command {
-        // Created first, so a bad path fails at once (the writer truncates
-        // it again).
-        create_file("--output", &s.output)?;
+        check_writable("--output", &s.output)?;
     }
     match &cli.command {
         Command::Replay(a) => run_replay(a),
