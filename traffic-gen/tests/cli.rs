@@ -327,12 +327,12 @@ fn bad_output_paths_fail_at_once_naming_flag_and_path() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-/// Runs `replay ARGS` (slow enough to last minutes), sends `signal` once
-/// the output paths exist and some packets went in, and returns the exit
-/// status, standard output and the JSON report.
+/// Runs `replay ARGS` (slow enough to last minutes), sends `signals` back
+/// to back once the output paths exist and some packets went in, and
+/// returns the exit status, standard output and the JSON report.
 fn interrupted_replay(
     name: &str,
-    signal: libc::c_int,
+    signals: &[libc::c_int],
     args: &[&str],
 ) -> (std::process::ExitStatus, String, serde_json::Value, PathBuf) {
     let d = scratch(name);
@@ -354,9 +354,11 @@ fn interrupted_replay(
     }
     std::thread::sleep(std::time::Duration::from_millis(500));
     let pid = libc::pid_t::try_from(child.id()).unwrap();
-    // SAFETY: kill(2) with the id of a child this test started and has not
-    // reaped yet, so the id cannot name another process.
-    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    for &signal in signals {
+        // SAFETY: kill(2) with the id of a child this test started and has
+        // not reaped yet, so the id cannot name another process.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
     // 200,000 packets at 2,000 pps would take 100 s; a stop takes far less.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let status = loop {
@@ -365,7 +367,7 @@ fn interrupted_replay(
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
-            panic!("replay did not stop on signal {signal}");
+            panic!("replay did not stop on signals {signals:?}");
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     };
@@ -397,7 +399,7 @@ fn assert_consistent_and_partial(r: &serde_json::Value) {
 fn sigint_stops_the_replay_and_writes_every_output() {
     let (status, stdout, r, d) = interrupted_replay(
         "sigint",
-        libc::SIGINT,
+        &[libc::SIGINT],
         &[
             "--hgrm",
             "l.hgrm",
@@ -441,10 +443,21 @@ fn sigterm_stops_the_replay_of_files_too() {
     let d = scratch("sigterm-input");
     let pcap = fixed_pcap(&d, "long.pcap", 200_000);
     let (status, stdout, r, d2) =
-        interrupted_replay("sigterm", libc::SIGTERM, &[pcap.to_str().unwrap()]);
+        interrupted_replay("sigterm", &[libc::SIGTERM], &[pcap.to_str().unwrap()]);
     assert_eq!(status.code(), Some(130), "{stdout}");
     assert_consistent_and_partial(&r);
     assert_eq!(r["input_errors"].as_array().map(Vec::len), Some(0));
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&d2);
+}
+
+#[test]
+fn one_request_delivered_twice_still_writes_the_report() {
+    // As timeout(1) does: the command, then its process group.
+    let (status, stdout, r, d) =
+        interrupted_replay("sigint-twice", &[libc::SIGINT, libc::SIGINT], &[]);
+    assert_eq!(status.code(), Some(130), "{stdout}");
+    assert!(stdout.contains("interrupted: stopped after"), "{stdout}");
+    assert_consistent_and_partial(&r);
+    let _ = std::fs::remove_dir_all(&d);
 }
