@@ -11,7 +11,10 @@
 //! It checks that every frame was sent, every sent frame is accounted for
 //! (received + lost = sent) and none was lost or reordered by the
 //! one-worker router, that the `.hgrm` file has the standard layout and
-//! that the JSON report's percentiles are ordered.
+//! that the JSON report's percentiles are ordered. Then a replay
+//! interrupted by SIGINT exits 130 with tcpreplay's Actual/Rated lines and
+//! a JSON report of what was sent, and a capture cut in the middle is sent
+//! up to the cut (exit 2, the cut in `input_errors`).
 //!
 //! Every step is bounded by a timeout, and a guard kills the router and
 //! takes the lab down whatever happens.
@@ -192,6 +195,75 @@ bidirectional = true
     assert!(
         h.contains(&format!("Total count    = {received:>12}]")),
         "{h}"
+    );
+
+    // SIGINT (coreutils' timeout) two seconds into a 20-second replay.
+    let json = dir.join("interrupted.json");
+    let out = run_bounded(
+        Command::new("timeout")
+            .args(["--preserve-status", "-s", "INT", "2"])
+            .arg(&tg_bin)
+            .arg("replay")
+            .args(["--tx", "eth0", "--tx-netns", &lab.ns("a")])
+            .args(["--rx", "eth0", "--rx-netns", &lab.ns("b")])
+            .args(["--pps", &PPS.to_string(), "--loop", "100"])
+            .arg("--json")
+            .arg(&json)
+            .arg(&pcap),
+        Duration::from_secs(60),
+        "traffic-gen replay --tx, interrupted",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stdout}{stderr}");
+    for line in ["Actual: ", "Rated: ", "interrupted: stopped after"] {
+        assert!(stdout.contains(line), "{line}: {stdout}");
+    }
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("JSON report written"))
+            .expect("JSON report parses");
+    let sent = u(&r["sent"]);
+    assert_eq!(r["interrupted"], true, "{r}");
+    assert!(0 < sent && sent < 100 * frames, "{r}");
+    let rx = &r["rx"];
+    assert_eq!(u(&rx["received"]) + u(&rx["lost"]), sent, "{r}");
+    assert_eq!(
+        u(&rx["lost"]),
+        0,
+        "the receiver's grace covers an interrupt: {r}"
+    );
+
+    // A capture cut in the middle of a record: sent up to the cut.
+    let bytes = std::fs::read(&pcap).unwrap();
+    let cut = dir.join("cut.pcap");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let json = dir.join("cut.json");
+    let out = run_bounded(
+        Command::new(&tg_bin)
+            .arg("replay")
+            .args(["--tx", "eth0", "--tx-netns", &lab.ns("a")])
+            .args(["--pps", &PPS.to_string()])
+            .arg("--json")
+            .arg(&json)
+            .arg(&cut),
+        Duration::from_secs(60),
+        "traffic-gen replay --tx, cut capture",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains("cut.pcap: byte "), "{stderr}");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("JSON report written"))
+            .expect("JSON report parses");
+    let errs = r["input_errors"].as_array().expect("input_errors");
+    assert_eq!(errs.len(), 1, "{r}");
+    let before = u(&errs[0]["packets_read"]);
+    assert!(0 < before && before < frames, "{r}");
+    assert_eq!(u(&r["sent"]), before, "{r}");
+    assert!(
+        stdout.contains(&format!("Actual: {before} packets")),
+        "{stdout}"
     );
 
     drop(lab);
