@@ -199,6 +199,13 @@ pub struct Report {
     /// The operator stopped the run (Ctrl-C, SIGTERM) before the input's
     /// end: the counters cover the packets sent until then.
     pub interrupted: bool,
+    /// Records whose original length was absurd (above
+    /// `dataplane::io::capture::MAX_ORIG_LEN`) and taken as the captured
+    /// length.
+    pub input_lengths_fixed: u64,
+    /// Gaps in capture time longer than a minute, cut to a minute by the
+    /// pacing (`--multiplier`; see `pacing::Schedule`).
+    pub pacing_gaps_capped: u64,
     /// The merged latency histograms (ns).
     #[serde(skip)]
     pub latency: Latencies,
@@ -229,6 +236,20 @@ impl Report {
         }
         for e in &self.input_errors {
             writeln!(w, "input error: {e}; replayed what precedes it")?;
+        }
+        if self.input_lengths_fixed > 0 {
+            writeln!(
+                w,
+                "input warning: {} records gave an original length above 16 MiB; their captured length was used",
+                self.input_lengths_fixed
+            )?;
+        }
+        if self.pacing_gaps_capped > 0 {
+            writeln!(
+                w,
+                "pacing: {} gaps in capture time longer than a minute were cut to a minute",
+                self.pacing_gaps_capped
+            )?;
         }
         write!(w, "{}", self.router.render())?;
         self.write_heavy(w, top)?;
@@ -606,6 +627,8 @@ struct Dispatcher<'a> {
     stop: Stop<'a>,
     /// A stop was requested: nothing more is sent.
     stopped: bool,
+    /// Records whose absurd original length the reader replaced.
+    lengths_fixed: u64,
 }
 
 impl Dispatcher<'_> {
@@ -826,6 +849,7 @@ pub fn replay_with_stop(
         progress,
         stop,
         stopped: false,
+        lengths_fixed: 0,
     };
     let started = Instant::now();
     let map = IngressMap {
@@ -836,6 +860,7 @@ pub fn replay_with_stop(
     let result = feed(input, cfg, &map, &mut d);
     let flushed = d.flush_all();
     let (sent, bytes, first_ts, interrupted) = (d.sent, d.bytes, d.first_ts, d.stopped);
+    let (lengths_fixed, gaps_capped) = (d.lengths_fixed, d.schedule.capped_gaps());
     drop(d); // closes the channels: workers finish
     let mut results = Vec::new();
     for h in handles {
@@ -905,6 +930,8 @@ pub fn replay_with_stop(
         written,
         input_errors,
         interrupted,
+        input_lengths_fixed: lengths_fixed,
+        pacing_gaps_capped: gaps_capped,
         latency,
     })
 }
@@ -1006,6 +1033,7 @@ fn feed(
                         let port = map.port(&r, interface);
                         d.send(clock.map(ts), orig_len, link, port, &buf)?;
                     }
+                    d.lengths_fixed += r.lengths_fixed();
                 }
             }
             Input::Synth(s) => {
@@ -1140,6 +1168,46 @@ mod tests {
             path,
         )
         .unwrap();
+    }
+
+    /// A record claiming 4 GB for 100 bytes, and a 2^31 s jump in capture
+    /// time at --multiplier: the length is the captured one, the gap is
+    /// cut to a minute (60 ms at x1000), both counted.
+    #[test]
+    fn hostile_lengths_and_gaps_are_bounded_and_reported() {
+        let d = scratch("hostile");
+        let (src, bad) = (d.join("src.pcap"), d.join("bad.pcap"));
+        fixed_pcap(&src, 4);
+        let mut r = CaptureReader::open(&src).unwrap();
+        let mut w = CaptureWriter::create(&bad, LinkType::Ethernet, 65535).unwrap();
+        let mut k = 0u64;
+        while let Some(rec) = r.next_record().unwrap() {
+            let ts = if k >= 2 {
+                rec.ts_ns + (1u64 << 31) * 1_000_000_000
+            } else {
+                rec.ts_ns
+            };
+            let orig = if k == 1 { u32::MAX } else { rec.orig_len };
+            w.write(ts, orig, rec.data).unwrap();
+            k += 1;
+        }
+        w.finish().unwrap();
+        let cfg = ReplayConfig {
+            pin: false,
+            pacing: Pacing::Multiplier(1000.0),
+            ..ReplayConfig::default()
+        };
+        let r = replay(&Input::Files(vec![bad]), &cfg, None).unwrap();
+        assert_eq!(r.packets, 4);
+        assert_eq!(r.bytes, 4 * 100);
+        assert_eq!((r.input_lengths_fixed, r.pacing_gaps_capped), (1, 1));
+        assert!(r.router.is_consistent());
+        let mut text = Vec::new();
+        r.write_text(&mut text, 0).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("input warning: 1 records"), "{text}");
+        assert!(text.contains("pacing: 1 gaps"), "{text}");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
