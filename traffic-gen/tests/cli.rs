@@ -327,9 +327,10 @@ fn bad_output_paths_fail_at_once_naming_flag_and_path() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-/// Runs `replay ARGS` (slow enough to last minutes), sends `signals` back
-/// to back once the output paths exist and some packets went in, and
-/// returns the exit status, standard output and the JSON report.
+/// Runs `replay ARGS` (slow enough to last minutes; ARGS include
+/// `--write out`), sends `signals` back to back once the output paths
+/// exist and some packets went in, and returns the exit status, standard
+/// output and the JSON report.
 fn interrupted_replay(
     name: &str,
     signals: &[libc::c_int],
@@ -347,12 +348,30 @@ fn interrupted_replay(
         .spawn()
         .unwrap();
     // The report file is created just before the signal handlers are
-    // installed and the replay starts.
+    // installed and the replay starts; packets went in once `--write`'s
+    // captures hold more than their headers (the writers flush every few
+    // KiB). Waiting for that, not for a fixed time, keeps a slow start (a
+    // debug build on a loaded machine) from being signalled before its
+    // first packet.
     let start = std::time::Instant::now();
-    while !report.exists() && start.elapsed() < std::time::Duration::from_secs(60) {
+    let limit = std::time::Duration::from_secs(60);
+    while !report.exists() && start.elapsed() < limit {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    let written = || -> u64 {
+        std::fs::read_dir(d.join("out"))
+            .map(|it| {
+                it.filter_map(Result::ok)
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    while written() < 16 << 10 && start.elapsed() < limit {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
     let pid = libc::pid_t::try_from(child.id()).unwrap();
     for &signal in signals {
         // SAFETY: kill(2) with the id of a child this test started and has
@@ -442,8 +461,11 @@ fn sigint_stops_the_replay_and_writes_every_output() {
 fn sigterm_stops_the_replay_of_files_too() {
     let d = scratch("sigterm-input");
     let pcap = fixed_pcap(&d, "long.pcap", 200_000);
-    let (status, stdout, r, d2) =
-        interrupted_replay("sigterm", &[libc::SIGTERM], &[pcap.to_str().unwrap()]);
+    let (status, stdout, r, d2) = interrupted_replay(
+        "sigterm",
+        &[libc::SIGTERM],
+        &["--write", "out", pcap.to_str().unwrap()],
+    );
     assert_eq!(status.code(), Some(130), "{stdout}");
     assert_consistent_and_partial(&r);
     assert_eq!(r["input_errors"].as_array().map(Vec::len), Some(0));
@@ -454,8 +476,11 @@ fn sigterm_stops_the_replay_of_files_too() {
 #[test]
 fn one_request_delivered_twice_still_writes_the_report() {
     // As timeout(1) does: the command, then its process group.
-    let (status, stdout, r, d) =
-        interrupted_replay("sigint-twice", &[libc::SIGINT, libc::SIGINT], &[]);
+    let (status, stdout, r, d) = interrupted_replay(
+        "sigint-twice",
+        &[libc::SIGINT, libc::SIGINT],
+        &["--write", "out"],
+    );
     assert_eq!(status.code(), Some(130), "{stdout}");
     assert!(stdout.contains("interrupted: stopped after"), "{stdout}");
     assert_consistent_and_partial(&r);
