@@ -556,6 +556,10 @@ pub struct PipelineCounters {
     pub malformed: MalformedCounters,
     /// Frames that parsed but carry no IP (ARP, PPPoE, MPLS, ...).
     pub non_ip: u64,
+    /// IP datagrams cut by the capture's snapshot length (longer than the
+    /// captured bytes, headers through the L4 ports present): keyed and
+    /// counted by the stages, not malformed.
+    pub cut_by_capture: u64,
 }
 
 impl PipelineCounters {
@@ -571,6 +575,7 @@ impl PipelineCounters {
         self.forwarded = self.forwarded.saturating_add(other.forwarded);
         self.marked = self.marked.saturating_add(other.marked);
         self.non_ip = self.non_ip.saturating_add(other.non_ip);
+        self.cut_by_capture = self.cut_by_capture.saturating_add(other.cut_by_capture);
         self.dropped.merge(&other.dropped);
         self.malformed.merge(&other.malformed);
     }
@@ -579,7 +584,7 @@ impl PipelineCounters {
 /// The first step of every batch: parses each packet in place, gives it
 /// its first verdict (`Forward(default_egress)`, or for a frame that does
 /// not parse, a drop or a pass by the [`MalformedPolicy`]) and counts
-/// `received`, `non_ip` and the malformed reasons.
+/// `received`, `non_ip`, `cut_by_capture` and the malformed reasons.
 pub fn parse_batch(cfg: &PipelineConfig, batch: &mut Batch, c: &mut PipelineCounters) {
     c.received = c.received.saturating_add(batch.len() as u64);
     let orig_len = |p: &Packet| cfg.strict_lengths.then_some(p.orig_len as usize);
@@ -587,8 +592,13 @@ pub fn parse_batch(cfg: &PipelineConfig, batch: &mut Batch, c: &mut PipelineCoun
         // In place: the summary is written into the slot, not copied there.
         match parse_into(p.link_type, &p.data, orig_len(p), &mut p.parsed) {
             Ok(()) => {
-                if !p.parsed.as_ref().is_some_and(Parsed::is_ip) {
-                    c.non_ip = c.non_ip.saturating_add(1);
+                match p.parsed.as_ref() {
+                    Some(x) if x.is_ip() => {
+                        if x.truncated {
+                            c.cut_by_capture = c.cut_by_capture.saturating_add(1);
+                        }
+                    }
+                    _ => c.non_ip = c.non_ip.saturating_add(1),
                 }
                 p.malformed = None;
                 p.verdict = Verdict::Forward(cfg.default_egress);
@@ -823,6 +833,24 @@ mod tests {
         assert_eq!(p.stage::<DropOdd>().map(|s| s.seen), Some(10));
         let nz: Vec<_> = c.dropped.nonzero().collect();
         assert_eq!(nz.len(), 2);
+    }
+
+    #[test]
+    fn frames_cut_by_the_capture_are_counted_not_malformed() {
+        let mut p = Pipeline::new(PipelineConfig::default());
+        let mut b = Batch::new();
+        let frame = udp_frame();
+        // Whole; cut after the UDP ports (a 38-byte snapshot); cut before
+        // them.
+        b.push(Timestamp::ZERO, 46, LinkType::Ethernet, &frame);
+        b.push(Timestamp::ZERO, 46, LinkType::Ethernet, &frame[..38]);
+        b.push(Timestamp::ZERO, 46, LinkType::Ethernet, &frame[..36]);
+        p.process(&mut b, Timestamp::ZERO);
+        let c = p.counters();
+        assert_eq!(c.cut_by_capture, 1);
+        assert_eq!(c.forwarded, 2);
+        assert_eq!(c.malformed.get(Malformed::TruncatedL4Header), 1);
+        assert!(c.is_consistent());
     }
 
     #[test]

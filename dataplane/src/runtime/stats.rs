@@ -46,6 +46,9 @@ pub struct PipelineSummary {
     pub malformed: BTreeMap<String, u64>,
     /// Frames that were not IP.
     pub non_ip: u64,
+    /// IP datagrams cut by the capture's snapshot length (counted and
+    /// keyed, not malformed).
+    pub cut_by_capture: u64,
 }
 
 impl PipelineSummary {
@@ -68,6 +71,7 @@ impl PipelineSummary {
                 .map(|(r, n)| (r.to_string(), n))
                 .collect(),
             non_ip: c.non_ip,
+            cut_by_capture: c.cut_by_capture,
         }
     }
 
@@ -83,6 +87,7 @@ impl PipelineSummary {
             *self.malformed.entry(k.clone()).or_default() += v;
         }
         self.non_ip += o.non_ip;
+        self.cut_by_capture += o.cut_by_capture;
     }
 
     /// `received == forwarded + dropped`.
@@ -332,8 +337,17 @@ impl Stats {
         let pl = &self.pipeline;
         let _ = writeln!(
             s,
-            "  pipeline received {} forwarded {} marked {} dropped {} non_ip {}",
-            pl.received, pl.forwarded, pl.marked, pl.dropped, pl.non_ip
+            "  pipeline received {} forwarded {} marked {} dropped {} non_ip {}{}",
+            pl.received,
+            pl.forwarded,
+            pl.marked,
+            pl.dropped,
+            pl.non_ip,
+            if pl.cut_by_capture > 0 {
+                format!(" cut_by_capture {}", pl.cut_by_capture)
+            } else {
+                String::new()
+            }
         );
         for (r, n) in &pl.drops {
             let _ = writeln!(s, "    dropped {r} {n}");

@@ -8,13 +8,17 @@
 //!
 //! * [`Malformed`] is returned only when a header the summary needs (link
 //!   header, VLAN tags, IP header with options, IPv6 extension headers, the
-//!   L4 header through its ports and flags) is cut short, or when length
+//!   L4 header through its ports) is cut short, or when length
 //!   fields contradict each other (IHL < 5, total length below the header
 //!   length, extension headers or L4 header beyond the IP payload, UDP length
 //!   below 8 or beyond the IP payload, a fragment reaching past 65535, an
 //!   inconsistent jumbogram).
 //! * An IP datagram whose length field exceeds the captured bytes, with every
-//!   needed header present, parses, with [`Parsed::truncated`] set.
+//!   needed header present, parses, with [`Parsed::truncated`] set. Such a
+//!   datagram's TCP or UDP header is needed only through its ports (a
+//!   40-byte snapshot keeps a TCP header's first 20 bytes, not its
+//!   options): the flow is known, so it is keyed and counted, not
+//!   malformed.
 //!   [`parse_with_orig_len`] turns that flag into
 //!   [`Malformed::Ipv4TotalLengthBeyondFrame`] /
 //!   [`Malformed::Ipv6PayloadBeyondFrame`] when the caller knows the capture
@@ -98,7 +102,9 @@ pub struct Parsed {
     /// Offset of the L4 header; `None` for non-IP frames and non-first fragments.
     pub l4_offset: Option<usize>,
     /// L4 header length: TCP data offset × 4, 8 for UDP/ICMP/ICMPv6/IGMP,
-    /// 0 for other protocols (and when there is no L4 header).
+    /// 0 for other protocols (and when there is no L4 header); of a header
+    /// the capture cut ([`truncated`](Self::truncated)), the captured part,
+    /// so `l4_offset + l4_header_len` never passes the captured bytes.
     pub l4_header_len: usize,
     /// Fragment information, `None` when not fragmented (an IPv6 atomic
     /// fragment — fragment header with offset 0 and M clear — is reported).
@@ -118,8 +124,9 @@ pub struct Parsed {
     pub payload_len: usize,
     /// Whether the destination is an IPv4 (224/4) or IPv6 (ff00::/8) multicast address.
     pub dst_multicast: bool,
-    /// The IP datagram is longer than the captured frame (headers through
-    /// the L4 ports are all present).
+    /// The IP datagram is longer than the captured frame: cut by the
+    /// capture's snapshot length (headers through the L4 ports are all
+    /// present; a TCP header's options, or its flags, may not be).
     pub truncated: bool,
     /// IPv4 total length was 0 and the frame's length was used.
     pub ip_len_from_capture: bool,
@@ -630,7 +637,7 @@ fn parse_l4(
         return Err(Malformed::L4HeaderBeyondIpPayload);
     }
     let Some(h) = frame.get(l4..l4 + need) else {
-        return Err(Malformed::TruncatedL4Header);
+        return cut_l4(frame, l4, ip_payload, need, p);
     };
     p.l4_offset = Some(l4);
     match p.protocol {
@@ -642,13 +649,15 @@ fn parse_l4(
             if doff > ip_payload {
                 return Err(Malformed::L4HeaderBeyondIpPayload);
             }
-            if l4 + doff > frame.len() {
-                return Err(Malformed::TruncatedL4Header);
-            }
+            // Options past the captured bytes: the datagram is cut by the
+            // capture (it ends within the frame otherwise, and `doff` is
+            // within it), and the ports and flags are in the first 20
+            // bytes, which are here. Not malformed.
             p.src_port = u16::from_be_bytes([h[0], h[1]]);
             p.dst_port = u16::from_be_bytes([h[2], h[3]]);
             p.tcp_flags = TcpFlags(u16::from_be_bytes([h[12], h[13]]) & 0x01ff);
-            p.l4_header_len = doff;
+            // The captured part of the header when the options are cut.
+            p.l4_header_len = doff.min(frame.len() - l4);
             p.payload_len = ip_payload - doff;
         }
         IpProtocol::Udp => {
@@ -671,6 +680,44 @@ fn parse_l4(
             p.payload_len = ip_payload - need;
         }
     }
+    Ok(())
+}
+
+/// An L4 header the capture cut (the datagram goes on past the captured
+/// bytes) before `need` bytes: a TCP or UDP header whose ports are here
+/// parses, with what is here (TCP flags when captured; lengths from the IP
+/// header), as the flow is known, and [`Parsed::truncated`] tells it was
+/// cut; anything shorter, or another protocol, is
+/// [`Malformed::TruncatedL4Header`].
+#[cold]
+fn cut_l4(
+    frame: &[u8],
+    l4: usize,
+    ip_payload: usize,
+    need: usize,
+    p: &mut Parsed,
+) -> Result<(), Malformed> {
+    let h = frame.get(l4..).unwrap_or_default();
+    let ports = matches!(p.protocol, IpProtocol::Tcp | IpProtocol::Udp);
+    if !(p.truncated && ports && h.len() >= 4) {
+        return Err(Malformed::TruncatedL4Header);
+    }
+    p.l4_offset = Some(l4);
+    p.src_port = u16::from_be_bytes([h[0], h[1]]);
+    p.dst_port = u16::from_be_bytes([h[2], h[3]]);
+    let mut header = need;
+    if p.protocol == IpProtocol::Tcp
+        && let (Some(&off), Some(&fl)) = (h.get(12), h.get(13))
+    {
+        p.tcp_flags = TcpFlags(u16::from_be_bytes([off, fl]) & 0x01ff);
+        let doff = usize::from(off >> 4) * 4;
+        if doff < super::tcp::MIN_HEADER_LEN {
+            return Err(Malformed::BadTcpHeaderLength);
+        }
+        header = doff.min(ip_payload);
+    }
+    p.l4_header_len = header.min(h.len());
+    p.payload_len = ip_payload - header.min(ip_payload);
     Ok(())
 }
 

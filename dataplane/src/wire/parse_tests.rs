@@ -345,7 +345,7 @@ fn malformed_reasons() {
         ),
         (
             LinkType::RawIp,
-            raw_v4(40, 5, 6, &tcp_hdr[..19]),
+            raw_v4(40, 5, 6, &tcp_hdr[..3]),
             Malformed::TruncatedL4Header,
         ),
         (
@@ -370,7 +370,12 @@ fn malformed_reasons() {
         ),
         (
             LinkType::RawIp,
-            raw_v4(28, 5, 17, &[0, 1, 0, 2]),
+            raw_v4(28, 5, 17, &[0, 1, 0]),
+            Malformed::TruncatedL4Header,
+        ),
+        (
+            LinkType::RawIp,
+            raw_v4(28, 5, 1, &[8, 0, 0, 0]),
             Malformed::TruncatedL4Header,
         ),
         (
@@ -884,11 +889,23 @@ proptest! {
         prop_assert!(!full.truncated);
         prop_assert_eq!((full.src_port, full.dst_port), b.ports);
         prop_assert_eq!(full.l4_offset.map(|o| o + full.l4_header_len), Some(b.headers_end));
+        // A TCP or UDP header cut after its ports parses (the flow is
+        // known); anything cut before them does not.
+        let ports_end = match full.protocol {
+            IpProtocol::Tcp | IpProtocol::Udp => full.l4_offset.map_or(b.headers_end, |o| o + 4),
+            _ => b.headers_end,
+        };
         for cut in 0..=b.bytes.len() {
             let r = parse(b.link, &b.bytes[..cut]);
-            if cut < b.headers_end {
+            if cut < ports_end {
                 let e = r.unwrap_err();
                 prop_assert!(e.name().starts_with("truncated_"), "cut {} gave {}", cut, e);
+            } else if cut < b.headers_end {
+                let p = r.unwrap();
+                assert_in_bounds(&p, cut);
+                prop_assert!(p.truncated);
+                prop_assert_eq!(p.flow, full.flow);
+                prop_assert_eq!((p.src_port, p.dst_port), b.ports);
             } else {
                 let p = r.unwrap();
                 assert_in_bounds(&p, cut);
@@ -899,4 +916,43 @@ proptest! {
             }
         }
     }
+}
+
+/// Cut by the capture's snapshot length after the TCP or UDP ports (a
+/// 40-byte snapshot keeps 20 bytes of a TCP header with options): the flow
+/// is known, so the datagram parses, truncated, with what was captured.
+#[test]
+fn cut_by_the_snapshot_after_the_ports_is_not_malformed() {
+    // TCP with 12 bytes of options (data offset 8), 100 bytes of payload:
+    // total length 20 + 32 + 100; captured: the first 20 TCP bytes.
+    let mut tcp = vec![
+        0u8, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x12, 0, 0, 0, 0, 0, 0,
+    ];
+    let p = parse(LinkType::RawIp, &raw_v4(152, 5, 6, &tcp)).unwrap();
+    assert!(p.truncated);
+    assert_eq!((p.src_port, p.dst_port), (1, 2));
+    assert_eq!(p.tcp_flags, TcpFlags(0x012));
+    // The header is 32 bytes; 20 were captured.
+    assert_eq!((p.l4_header_len, p.payload_len), (20, 100));
+    assert!(p.flow.is_some());
+    // Only the ports: flags unknown.
+    tcp.truncate(6);
+    let p = parse(LinkType::RawIp, &raw_v4(152, 5, 6, &tcp)).unwrap();
+    assert!(p.truncated);
+    assert_eq!((p.src_port, p.dst_port, p.tcp_flags), (1, 2, TcpFlags(0)));
+    // UDP: the ports.
+    let p = parse(LinkType::RawIp, &raw_v4(128, 5, 17, &[0, 7, 0, 53])).unwrap();
+    assert!(p.truncated);
+    assert_eq!((p.src_port, p.dst_port, p.payload_len), (7, 53, 100));
+    // A bad data offset captured is still malformed.
+    let bad = [0u8, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0x40, 0x10];
+    assert_eq!(
+        parse(LinkType::RawIp, &raw_v4(152, 5, 6, &bad)),
+        Err(Malformed::BadTcpHeaderLength)
+    );
+    // When the capture is known complete, a length beyond it is a lie.
+    assert_eq!(
+        parse_with_orig_len(LinkType::RawIp, &raw_v4(152, 5, 6, &tcp), 26),
+        Err(Malformed::Ipv4TotalLengthBeyondFrame)
+    );
 }
