@@ -9,7 +9,8 @@ use std::io::{Cursor, Write};
 use capture_common::*;
 use dataplane::io::capture::{
     CaptureErrorKind, CaptureFormat, CaptureReader, CaptureWriter, FileFormat, MAX_BLOCK_LEN,
-    MAX_ORIG_LEN, MAX_RECORD_LEN, OwnedRecord, PcapNgWriter, TimeResolution, drain, read_all,
+    MAX_INTERFACES, MAX_ORIG_LEN, MAX_RECORD_LEN, OwnedRecord, PcapNgWriter, TimeResolution, drain,
+    read_all,
 };
 use dataplane::wire::LinkType;
 
@@ -273,6 +274,36 @@ fn contradicting_original_lengths_are_fixed_and_counted() {
     }
     assert_eq!(lens, [60, 10, 1514, MAX_ORIG_LEN]);
     assert_eq!(r.lengths_fixed(), 1);
+}
+
+/// A section may declare MAX_INTERFACES interfaces; one more is an error
+/// at that block (a flood of compressed interface blocks would otherwise
+/// take gigabytes), and the packets before it are read.
+#[test]
+fn too_many_pcapng_interfaces_are_refused() {
+    let one = idb(false, 1, 65535, &[]);
+    let mut f = shb(false, 1, 0, &[]);
+    f.extend(idb(false, 1, 65535, &[]));
+    f.extend(epb(false, 0, 1, 4, &[1, 2, 3, 4], &[]));
+    for _ in 1..MAX_INTERFACES {
+        f.extend_from_slice(&one);
+    }
+    let last = f.len() as u64;
+    f.extend_from_slice(&one);
+    let (recs, err) = read_bytes("t.pcapng", &f);
+    assert_eq!(recs.len(), 1);
+    let err = err.expect("refused");
+    assert_eq!(err.offset(), last);
+    assert!(
+        err.to_string().ends_with(&format!(
+            "more than {MAX_INTERFACES} interfaces in one section"
+        )),
+        "{err}"
+    );
+    // Exactly the limit reads.
+    f.truncate(last as usize);
+    let (recs, err) = read_bytes("t.pcapng", &f);
+    assert!(err.is_none() && recs.len() == 1, "{err:?}");
 }
 
 #[test]

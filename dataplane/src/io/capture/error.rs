@@ -214,4 +214,10 @@ pub enum CaptureErrorKind {
     /// option can hold (65535 bytes).
     #[error("interface name of {0} bytes does not fit a pcapng option (at most 65535)")]
     NameTooLong(usize),
+
+    /// A pcapng section declares more interfaces than the reader keeps
+    /// ([`MAX_INTERFACES`](super::MAX_INTERFACES)): a few megabytes of
+    /// compressed interface blocks would otherwise take gigabytes.
+    #[error("more than {0} interfaces in one section")]
+    TooManyInterfaces(usize),
 }

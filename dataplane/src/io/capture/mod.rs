@@ -49,7 +49,8 @@
 //! A packet's captured length may not exceed [`MAX_RECORD_LEN`] (256 KiB,
 //! libpcap's limit for all but a few exotic link types), and a block the
 //! reader loads may not exceed [`MAX_BLOCK_LEN`]; other blocks are skipped
-//! by streaming, however long they claim to be. The one packet buffer grows
+//! by streaming, however long they claim to be. A section may declare at
+//! most [`MAX_INTERFACES`] interfaces. The one packet buffer grows
 //! to the largest record seen and is reused, so memory is bounded by those
 //! limits whatever the input. A record's original length above
 //! [`MAX_ORIG_LEN`] (16 MiB; a record claiming 4 GB for 60 bytes) is taken
@@ -102,6 +103,11 @@ pub const MAX_RECORD_LEN: u32 = 256 * 1024;
 /// interface descriptions, packets): a maximal packet plus 64 KiB of headers
 /// and options. Other blocks are skipped whatever their length.
 pub const MAX_BLOCK_LEN: u32 = MAX_RECORD_LEN + 64 * 1024;
+
+/// Interfaces one pcapng section may declare (real captures have a few;
+/// each kept costs about 50 bytes, and an interface block is 20 bytes
+/// that compress to almost nothing).
+pub const MAX_INTERFACES: usize = 65_536;
 
 /// The container format of a capture file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -343,6 +343,12 @@ impl PcapngState {
     fn interface(&mut self, content: &[u8], base: u64) -> Result<(), Fault> {
         const NAME: &str = "interface description block";
         let be = self.big_endian;
+        if self.interfaces.len() >= super::MAX_INTERFACES {
+            return Err(Fault::new(
+                base.saturating_sub(8),
+                CaptureErrorKind::TooManyInterfaces(super::MAX_INTERFACES),
+            ));
+        }
         let mut iface = Interface {
             link_type: LinkType::from_linktype(u32::from(u16_at(content, 0, be))),
             snaplen: u32_at(content, 4, be),
