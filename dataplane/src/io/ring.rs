@@ -48,7 +48,7 @@ use std::time::Duration;
 use crate::clock::{MonotonicClock, Timestamp};
 use crate::config::InterfaceConfig;
 use crate::io::port::{Ports, RxCounters};
-use crate::io::socket::{PortError, find_interface, poll_readable, setsockopt_int};
+use crate::io::socket::{PortError, find_interface, poll_readable, setsockopt_int, wait_writable};
 use crate::pipeline::Batch;
 use crate::stage::egress::{Transmit, TxFrame};
 use crate::wire::LinkType;
@@ -653,6 +653,8 @@ impl RingPorts {
         let Some(port) = self.ports.get_mut(i) else {
             return 0;
         };
+        // One reading for the call: the frames it takes were read together.
+        let now = self.clock.now();
         while !batch.is_full() {
             let Some(f) = port.rx.next_frame() else { break };
             let rx = &mut self.rx[i];
@@ -662,13 +664,7 @@ impl RingPorts {
             }
             rx.rx_packets += 1;
             rx.rx_bytes += u64::from(f.wire_len);
-            batch.push_from(
-                self.clock.now(),
-                f.wire_len,
-                LinkType::Ethernet,
-                i as u8,
-                f.bytes,
-            );
+            batch.push_from(now, f.wire_len, LinkType::Ethernet, i as u8, f.bytes);
             n += 1;
         }
         n
@@ -697,13 +693,7 @@ impl RingPorts {
                 return false;
             }
             waited = true;
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLOUT,
-                revents: 0,
-            };
-            // SAFETY: one live pollfd for the duration of the call.
-            unsafe { libc::poll(&mut pfd, 1, 10) };
+            wait_writable(fd, 10);
             true
         });
         self.rx[i].tx_dropped += (n - sent) as u64;

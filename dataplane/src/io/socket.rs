@@ -543,16 +543,23 @@ impl Transmit for SocketPorts {
             if !full || attempt == 1 {
                 return false;
             }
-            let mut pfd = libc::pollfd {
-                fd: p.fd,
-                events: libc::POLLOUT,
-                revents: 0,
-            };
-            // SAFETY: `pfd` is one live pollfd for the duration of the call.
-            unsafe { libc::poll(&mut pfd, 1, 10) };
+            wait_writable(p.fd, 10);
         }
         false
     }
+}
+
+/// Waits at most `timeout_ms` for room to send on `fd` (`POLLOUT`), once:
+/// the senders' answer to a full socket queue before they count a drop.
+pub(crate) fn wait_writable(fd: RawFd, timeout_ms: i32) {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is one live pollfd for the duration of the call; an
+    // error or a closed fd only ends the wait early.
+    unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
 }
 
 impl Ports for SocketPorts {

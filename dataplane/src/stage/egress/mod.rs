@@ -645,10 +645,12 @@ impl Egress {
                     ..PortSummary::default()
                 };
                 if let Some(q) = &p.queue {
-                    let q = queue_summary(q, now);
-                    s.rate_bps = Some(q.rate_bps);
                     if self.reports_queues {
-                        q.apply(&mut s);
+                        queue_summary(q, now).apply(&mut s);
+                    } else {
+                        // Only the rate: the queue's figures are its owner's
+                        // to report, and cost a lock and its flow strings.
+                        s.rate_bps = Some(lock(q).queue.queue().config().rate_bps);
                     }
                 }
                 s
