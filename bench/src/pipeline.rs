@@ -197,6 +197,9 @@ pub struct ReplayOutcome {
 pub fn heavy_config() -> HeavyConfig {
     HeavyConfig {
         threshold: Threshold::ByteShare(SHARE),
+        // heavykeeper's memory, not the stage's default (1 MiB at 0.1%).
+        rows: 2,
+        log2_width: 12,
         seed: Some(HK_SEED),
         ..HeavyConfig::default()
     }

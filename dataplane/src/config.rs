@@ -210,8 +210,9 @@ pub struct HeavySection {
     /// Rows of the sketch.
     pub rows: usize,
     /// log2 of the sketch's row width (each cell holds a bytes and a
-    /// packets counter: 8 bytes).
-    pub log2_width: u32,
+    /// packets counter: 8 bytes); absent: from the threshold
+    /// ([`HeavyConfig::default_log2_width`]).
+    pub log2_width: Option<u32>,
     /// Most flows tracked per worker.
     pub capacity: usize,
     /// Hash seed; absent: random per process.
@@ -232,7 +233,7 @@ impl Default for HeavySection {
             },
             epoch_ms: None,
             rows: d.rows,
-            log2_width: d.log2_width,
+            log2_width: None,
             capacity: d.capacity,
             seed: d.seed,
             report: "-".into(),
@@ -247,7 +248,9 @@ impl HeavySection {
             threshold: self.threshold.into(),
             epoch_ns: self.epoch_ms.map(|ms| ms.saturating_mul(1_000_000)),
             rows: self.rows,
-            log2_width: self.log2_width,
+            log2_width: self
+                .log2_width
+                .unwrap_or_else(|| HeavyConfig::default_log2_width(self.threshold.into())),
             capacity: self.capacity,
             seed: self.seed,
         }
@@ -823,11 +826,10 @@ impl RouterConfig {
             if !(1..=max_rows).contains(&h.rows) {
                 return err(key("rows"), format!("{} is outside 1..={max_rows}", h.rows));
             }
-            if h.log2_width > MAX_LOG2_WIDTH {
-                return err(
-                    key("log2_width"),
-                    format!("{} is above {MAX_LOG2_WIDTH}", h.log2_width),
-                );
+            if let Some(w) = h.log2_width
+                && w > MAX_LOG2_WIDTH
+            {
+                return err(key("log2_width"), format!("{w} is above {MAX_LOG2_WIDTH}"));
             }
             if h.capacity == 0 {
                 return err(key("capacity"), "must be at least 1 flow".into());

@@ -1,9 +1,11 @@
 //! Heavy-flow stage against an exact per-flow counter.
 //!
 //! Threshold 0.1% of the epoch's bytes, one epoch over the whole input,
-//! 64 KiB of sketch (the stage's default): recall 1.0 and precision >= 0.99 on two real
-//! captures and a 10^6-packet Zipf stream; nothing reported on a SYN flood
-//! of 37,669 one-packet flows. Run with `--nocapture` for the table.
+//! the stage's default sketch (2 x 2^16 cells, 1 MiB): recall 1.0 and
+//! precision >= 0.99 on two real captures, a 10^6-packet Zipf stream and six
+//! staggered Pareto traces (flows alive over their own part of the epoch);
+//! nothing reported on a SYN flood of 37,669 one-packet flows. Run with
+//! `--nocapture` for the table.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -92,7 +94,7 @@ struct Score {
 fn score(name: &str, records: &[OwnedRecord]) -> Score {
     let (flows, total) = exact(records);
     let (reports, mem) = run_records(records, config());
-    assert!(mem <= 64 * 1024, "{name}: sketch memory {mem}");
+    assert!(mem <= 1 << 20, "{name}: sketch memory {mem}");
     assert_eq!(reports.len(), 1, "{name}: one epoch");
     let epoch = &reports[0];
     assert_eq!(epoch.bytes, total, "{name}: epoch total");
@@ -348,4 +350,160 @@ fn key_width_cost() {
         "hash W=4 {t4:.2} ns/key, W=10 {t10:.2} ns/key, pipeline+heavy {stage:.1} ns/pkt ({acc:x}), backend {:?}",
         h.backend()
     );
+}
+
+/// A trace shaped like a backbone link's: Pareto flow sizes (alpha 1.1, in
+/// packets), each flow alive over its own random interval of the epoch,
+/// packets of one flow one size. Unlike the Zipf stream, where every flow
+/// is alive all along, flows here start late and end early, so many are
+/// detected late, against a sketch that already holds most of the epoch.
+fn staggered_records(flows: u32, seed: u64) -> Vec<OwnedRecord> {
+    use rand::Rng;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut pkts: Vec<(u64, u32)> = Vec::new();
+    const SPAN: u64 = 1_000_000_000;
+    for id in 0..flows {
+        let u: f64 = rng.random::<f64>().max(1e-12);
+        let n = (u.powf(-1.0 / 1.1)).min(20_000.0) as u64;
+        let start = rng.random_range(0..SPAN);
+        let dur = rng.random_range(1..=SPAN - start);
+        for _ in 0..n {
+            pkts.push((start + rng.random_range(0..dur), id));
+        }
+    }
+    pkts.sort_unstable();
+    let sizes: Vec<usize> = (0..flows)
+        .map(|i| 64 + (u64::from(i).wrapping_mul(0x9e37_79b9) % 1437) as usize)
+        .collect();
+    let frames: Vec<Vec<u8>> = (0..flows).map(|i| frame(i, sizes[i as usize])).collect();
+    pkts.into_iter()
+        .map(|(ts, id)| {
+            let data = frames[id as usize].clone();
+            OwnedRecord {
+                ts_ns: ts,
+                interface: 0,
+                orig_len: data.len() as u32,
+                link_type: LinkType::Ethernet,
+                data,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn staggered_flows() {
+    for seed in 1..=6 {
+        let records = staggered_records(30_000, seed);
+        let s = score(
+            &format!("staggered Pareto 30k flows, seed {seed}"),
+            &records,
+        );
+        assert!(s.truth > 50, "{} heavy flows", s.truth);
+        assert_eq!(s.recall, 1.0);
+        assert!(
+            s.precision >= 0.99,
+            "seed {seed}: precision {}",
+            s.precision
+        );
+    }
+}
+
+/// What holds for N workers: each flow meets one worker, whose sketch has
+/// its own collisions, so the merged set keeps recall 1.0 (every worker's
+/// bounds are upper bounds, re-filtered against the combined total) while
+/// its false positives, if any, need not be one worker's. Checked here:
+/// the merged set of 2 and 4 workers holds every heavy flow, with the same
+/// precision floor as one worker.
+#[test]
+fn sharded_staggered_keeps_recall() {
+    for seed in 1..=3 {
+        let records = staggered_records(30_000, seed);
+        let (flows, total) = exact(&records);
+        let cut = PHI * total as f64;
+        let truth: HashSet<FlowKey> = flows
+            .iter()
+            .filter(|&(_, &b)| b as f64 >= cut)
+            .map(|(k, _)| *k)
+            .collect();
+        for n in [2u32, 4] {
+            let mut shards: Vec<Vec<OwnedRecord>> = vec![Vec::new(); n as usize];
+            for r in &records {
+                let f = parse(r.link_type, &r.data).unwrap().flow.unwrap();
+                let h = f.words10().iter().fold(0u32, |a, &w| a.rotate_left(5) ^ w);
+                shards[(h % n) as usize].push(r.clone());
+            }
+            let per: Vec<Vec<EpochReport>> =
+                shards.iter().map(|s| run_records(s, config()).0).collect();
+            let merged = merge_epochs(&per, Threshold::ByteShare(PHI));
+            assert_eq!(merged[0].bytes, total);
+            let got: HashSet<FlowKey> = merged[0].flows.iter().map(|f| f.key).collect();
+            assert!(
+                truth.is_subset(&got),
+                "seed {seed}, {n} workers: a heavy flow missed"
+            );
+            let precision = truth.len() as f64 / got.len() as f64;
+            assert!(
+                precision >= 0.99,
+                "seed {seed}, {n} workers: precision {precision}"
+            );
+        }
+    }
+}
+
+/// Precision against sketch width on staggered traces, for two shares.
+/// Prints only; run with `--ignored --nocapture`.
+#[test]
+#[ignore = "measurement, prints a table"]
+fn sketch_shape_sweep() {
+    for seed in 1..=6 {
+        let records = staggered_records(30_000, seed);
+        let (flows, total) = exact(&records);
+        for phi in [0.001, 0.01] {
+            let cut = phi * total as f64;
+            let truth: HashSet<FlowKey> = flows
+                .iter()
+                .filter(|&(_, &b)| b as f64 >= cut)
+                .map(|(k, _)| *k)
+                .collect();
+            for log2_width in 10..=17 {
+                let phi_w = phi * f64::from(1u32 << log2_width);
+                if !(8.0..=128.0).contains(&phi_w) {
+                    continue;
+                }
+                let cfg = HeavyConfig {
+                    threshold: Threshold::ByteShare(phi),
+                    log2_width,
+                    ..config()
+                };
+                let (reports, mem) = run_records(&records, cfg);
+                let reported: HashSet<FlowKey> = reports[0].flows.iter().map(|f| f.key).collect();
+                let hit = truth.intersection(&reported).count();
+                eprintln!(
+                    "seed {seed} phi {phi} heavy {:>3} width 2^{log2_width} (phi w {phi_w:>5.1}, {:>4} KiB): reported {:>3} recall {:.3} precision {:.4}",
+                    truth.len(),
+                    mem / 1024,
+                    reported.len(),
+                    hit as f64 / truth.len() as f64,
+                    hit as f64 / reported.len().max(1) as f64
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn default_width_follows_the_share() {
+    use dataplane::stage::heavy::CELLS_PER_SHARE;
+    let w = HeavyConfig::default_log2_width;
+    assert_eq!(w(Threshold::ByteShare(0.001)), 16);
+    assert_eq!(w(Threshold::ByteShare(0.01)), 13);
+    assert_eq!(w(Threshold::ByteShare(0.5)), 10);
+    assert_eq!(w(Threshold::ByteShare(1e-9)), 18);
+    assert_eq!(w(Threshold::ByteShare(f64::NAN)), 12);
+    assert_eq!(w(Threshold::Bytes(1 << 20)), 12);
+    assert_eq!(w(Threshold::Packets(100)), 12);
+    for phi in [0.001, 0.003, 0.01, 0.05] {
+        let cells = f64::from(1u32 << w(Threshold::ByteShare(phi)));
+        assert!(phi * cells >= CELLS_PER_SHARE && phi * cells < 2.0 * CELLS_PER_SHARE);
+    }
 }
