@@ -80,12 +80,16 @@ pub const RECV_BUFFER_RANGE: std::ops::RangeInclusive<u64> = (64 << 10)..=(1 << 
 /// 64 MiB per row): beyond it a typo costs gigabytes.
 pub const MAX_LOG2_WIDTH: u32 = 24;
 
-/// A configuration error: where (file, key) and why.
+/// A configuration error: where (file, line, key) and why, written as
+/// compilers write them: `router.toml:12: interfaces[1].name: reason`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{origin}: {}{reason}", key_prefix(.key))]
+#[error("{origin}{}: {}{reason}", line_suffix(*.line), key_prefix(.key))]
 pub struct ConfigError {
     /// The file (or `<string>`).
     pub origin: String,
+    /// The line (1-based) of the key, or of the nearest table above it
+    /// that the file writes; `None` where the file has no such line.
+    pub line: Option<usize>,
     /// The key path, e.g. `interfaces[1].name`; empty for a syntax or I/O
     /// error that has no key.
     pub key: String,
@@ -93,11 +97,185 @@ pub struct ConfigError {
     pub reason: String,
 }
 
+/// Every error of one configuration file, in line order: validation
+/// reports them all at once (a file that is not TOML of the right shape
+/// stops at its first error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl ConfigErrors {
+    /// The first error (in line order).
+    pub fn first(&self) -> Option<&ConfigError> {
+        self.0.first()
+    }
+}
+
+impl std::fmt::Display for ConfigErrors {
+    /// One error per line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+fn line_suffix(line: Option<usize>) -> String {
+    line.map(|l| format!(":{l}")).unwrap_or_default()
+}
+
 fn key_prefix(key: &str) -> String {
     if key.is_empty() {
         String::new()
     } else {
         format!("{key}: ")
+    }
+}
+
+/// The 1-based line of byte `offset` of `text`.
+fn line_at(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The line of `key` (`interfaces[1].egress.rate_bps`) in `doc`: the line
+/// of its value where the file writes it, else of the nearest enclosing
+/// table that it writes (a key left to its default has no line of its own).
+fn line_of_key(doc: &toml_edit::ImDocument<&str>, text: &str, key: &str) -> Option<usize> {
+    let mut item = doc.as_item();
+    let mut best = None;
+    for part in key.split('.') {
+        let (name, indices) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        let Some(next) = item.get(name) else { break };
+        item = next;
+        best = item.span().or(best);
+        let mut ok = true;
+        for idx in indices
+            .split(['[', ']'])
+            .filter(|s| !s.is_empty())
+            .map(str::parse::<usize>)
+        {
+            match idx.ok().and_then(|i| item.get(i)) {
+                Some(next) => {
+                    item = next;
+                    best = item.span().or(best);
+                }
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if !ok {
+            break;
+        }
+    }
+    best.map(|span| line_at(text, span.start))
+}
+
+/// The dotted key that line `line` of `text` assigns (`capacity = ...`
+/// under `[heavy]` gives `heavy.capacity`; under the second
+/// `[[interfaces]]`, `interfaces[1]....`), for errors the TOML parser
+/// raises before any key path exists.
+fn key_on_line(text: &str, line: usize) -> Option<String> {
+    let mut table = String::new();
+    let mut arrays: BTreeMap<String, usize> = BTreeMap::new();
+    for (n, raw) in text.lines().enumerate() {
+        let l = raw.trim();
+        if n + 1 == line {
+            let (k, _) = l.split_once('=')?;
+            let k = k.trim().trim_matches('"');
+            return Some(if table.is_empty() {
+                k.to_string()
+            } else {
+                format!("{table}.{k}")
+            });
+        }
+        if let Some(name) = l.strip_prefix("[[").and_then(|r| r.split_once("]]")) {
+            let name = name.0.trim().to_string();
+            let i = arrays
+                .entry(name.clone())
+                .and_modify(|i| *i += 1)
+                .or_insert(0);
+            table = format!("{name}[{i}]");
+        } else if let Some(name) = l.strip_prefix('[').and_then(|r| r.split_once(']')) {
+            let name = name.0.trim();
+            // `[interfaces.sfb]` continues the last `[[interfaces]]`.
+            table = match name.split_once('.') {
+                Some((head, rest)) if arrays.contains_key(head) => {
+                    format!("{head}[{}].{rest}", arrays[head])
+                }
+                _ => name.to_string(),
+            };
+        }
+    }
+    None
+}
+
+/// `0..=1, 4` style list of `cores`.
+fn describe_cores(cores: &BTreeSet<usize>) -> String {
+    if cores.is_empty() {
+        return "none could be read".into();
+    }
+    let mut parts = Vec::new();
+    let mut it = cores.iter().copied().peekable();
+    while let Some(start) = it.next() {
+        let mut end = start;
+        while it.peek() == Some(&(end + 1)) {
+            end += 1;
+            it.next();
+        }
+        parts.push(if end == start {
+            start.to_string()
+        } else {
+            format!("{start}..={end}")
+        });
+    }
+    format!("usable: {}", parts.join(", "))
+}
+
+/// Whether `path` can be opened for writing (created if absent) without
+/// creating it: an existing file must be writable, else its directory.
+fn writable(path: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let access = |p: &Path, mode: libc::c_int| -> bool {
+        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: `c` is a NUL-terminated path that lives across the call.
+        unsafe { libc::access(c.as_ptr(), mode) == 0 }
+    };
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err("is a directory".into()),
+        Ok(_) if access(path, libc::W_OK) => Ok(()),
+        Ok(_) => Err("cannot be written (permission denied)".into()),
+        Err(_) => {
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            match std::fs::metadata(dir) {
+                Ok(m) if !m.is_dir() => Err(format!("{} is not a directory", dir.display())),
+                Ok(_) if access(dir, libc::W_OK | libc::X_OK) => Ok(()),
+                Ok(_) => Err(format!(
+                    "cannot create a file in {} (permission denied)",
+                    dir.display()
+                )),
+                Err(e) => Err(format!("{}: {e}", dir.display())),
+            }
+        }
     }
 }
 
@@ -380,11 +558,11 @@ pub const RING_MAX_BYTES: u64 = 1 << 30;
 pub const RING_TIMEOUT_RANGE: std::ops::RangeInclusive<u32> = 1..=1000;
 
 impl IoConfig {
-    fn validate(&self) -> Result<(), (String, String)> {
+    fn validate(&self, errs: &mut Vec<(String, String)>) {
         let r = &self.ring;
         let key = |k: &str| format!("io.ring.{k}");
         if !RING_BLOCK_BYTES_RANGE.contains(&r.block_bytes) || !r.block_bytes.is_power_of_two() {
-            return Err((
+            errs.push((
                 key("block_bytes"),
                 format!(
                     "{} is not a power of two in {}..={}",
@@ -395,7 +573,7 @@ impl IoConfig {
             ));
         }
         if !RING_BLOCKS_RANGE.contains(&r.blocks) {
-            return Err((
+            errs.push((
                 key("blocks"),
                 format!(
                     "{} is outside {}..={}",
@@ -407,7 +585,7 @@ impl IoConfig {
         }
         let total = u64::from(r.block_bytes) * u64::from(r.blocks);
         if total > RING_MAX_BYTES {
-            return Err((
+            errs.push((
                 key("blocks"),
                 format!(
                     "{} blocks of {} bytes is {total} bytes per ring, more than {RING_MAX_BYTES}",
@@ -416,7 +594,7 @@ impl IoConfig {
             ));
         }
         if !RING_TIMEOUT_RANGE.contains(&r.block_timeout_ms) {
-            return Err((
+            errs.push((
                 key("block_timeout_ms"),
                 format!(
                     "{} is outside {}..={}",
@@ -426,58 +604,138 @@ impl IoConfig {
                 ),
             ));
         }
-        Ok(())
     }
 }
 
 impl RouterConfig {
-    /// Reads and validates `path`. Errors are prefixed with the file name.
-    pub fn load(path: &Path) -> Result<RouterConfig, ConfigError> {
+    /// Reads and validates `path`. Errors are prefixed with the file name
+    /// and line.
+    ///
+    /// # Errors
+    /// The file cannot be read, is not TOML of this shape (the first such
+    /// error), or fails validation (every problem at once).
+    pub fn load(path: &Path) -> Result<RouterConfig, ConfigErrors> {
+        Self::load_with(path, false)
+    }
+
+    /// [`RouterConfig::load`], plus the checks that only hold on the
+    /// machine that runs the router: pinned cores this process may run on,
+    /// a heavy-flow report path that can be written (`check-config`, `run`).
+    ///
+    /// # Errors
+    /// As [`RouterConfig::load`], with the host's problems among the rest.
+    pub fn load_for_host(path: &Path) -> Result<RouterConfig, ConfigErrors> {
+        Self::load_with(path, true)
+    }
+
+    fn load_with(path: &Path, host: bool) -> Result<RouterConfig, ConfigErrors> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            origin: origin.clone(),
-            key: String::new(),
-            reason: format!("cannot read: {e}"),
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors(vec![ConfigError {
+                origin: origin.clone(),
+                line: None,
+                key: String::new(),
+                reason: format!("cannot read: {e}"),
+            }])
         })?;
-        Self::from_toml_str(&text, &origin)
+        Self::parse(&text, &origin, host)
     }
 
     /// Parses and validates `text`; `origin` names it in errors.
-    pub fn from_toml_str(text: &str, origin: &str) -> Result<RouterConfig, ConfigError> {
+    ///
+    /// # Errors
+    /// As [`RouterConfig::load`].
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<RouterConfig, ConfigErrors> {
+        Self::parse(text, origin, false)
+    }
+
+    fn parse(text: &str, origin: &str, host: bool) -> Result<RouterConfig, ConfigErrors> {
         let de = toml::Deserializer::new(text);
         let cfg: RouterConfig = serde_path_to_error::deserialize(de).map_err(|e| {
-            let key = e.path().to_string();
+            let mut key = e.path().to_string();
             let inner = e.inner();
+            let line = inner.span().map(|span| line_at(text, span.start));
+            // serde_path_to_error writes `.` for the root; a syntax error
+            // (an integer beyond i64, say) has no path: name the key the
+            // line assigns.
+            if key == "." {
+                key = line.and_then(|l| key_on_line(text, l)).unwrap_or_default();
+            }
             let mut reason = inner.message().trim().to_string();
-            if let Some(span) = inner.span() {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                reason.push_str(&format!(" (line {line})"));
+            if reason.starts_with("number too large") {
+                reason.push_str(" (TOML integers are at most 9223372036854775807)");
             }
-            ConfigError {
+            ConfigErrors(vec![ConfigError {
                 origin: origin.to_string(),
-                // serde_path_to_error writes `.` for the root.
-                key: if key == "." { String::new() } else { key },
+                line,
+                key,
                 reason,
-            }
+            }])
         })?;
+        let mut problems = Vec::new();
         let raw_multicast_interfaces = text
             .parse::<toml::Table>()
             .ok()
             .and_then(|t| t.get("multicast")?.get("interfaces").cloned())
             .is_some();
         if raw_multicast_interfaces {
-            return Err(ConfigError {
-                origin: origin.to_string(),
-                key: "multicast.interfaces".into(),
-                reason: "not set here: list static groups in interfaces[i].multicast_groups".into(),
-            });
+            problems.push((
+                "multicast.interfaces".to_string(),
+                "not set here: list static groups in interfaces[i].multicast_groups".to_string(),
+            ));
         }
-        cfg.validate().map_err(|(key, reason)| ConfigError {
-            origin: origin.to_string(),
-            key,
-            reason,
-        })?;
-        Ok(cfg)
+        cfg.validate(&mut problems);
+        if host {
+            cfg.host_checks(&mut problems);
+        }
+        if problems.is_empty() {
+            return Ok(cfg);
+        }
+        // One line per key: a later check of the same key repeats the first.
+        let mut seen = BTreeSet::new();
+        problems.retain(|(k, _)| seen.insert(k.clone()));
+        let doc = toml_edit::ImDocument::parse(text).ok();
+        let mut errors: Vec<ConfigError> = problems
+            .into_iter()
+            .map(|(key, reason)| ConfigError {
+                origin: origin.to_string(),
+                line: doc.as_ref().and_then(|d| line_of_key(d, text, &key)),
+                key,
+                reason,
+            })
+            .collect();
+        errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+        Err(ConfigErrors(errors))
+    }
+
+    /// Problems of this machine rather than of the file: pinned cores the
+    /// process may not run on, a heavy-flow report that cannot be written.
+    fn host_checks(&self, errs: &mut Vec<(String, String)>) {
+        if !self.workers.cores.is_empty() {
+            let usable: BTreeSet<usize> = core_affinity::get_core_ids()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| c.id)
+                .collect();
+            for (i, c) in self.workers.cores.iter().enumerate() {
+                if !usable.contains(c) {
+                    errs.push((
+                        format!("workers.cores[{i}]"),
+                        format!(
+                            "core {c} is not one this process may run on ({})",
+                            describe_cores(&usable)
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(h) = &self.heavy
+            && h.report != "-"
+            && !h.report.is_empty()
+            && let Err(why) = writable(Path::new(&h.report))
+        {
+            errs.push(("heavy.report".into(), format!("{}: {why}", h.report)));
+        }
     }
 
     /// Gives every hash key the file leaves to chance a seed derived from
@@ -627,85 +885,84 @@ impl RouterConfig {
         w
     }
 
-    /// The validation pass: `Err((key, reason))` for the first problem.
-    fn validate(&self) -> Result<(), (String, String)> {
-        let err = |key: String, reason: String| Err((key, reason));
-        self.io.validate()?;
+    /// The validation pass: every problem, as `(key, reason)`, into `errs`.
+    fn validate(&self, errs: &mut Vec<(String, String)>) {
+        self.io.validate(errs);
         // Workers.
         let w = &self.workers;
         if let Some(n) = w.count {
             if n == 0 || n > MAX_WORKERS {
-                return err(
+                errs.push((
                     "workers.count".into(),
                     format!("{n} is outside 1..={MAX_WORKERS}"),
-                );
+                ));
             }
             if !w.cores.is_empty() && w.cores.len() != n {
-                return err(
+                errs.push((
                     "workers.cores".into(),
                     format!(
                         "{} cores listed for {n} workers (one core per worker)",
                         w.cores.len()
                     ),
-                );
+                ));
             }
         }
         if w.cores.len() > MAX_WORKERS {
-            return err(
+            errs.push((
                 "workers.cores".into(),
                 format!("{} cores: at most {MAX_WORKERS} workers", w.cores.len()),
-            );
+            ));
         }
         let mut seen_cores = BTreeMap::new();
         for (i, c) in w.cores.iter().enumerate() {
             if let Some(j) = seen_cores.insert(*c, i) {
-                return err(
+                errs.push((
                     format!("workers.cores[{i}]"),
                     format!("core {c} is already used by worker {j}"),
-                );
+                ));
             }
         }
 
         // Interfaces.
         if self.interfaces.is_empty() {
-            return err(
+            errs.push((
                 "interfaces".into(),
                 "at least one interface is needed".into(),
-            );
+            ));
         }
         if self.interfaces.len() > MAX_INTERFACES {
-            return err(
+            errs.push((
                 "interfaces".into(),
                 format!(
                     "{} interfaces: at most {MAX_INTERFACES}",
                     self.interfaces.len()
                 ),
-            );
+            ));
         }
         let mut names: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, ifc) in self.interfaces.iter().enumerate() {
             let key = |k: &str| format!("interfaces[{i}].{k}");
             let n = ifc.name.as_str();
             if n.is_empty() || n.len() > MAX_IFNAME_LEN {
-                return err(
+                errs.push((
                     key("name"),
                     format!("\"{n}\" must be 1..={MAX_IFNAME_LEN} bytes long"),
-                );
+                ));
             }
             if n == "." || n == ".." || n.chars().any(|c| c == '/' || c.is_whitespace()) {
-                return err(
+                errs.push((
                     key("name"),
                     format!("\"{n}\" is not a valid interface name"),
-                );
+                ));
             }
             if let Some(j) = names.insert(n, i) {
-                return err(
+                errs.push((
                     key("name"),
                     format!("duplicate interface \"{n}\" (also interfaces[{j}])"),
-                );
+                ));
             }
             if !RECV_BUFFER_RANGE.contains(&ifc.recv_buffer_bytes) {
-                return err(
+                errs.push((
                     key("recv_buffer_bytes"),
                     format!(
                         "{} is outside {}..={}",
@@ -713,61 +970,62 @@ impl RouterConfig {
                         RECV_BUFFER_RANGE.start(),
                         RECV_BUFFER_RANGE.end()
                     ),
-                );
+                ));
             }
             let expected = self.multicast.as_ref().map_or_else(
                 || MulticastConfig::default().expected_groups,
                 |m| m.expected_groups,
             );
             if ifc.multicast_groups.len() as u64 > expected {
-                return err(
+                errs.push((
                     key("multicast_groups"),
                     format!(
                         "{} groups, more than multicast.expected_groups = {expected} that the filters are sized for (raise multicast.expected_groups, up to {})",
                         ifc.multicast_groups.len(),
                         multicast::MAX_EXPECTED_GROUPS
                     ),
-                );
+                ));
             }
             let mut groups = BTreeSet::new();
             for (g, addr) in ifc.multicast_groups.iter().enumerate() {
                 if !addr.is_multicast() {
-                    return err(
+                    errs.push((
                         key(&format!("multicast_groups[{g}]")),
                         format!("{addr} is not a multicast address"),
-                    );
+                    ));
                 }
                 if !groups.insert(*addr) {
-                    return err(
+                    errs.push((
                         key(&format!("multicast_groups[{g}]")),
                         format!("duplicate group {addr}"),
-                    );
+                    ));
                 }
             }
             if let Some(e) = &ifc.egress {
                 if ifc.sfb.is_none() {
-                    return err(
+                    errs.push((
                         key("egress"),
                         "needs an [interfaces.sfb] table: the egress queue is SFB's".into(),
-                    );
+                    ));
                 }
                 if e.limit == 0 {
-                    return err(key("egress.limit"), "must be at least 1 packet".into());
+                    errs.push((key("egress.limit"), "must be at least 1 packet".into()));
                 }
                 if (1..MIN_RATE_BPS).contains(&e.rate_bps) {
-                    return err(
+                    errs.push((
                         key("egress.rate_bps"),
                         format!(
                             "{} bit/s is below {MIN_RATE_BPS}: a 1500-byte frame would take {:.0} s to leave and the queue would drop nearly everything (0 means unshaped)",
                             e.rate_bps,
                             12_000.0 / e.rate_bps as f64
                         ),
-                    );
+                    ));
                 }
             }
-            if let Some(s) = &ifc.sfb {
-                s.validate()
-                    .map_err(|e| (key(&format!("sfb.{}", e.key)), e.reason))?;
+            if let Some(s) = &ifc.sfb
+                && let Err(e) = s.validate()
+            {
+                errs.push((key(&format!("sfb.{}", e.key)), e.reason));
             }
         }
 
@@ -776,19 +1034,19 @@ impl RouterConfig {
         for (i, wire) in self.wires.iter().enumerate() {
             let key = |k: &str| format!("wires[{i}].{k}");
             if !names.contains_key(wire.from.as_str()) {
-                return err(key("from"), format!("unknown interface \"{}\"", wire.from));
+                errs.push((key("from"), format!("unknown interface \"{}\"", wire.from)));
             }
             if !names.contains_key(wire.to.as_str()) {
-                return err(key("to"), format!("unknown interface \"{}\"", wire.to));
+                errs.push((key("to"), format!("unknown interface \"{}\"", wire.to)));
             }
             if wire.from == wire.to {
-                return err(
+                errs.push((
                     key("to"),
                     format!(
                         "\"{}\" is also `from`: a frame never leaves by the interface it came in on",
                         wire.to
                     ),
-                );
+                ));
             }
             let mut dirs = vec![(wire.from.as_str(), wire.to.as_str())];
             if wire.bidirectional {
@@ -796,10 +1054,10 @@ impl RouterConfig {
             }
             for d in dirs {
                 if let Some(j) = wires.insert(d, i) {
-                    return err(
+                    errs.push((
                         format!("wires[{i}]"),
                         format!("{} -> {} is already wires[{j}]", d.0, d.1),
-                    );
+                    ));
                 }
             }
         }
@@ -809,45 +1067,45 @@ impl RouterConfig {
             let key = |k: &str| format!("heavy.{k}");
             match h.threshold {
                 ThresholdConfig::Share(s) if !(s > 0.0 && s <= 1.0) => {
-                    return err(key("threshold.share"), format!("{s} is outside (0, 1]"));
+                    errs.push((key("threshold.share"), format!("{s} is outside (0, 1]")));
                 }
                 ThresholdConfig::Bytes(0) => {
-                    return err(key("threshold.bytes"), "must be at least 1".into());
+                    errs.push((key("threshold.bytes"), "must be at least 1".into()));
                 }
                 ThresholdConfig::Packets(0) => {
-                    return err(key("threshold.packets"), "must be at least 1".into());
+                    errs.push((key("threshold.packets"), "must be at least 1".into()));
                 }
                 _ => {}
             }
             if h.epoch_ms == Some(0) {
-                return err(key("epoch_ms"), "must be at least 1 ms".into());
+                errs.push((key("epoch_ms"), "must be at least 1 ms".into()));
             }
             let max_rows = kernels::cms::MAX_ROWS;
             if !(1..=max_rows).contains(&h.rows) {
-                return err(key("rows"), format!("{} is outside 1..={max_rows}", h.rows));
+                errs.push((key("rows"), format!("{} is outside 1..={max_rows}", h.rows)));
             }
             if let Some(w) = h.log2_width
                 && w > MAX_LOG2_WIDTH
             {
-                return err(key("log2_width"), format!("{w} is above {MAX_LOG2_WIDTH}"));
+                errs.push((key("log2_width"), format!("{w} is above {MAX_LOG2_WIDTH}")));
             }
             if h.capacity == 0 {
-                return err(key("capacity"), "must be at least 1 flow".into());
+                errs.push((key("capacity"), "must be at least 1 flow".into()));
             }
             if h.capacity > MAX_HEAVY_CAPACITY {
-                return err(
+                errs.push((
                     key("capacity"),
                     format!(
                         "{} flows is above {MAX_HEAVY_CAPACITY} per worker (the flow memory is allocated up front)",
                         h.capacity
                     ),
-                );
+                ));
             }
             if h.report.is_empty() {
-                return err(
+                errs.push((
                     key("report"),
                     "empty: give a file path, or \"-\" for standard output".into(),
-                );
+                ));
             }
         }
 
@@ -856,7 +1114,7 @@ impl RouterConfig {
             && let Err(e) = MulticastStage::new(&m)
         {
             let msg = e.to_string();
-            return Err(match msg.split_once(": ") {
+            errs.push(match msg.split_once(": ") {
                 Some((k, r)) if k.starts_with("multicast.") => (k.to_string(), r.to_string()),
                 _ => ("multicast".to_string(), msg),
             });
@@ -864,35 +1122,36 @@ impl RouterConfig {
 
         // Icarus.
         if let Some(ic) = &self.icarus {
-            let Some(width) = FilterWidth::from_bits(ic.filter_bits) else {
-                return err(
+            match FilterWidth::from_bits(ic.filter_bits) {
+                None => errs.push((
                     "icarus.filter_bits".into(),
                     format!("{} is not one of 64, 128, 256", ic.filter_bits),
-                );
-            };
-            if let Some(k) = ic.k {
-                FilterParams::new(width, k).map_err(|_| {
-                    (
-                        "icarus.k".to_string(),
-                        format!(
-                            "{k} is outside 1..={}",
-                            crate::stage::icarus::MAX_K.min(width.bits())
-                        ),
-                    )
-                })?;
+                )),
+                Some(width) => {
+                    if let Some(k) = ic.k
+                        && FilterParams::new(width, k).is_err()
+                    {
+                        errs.push((
+                            "icarus.k".to_string(),
+                            format!(
+                                "{k} is outside 1..={}",
+                                crate::stage::icarus::MAX_K.min(width.bits())
+                            ),
+                        ));
+                    }
+                }
             }
             for (list, names_in) in [("insert_on", &ic.insert_on), ("strip_on", &ic.strip_on)] {
                 for (i, n) in names_in.iter().enumerate() {
                     if !names.contains_key(n.as_str()) {
-                        return err(
+                        errs.push((
                             format!("icarus.{list}[{i}]"),
                             format!("unknown interface \"{n}\""),
-                        );
+                        ));
                     }
                 }
             }
         }
-        Ok(())
     }
 }
 
@@ -911,8 +1170,110 @@ to = "veth1"
 bidirectional = true
 "#;
 
+    /// The first error, without its line (the cases below name keys).
     fn parse(text: &str) -> Result<RouterConfig, String> {
-        RouterConfig::from_toml_str(text, "router.toml").map_err(|e| e.to_string())
+        RouterConfig::from_toml_str(text, "router.toml").map_err(|e| {
+            let first = e.first().unwrap();
+            ConfigError {
+                line: None,
+                ..first.clone()
+            }
+            .to_string()
+        })
+    }
+
+    #[test]
+    fn every_error_at_once_with_its_line() {
+        let text = "[workers]\ncount = 0\n\n[[interfaces]]\nname = \"a\"\nrecv_buffer_bytes = 1\n\n\
+                    [[interfaces]]\nname = \"b\"\n[interfaces.egress]\nrate_bps = 1\nlimit = 0\n\
+                    [interfaces.sfb]\nmax = 0\n\n[[wires]]\nfrom = \"a\"\nto = \"c\"\n\n\
+                    [heavy]\ncapacity = 10000000000\n";
+        let e = RouterConfig::from_toml_str(text, "r.toml").unwrap_err();
+        let lines: Vec<String> = e.0.iter().map(ToString::to_string).collect();
+        let want = [
+            "r.toml:2: workers.count: 0 is outside",
+            "r.toml:6: interfaces[0].recv_buffer_bytes: 1 is outside",
+            "r.toml:11: interfaces[1].egress.rate_bps: 1 bit/s is below 8000",
+            "r.toml:12: interfaces[1].egress.limit: must be at least 1 packet",
+            "r.toml:14: interfaces[1].sfb.max: 0 drops every packet",
+            "r.toml:18: wires[0].to: unknown interface \"c\"",
+            "r.toml:21: heavy.capacity: 10000000000 flows is above",
+        ];
+        assert_eq!(lines.len(), want.len(), "{e}");
+        for (got, want) in lines.iter().zip(want) {
+            assert!(got.starts_with(want), "got {got:?}, want {want:?}\n{e}");
+        }
+        // Display: one per line.
+        assert_eq!(e.to_string().lines().count(), want.len());
+    }
+
+    #[test]
+    fn a_key_left_to_its_default_gets_its_tables_line() {
+        let text = "[workers]\ncount = 2\n\n[[interfaces]]\nname = \"a\"\n\n[[interfaces]]\n\
+                    name = \"b\"\negress = { rate_bps = 9 }\n\n[heavy]\nrows = 2\n";
+        let doc = toml_edit::ImDocument::parse(text).unwrap();
+        let line = |k| line_of_key(&doc, text, k);
+        assert_eq!(line("workers.count"), Some(2));
+        assert_eq!(line("interfaces[1].name"), Some(8));
+        assert_eq!(line("interfaces[1].egress.rate_bps"), Some(9));
+        // Not written: the nearest table the file writes.
+        assert_eq!(line("heavy.capacity"), Some(11));
+        assert_eq!(line("interfaces[1].egress.limit"), Some(9));
+        assert_eq!(line("interfaces[1].sfb.max"), Some(7));
+        assert_eq!(line("icarus.k"), None);
+    }
+
+    #[test]
+    fn integers_beyond_toml_name_their_key() {
+        let t = format!("{MIN}\n[heavy]\ncapacity = 18446744073709551615\n");
+        let e = RouterConfig::from_toml_str(&t, "r.toml").unwrap_err();
+        let first = e.first().unwrap();
+        assert_eq!(first.key, "heavy.capacity", "{e}");
+        assert_eq!(first.line, Some(t.lines().count()), "{e}");
+        let t = format!(
+            "{MIN}\n[[interfaces]]\nname = \"x\"\nrecv_buffer_bytes = 99999999999999999999\n"
+        );
+        let e = RouterConfig::from_toml_str(&t, "r.toml").unwrap_err();
+        assert_eq!(
+            e.first().unwrap().key,
+            "interfaces[2].recv_buffer_bytes",
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn host_checks_cores_and_report_path() {
+        let dir = std::env::temp_dir().join(format!("bloomplane-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r.toml");
+        let usable = core_affinity::get_core_ids().unwrap_or_default().len();
+        let text = format!(
+            "[workers]\ncores = [0, {usable}]\n{MIN}\n[heavy]\nreport = \"{}/no/such/dir/h.jsonl\"\n",
+            dir.display()
+        );
+        std::fs::write(&path, &text).unwrap();
+        // The file is valid anywhere; this machine cannot run it.
+        assert!(RouterConfig::load(&path).is_ok());
+        let e = RouterConfig::load_for_host(&path).unwrap_err();
+        assert_eq!(e.0.len(), 2, "{e}");
+        assert_eq!(e.0[0].key, "workers.cores[1]");
+        assert_eq!(e.0[0].line, Some(2));
+        assert!(
+            e.0[0].reason.contains("is not one this process may run on"),
+            "{e}"
+        );
+        assert_eq!(e.0[1].key, "heavy.report");
+        assert!(e.0[1].reason.contains("No such file or directory"), "{e}");
+        let ok = text
+            .replace(&format!(", {usable}]"), "]")
+            .replace("/no/such/dir/h.jsonl", "/h.jsonl");
+        std::fs::write(&path, ok).unwrap();
+        RouterConfig::load_for_host(&path).unwrap();
+        assert!(
+            !dir.join("h.jsonl").exists(),
+            "checking must not create the report"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -944,7 +1305,12 @@ bidirectional = true
             e.starts_with("router.toml: interfaces[1].sfb.levels: invalid type"),
             "{e}"
         );
-        assert!(e.contains("(line "), "{e}");
+        let full = RouterConfig::from_toml_str(&t, "router.toml").unwrap_err();
+        assert_eq!(
+            full.first().unwrap().line,
+            Some(t.lines().count()),
+            "{full}"
+        );
         let e = parse(&format!("{MIN}\n[heavy]\nthreshold = {{ percent = 3 }}\n")).unwrap_err();
         assert!(e.starts_with("router.toml: heavy.threshold: "), "{e}");
         let e = parse(&MIN.replace("bidirectional", "bidirectionl")).unwrap_err();

@@ -92,3 +92,47 @@ fn huge_static_group_lists() {
     let (ok, text) = check_config(&with_static_groups(262_144, Some(262_144)), "max");
     assert!(ok, "{text}");
 }
+
+/// `dataplane check-config` prints every error of a file, one per line,
+/// each with the file, line and key, and exits 1.
+#[test]
+fn check_config_prints_every_error() {
+    let dir = std::env::temp_dir().join(format!("bloomplane-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        "[[interfaces]]\nname = \"a\"\nrecv_buffer_bytes = 1\n\n[[interfaces]]\nname = \"b\"\n\n\
+         [[wires]]\nfrom = \"a\"\nto = \"c\"\n\n[heavy]\nrows = 0\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let p = path.display();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{stderr}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "dataplane: error: {p}:3: interfaces[0].recv_buffer_bytes: 1 is outside"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "dataplane: error: {p}:10: wires[0].to: unknown interface \"c\""
+        )),
+        "{stderr}"
+    );
+    assert!(
+        lines[2].starts_with(&format!(
+            "dataplane: error: {p}:13: heavy.rows: 0 is outside"
+        )),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

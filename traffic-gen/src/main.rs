@@ -1015,7 +1015,10 @@ fn main() -> ExitCode {
     match run() {
         Ok(outcome) => outcome.exit_code(),
         Err(e) => {
-            eprintln!("traffic-gen: error: {e:#}");
+            // A configuration's errors come one per line; each gets the prefix.
+            for line in format!("{e:#}").lines() {
+                eprintln!("traffic-gen: error: {line}");
+            }
             ExitCode::FAILURE
         }
     }

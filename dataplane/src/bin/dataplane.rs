@@ -89,7 +89,10 @@ fn main() -> ExitCode {
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            err_out(&format!("dataplane: error: {e:#}\n"));
+            // A configuration's errors come one per line; each gets the prefix.
+            for line in format!("{e:#}").lines() {
+                err_out(&format!("dataplane: error: {line}\n"));
+            }
             ExitCode::FAILURE
         }
     }
@@ -103,7 +106,7 @@ fn warn(file: &std::path::Path, cfg: &RouterConfig) {
 }
 
 fn check(file: &std::path::Path) -> anyhow::Result<()> {
-    let cfg = RouterConfig::load(file)?;
+    let cfg = RouterConfig::load_for_host(file)?;
     warn(file, &cfg);
     let _ = writeln!(
         std::io::stdout().lock(),
@@ -122,7 +125,7 @@ fn run(
     heavy_report: Option<String>,
     final_report: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    let cfg = RouterConfig::load(file)?;
+    let cfg = RouterConfig::load_for_host(file)?;
     warn(file, &cfg);
     // Created now: a bad path fails before the run, and the router gives up
     // its capabilities once started (a root-owned directory may then be
