@@ -472,6 +472,12 @@ pub struct LiveReport {
     /// The operator stopped the run (Ctrl-C, SIGTERM) before the input's
     /// end: the counters cover the frames sent until then.
     pub interrupted: bool,
+    /// Records whose original length (above 16 MiB) was replaced by the
+    /// captured one.
+    pub input_lengths_fixed: u64,
+    /// Gaps in capture time longer than the pacing limit (a minute) that
+    /// were cut to it.
+    pub pacing_gaps_capped: u64,
     /// The receive side, with `--rx`.
     pub rx: Option<RxReport>,
 }
@@ -508,6 +514,20 @@ impl LiveReport {
         }
         for e in &self.input_errors {
             writeln!(w, "input error: {e}; sent what precedes it")?;
+        }
+        if self.input_lengths_fixed > 0 {
+            writeln!(
+                w,
+                "input warning: {} records gave an original length above 16 MiB; their captured length was used",
+                self.input_lengths_fixed
+            )?;
+        }
+        if self.pacing_gaps_capped > 0 {
+            writeln!(
+                w,
+                "pacing: {} gaps in capture time longer than a minute were cut to a minute",
+                self.pacing_gaps_capped
+            )?;
         }
         if let Some(r) = &self.rx {
             writeln!(
@@ -813,6 +833,9 @@ struct Transmitter<'a> {
     interrupt: Stop<'a>,
     /// A stop ended a wait: nothing more is sent.
     stopped: bool,
+    /// Records whose original length was replaced by the captured one
+    /// (streaming; counted on the first pass).
+    lengths_fixed: u64,
 }
 
 /// Frames the batched sender sends with one system call, at most.
@@ -1133,6 +1156,8 @@ struct Preloaded {
     frames: Vec<(u64, usize, usize, u64)>,
     /// Defects met while reading.
     errors: InputErrors,
+    /// Records whose original length was replaced by the captured one.
+    lengths_fixed: u64,
 }
 
 fn not_ethernet(file: &str, index: u64, link: LinkType) -> anyhow::Error {
@@ -1176,6 +1201,7 @@ fn preload(files: &[PathBuf], keys: bool, interrupt: Stop<'_>) -> Result<Preload
             p.frames.push((rec.ts_ns, start, p.bytes.len(), key));
             index += 1;
         }
+        p.lengths_fixed += r.lengths_fixed();
     }
     Ok(p)
 }
@@ -1235,7 +1261,7 @@ fn transmit_files(
     let mut clock = PassClock::new();
     let mut errors = InputErrors::default();
     let halted = |tx: &Transmitter<'_>| tx.stopped || tx.interrupt.requested();
-    for _ in 0..loops {
+    for pass in 0..loops {
         clock.start_pass();
         if let Some(p) = loaded {
             for &(ts, s, e, key) in &p.frames {
@@ -1279,6 +1305,9 @@ fn transmit_files(
                     tx.emit(clock.map(rec.ts_ns), rec.data, key)?;
                     index += 1;
                 }
+                if pass == 0 {
+                    tx.lengths_fixed += r.lengths_fixed();
+                }
             }
         }
         if stop.load(Ordering::Relaxed) || halted(tx) {
@@ -1296,6 +1325,10 @@ struct TxRun {
     input_errors: InputErrors,
     /// The operator's stop ended the sending early.
     interrupted: bool,
+    /// Records whose original length was replaced by the captured one.
+    lengths_fixed: u64,
+    /// Gaps in capture time cut to the pacing limit.
+    gaps_capped: u64,
 }
 
 /// What the sender and receiver threads share.
@@ -1366,6 +1399,7 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
         batch: (cfg.io == IoBackend::Ring).then(TxBatch::new),
         interrupt: sh.interrupt,
         stopped: false,
+        lengths_fixed: 0,
     };
     let input_errors = transmit(&mut tx, sh)?;
     let interrupted = tx.stopped || sh.interrupt.requested();
@@ -1383,6 +1417,8 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
         qdisc_bypass: sock.qdisc_bypass,
         input_errors,
         interrupted,
+        lengths_fixed: tx.lengths_fixed,
+        gaps_capped: tx.schedule.capped_gaps(),
     })
 }
 
@@ -1728,6 +1764,7 @@ pub fn run_live_with_stop(
     if let Some(p) = loaded {
         // Preloading read every file before the sending began.
         report.input_errors = p.errors.into_vec();
+        report.input_lengths_fixed = p.lengths_fixed;
         report.interrupted |= interrupt.requested();
     }
     Ok(report)
@@ -1844,6 +1881,8 @@ fn run(
         tx_stats: st,
         input_errors: tx_run.input_errors.into_vec(),
         interrupted: tx_run.interrupted,
+        input_lengths_fixed: tx_run.lengths_fixed,
+        pacing_gaps_capped: tx_run.gaps_capped,
         rx,
     })
 }
@@ -2220,6 +2259,8 @@ mod tests {
                 packets_read: 258,
             }],
             interrupted: true,
+            input_lengths_fixed: 2,
+            pacing_gaps_capped: 1,
             rx: None,
         };
         let mut out = Vec::new();
@@ -2239,6 +2280,14 @@ mod tests {
         );
         assert!(
             text.contains("input error: x.pcap: byte 99915: record data cut short (85 of 190 bytes) (after 258 packets)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("input warning: 2 records gave an original length above 16 MiB"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pacing: 1 gaps in capture time longer than a minute"),
             "{text}"
         );
         assert!(rep.write_hgrm(&mut Vec::new()).is_none());
