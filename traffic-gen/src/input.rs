@@ -158,3 +158,52 @@ mod tests {
         assert!(!Stop::never().requested());
     }
 }
+
+/// `--limit` and `--duration`: where a replay stops short of its input's
+/// end, as tcpreplay's `--limit` and `--duration` do (the embedded and the
+/// live replay alike; with `--loop`, across the passes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Stop after this many packets.
+    pub packets: Option<u64>,
+    /// Stop this long (wall clock) after the start.
+    pub duration: Option<std::time::Duration>,
+}
+
+/// The limit that ended a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitReached {
+    /// `--limit` packets were sent.
+    Packets,
+    /// `--duration` passed.
+    Duration,
+}
+
+impl Limits {
+    /// Whether a run that has sent `sent` packets since `start` must stop
+    /// before the next one, and why. Reads the clock only with a duration.
+    pub fn reached(&self, sent: u64, start: std::time::Instant) -> Option<LimitReached> {
+        if self.packets.is_some_and(|n| sent >= n) {
+            return Some(LimitReached::Packets);
+        }
+        if self.duration.is_some_and(|d| start.elapsed() >= d) {
+            return Some(LimitReached::Duration);
+        }
+        None
+    }
+
+    /// The moment the duration ends, for waits that must not outlast it.
+    pub fn deadline(&self, start: std::time::Instant) -> Option<std::time::Instant> {
+        self.duration.map(|d| start + d)
+    }
+}
+
+impl fmt::Display for LimitReached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LimitReached::Packets => "--limit",
+            LimitReached::Duration => "--duration",
+        })
+    }
+}

@@ -121,7 +121,7 @@ use pnet::datalink::{self, Channel, DataLinkReceiver, DataLinkSender};
 use serde::Serialize;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
-use crate::input::{InputError, InputErrors, Stop, check_headers};
+use crate::input::{InputError, InputErrors, LimitReached, Limits, Stop, check_headers};
 use crate::replay::{
     Latency, Pacing, PassClock, Schedule, new_histogram, wait_until_or_stop, write_hgrm,
 };
@@ -168,6 +168,8 @@ pub struct LiveConfig {
     pub rx_buffer_bytes: usize,
     /// The sender's and receiver's packet I/O.
     pub io: IoBackend,
+    /// `--limit`, `--duration`: stop sending short of the input's end.
+    pub limits: Limits,
 }
 
 /// Frames made as they are sent ([`UniqueFrames`]) instead of read from
@@ -207,6 +209,7 @@ impl Default for LiveConfig {
             grace: Duration::from_millis(200),
             rx_buffer_bytes: 32 << 20,
             io: IoBackend::Pnet,
+            limits: Limits::default(),
         }
     }
 }
@@ -478,6 +481,8 @@ pub struct LiveReport {
     /// Gaps in capture time longer than the pacing limit (a minute) that
     /// were cut to it.
     pub pacing_gaps_capped: u64,
+    /// `--limit` or `--duration` ended the sending before the input's end.
+    pub limit_reached: Option<LimitReached>,
     /// The receive side, with `--rx`.
     pub rx: Option<RxReport>,
 }
@@ -509,6 +514,13 @@ impl LiveReport {
             writeln!(
                 w,
                 "interrupted: stopped after {} packets, before the end of the input",
+                self.sent
+            )?;
+        }
+        if let Some(l) = self.limit_reached {
+            writeln!(
+                w,
+                "{l} reached: stopped after {} packets, before the end of the input",
                 self.sent
             )?;
         }
@@ -836,6 +848,10 @@ struct Transmitter<'a> {
     /// Records whose original length was replaced by the captured one
     /// (streaming; counted on the first pass).
     lengths_fixed: u64,
+    /// `--limit`, `--duration`.
+    limits: Limits,
+    /// A limit ended the sending: nothing more is sent.
+    limit_reached: Option<LimitReached>,
 }
 
 /// Frames the batched sender sends with one system call, at most.
@@ -943,7 +959,31 @@ impl Transmitter<'_> {
 
     /// Paces, then sends `frame` (capture time `ts`, hash `key`).
     #[inline]
+    /// Waits until `due` unless the operator stops the run first or
+    /// `--duration` ends before it (each noted; `None` then).
+    fn wait_due(&mut self, due: Instant) -> Option<Instant> {
+        let deadline = self.limits.deadline(self.start);
+        let until = deadline.map_or(due, |d| d.min(due));
+        match wait_until_or_stop(until, self.interrupt) {
+            None => {
+                self.stopped = true;
+                None
+            }
+            Some(_) if until < due => {
+                self.limit_reached = Some(LimitReached::Duration);
+                None
+            }
+            t => t,
+        }
+    }
+
     fn emit(&mut self, ts: u64, frame: &[u8], key: u64) -> Result<()> {
+        if self.limit_reached.is_none() {
+            self.limit_reached = self.limits.reached(self.attempted, self.start);
+        }
+        if self.limit_reached.is_some() {
+            return Ok(());
+        }
         if let Some(mut b) = self.batch.take() {
             let r = self.gather(&mut b, ts, frame, key);
             self.batch = Some(b);
@@ -953,8 +993,7 @@ impl Transmitter<'_> {
         let t = match self.schedule.next_offset(ts, len) {
             Some(off) => {
                 let due = self.start + Duration::from_nanos(off);
-                let Some(t) = wait_until_or_stop(due, self.interrupt) else {
-                    self.stopped = true;
+                let Some(t) = self.wait_due(due) else {
                     return Ok(());
                 };
                 Some(t)
@@ -1040,9 +1079,7 @@ impl Transmitter<'_> {
             |t: Instant| u64::try_from(t.duration_since(start).as_nanos()).unwrap_or(u64::MAX);
         if let BeforeGather::FlushAndWait(d) = b.plan.offer(due, || since(Instant::now())) {
             self.send_gathered(b)?;
-            let Some(t) = wait_until_or_stop(self.start + Duration::from_nanos(d), self.interrupt)
-            else {
-                self.stopped = true;
+            let Some(t) = self.wait_due(self.start + Duration::from_nanos(d)) else {
                 return Ok(());
             };
             b.plan.waited(since(t));
@@ -1260,7 +1297,8 @@ fn transmit_files(
     let keys = tx.stamps.is_some();
     let mut clock = PassClock::new();
     let mut errors = InputErrors::default();
-    let halted = |tx: &Transmitter<'_>| tx.stopped || tx.interrupt.requested();
+    let halted =
+        |tx: &Transmitter<'_>| tx.stopped || tx.interrupt.requested() || tx.limit_reached.is_some();
     for pass in 0..loops {
         clock.start_pass();
         if let Some(p) = loaded {
@@ -1329,6 +1367,8 @@ struct TxRun {
     lengths_fixed: u64,
     /// Gaps in capture time cut to the pacing limit.
     gaps_capped: u64,
+    /// `--limit` or `--duration` ended the sending.
+    limit_reached: Option<LimitReached>,
 }
 
 /// What the sender and receiver threads share.
@@ -1400,6 +1440,8 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
         interrupt: sh.interrupt,
         stopped: false,
         lengths_fixed: 0,
+        limits: cfg.limits,
+        limit_reached: None,
     };
     let input_errors = transmit(&mut tx, sh)?;
     let interrupted = tx.stopped || sh.interrupt.requested();
@@ -1419,6 +1461,7 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
         interrupted,
         lengths_fixed: tx.lengths_fixed,
         gaps_capped: tx.schedule.capped_gaps(),
+        limit_reached: tx.limit_reached,
     })
 }
 
@@ -1883,6 +1926,7 @@ fn run(
         interrupted: tx_run.interrupted,
         input_lengths_fixed: tx_run.lengths_fixed,
         pacing_gaps_capped: tx_run.gaps_capped,
+        limit_reached: tx_run.limit_reached,
         rx,
     })
 }
@@ -2261,6 +2305,7 @@ mod tests {
             interrupted: true,
             input_lengths_fixed: 2,
             pacing_gaps_capped: 1,
+            limit_reached: Some(LimitReached::Packets),
             rx: None,
         };
         let mut out = Vec::new();
@@ -2288,6 +2333,10 @@ mod tests {
         );
         assert!(
             text.contains("pacing: 1 gaps in capture time longer than a minute"),
+            "{text}"
+        );
+        assert!(
+            text.contains("--limit reached: stopped after 10000 packets"),
             "{text}"
         );
         assert!(rep.write_hgrm(&mut Vec::new()).is_none());

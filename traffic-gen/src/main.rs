@@ -16,13 +16,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use dataplane::config::{IoBackend, RouterConfig, ThresholdConfig};
 use dataplane::pipeline::MalformedPolicy;
 use dataplane::stage::sfb::SfbConfig;
 use dataplane::wire::icarus::FilterWidth;
 use indicatif::{ProgressBar, ProgressStyle};
-use traffic_gen::input::{InputError, Stop};
+use traffic_gen::input::{InputError, Limits, Stop};
 use traffic_gen::live::{Endpoint, LiveConfig, run_live_with_stop};
 use traffic_gen::replay::{
     DEFAULT_ROUTER, Input, Pacing, ReplayConfig, default_router, hgrm_paths, replay_with_stop,
@@ -573,12 +574,18 @@ fn run_synth_icarus(s: &SynthCmd) -> Result<()> {
 }
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 struct ReplayArgs {
-    /// Capture files (pcap, pcapng, gzip); none: a synthetic workload.
+    /// Capture files (pcap, pcapng, gzip; `-`: standard input, as tcpdump
+    /// -r - reads it); none: a synthetic workload.
     files: Vec<PathBuf>,
+    /// A capture file to read, as tcpdump's -r (repeatable; read before the
+    /// files given without it).
+    #[arg(short = 'r', long = "read", value_name = "FILE")]
+    read: Vec<PathBuf>,
     /// The router to run (a router.toml, as `dataplane run --config` takes);
     /// default: the built-in router (see --print-config).
-    #[arg(long, short = 'c', value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Print the built-in router's configuration and exit.
     #[arg(long)]
@@ -600,20 +607,31 @@ struct ReplayArgs {
     #[arg(long)]
     no_pin: bool,
     /// Send as fast as possible (the default).
-    #[arg(long, conflicts_with_all = ["multiplier", "pps", "mbps"])]
+    #[arg(short = 't', long, conflicts_with_all = ["multiplier", "pps", "mbps"])]
     topspeed: bool,
     /// Original timing scaled by X (2.0: twice as fast).
-    #[arg(long, value_name = "X")]
+    #[arg(short = 'x', long, value_name = "X", value_parser = positive_f64)]
     multiplier: Option<f64>,
     /// Packets per second.
-    #[arg(long, value_name = "N", conflicts_with_all = ["multiplier", "mbps"])]
+    #[arg(short = 'p', long, value_name = "N", value_parser = positive_f64,
+          conflicts_with_all = ["multiplier", "mbps"])]
     pps: Option<f64>,
     /// Megabits per second.
-    #[arg(long, value_name = "N", conflicts_with_all = ["multiplier", "pps"])]
+    #[arg(short = 'M', long, value_name = "N", value_parser = positive_f64,
+          conflicts_with_all = ["multiplier", "pps"])]
     mbps: Option<f64>,
     /// Send the input N times.
-    #[arg(long = "loop", value_name = "N", default_value_t = 1)]
+    #[arg(short = 'l', long = "loop", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
     loops: u32,
+    /// Stop after N packets (over every pass and file), as tcpreplay's
+    /// --limit.
+    #[arg(short = 'c', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    limit: Option<u64>,
+    /// Stop sending this long after the start (wall clock: 30s, 500ms), as
+    /// tcpreplay's --duration.
+    #[arg(long, value_name = "T", value_parser = scenario::parse_duration)]
+    duration: Option<u64>,
     /// Heavy-flow threshold as a share of the epoch's bytes, in percent
     /// (overrides the config's `heavy.threshold`).
     #[arg(long)]
@@ -642,7 +660,9 @@ struct ReplayArgs {
     /// Live: send the capture's frames out of interface IFACE (AF_PACKET,
     /// needs CAP_NET_RAW) instead of through the embedded dataplane.
     #[arg(
+        short = 'i',
         long,
+        visible_alias = "intf1",
         value_name = "IFACE",
         help_heading = "Live replay",
         conflicts_with_all = [
@@ -695,7 +715,13 @@ struct ReplayArgs {
     rx_buffer: usize,
     /// Live: read every packet into memory before sending (tcpreplay's
     /// --preload-pcap).
-    #[arg(long, requires = "tx", help_heading = "Live replay")]
+    #[arg(
+        short = 'K',
+        long,
+        visible_alias = "preload-pcap",
+        requires = "tx",
+        help_heading = "Live replay"
+    )]
     preload: bool,
     /// Live: packet I/O of the sender and receiver: pnet (one send(2) per
     /// frame, recvmmsg) or ring (sendmmsg batches, a TPACKET_V3 receive
@@ -706,7 +732,31 @@ struct ReplayArgs {
     synth: SynthArgs,
 }
 
+/// A finite number above zero (clap names the flag on failure).
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err("must be a positive number".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The synthetic workload's settings, which do not apply to captures.
+const SYNTH_ONLY: [&str; 5] = ["packets", "flows", "zipf_s", "size", "unique"];
+
 impl ReplayArgs {
+    /// `-r` files, then the positional ones.
+    fn inputs(&self) -> Vec<PathBuf> {
+        self.read.iter().chain(&self.files).cloned().collect()
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            packets: self.limit,
+            duration: self.duration.map(std::time::Duration::from_nanos),
+        }
+    }
+
     fn pacing(&self) -> Pacing {
         match (self.multiplier, self.pps, self.mbps) {
             (Some(m), _, _) => Pacing::Multiplier(m),
@@ -797,13 +847,76 @@ fn warn_input_errors(errors: &[InputError], what: &str) {
     }
 }
 
-fn run_replay(a: &ReplayArgs) -> Result<Outcome> {
+/// Standard input (`-` among the files) copied to a temporary file, which
+/// is removed when this is dropped: the replay opens each capture twice (its
+/// header is checked before the run) and reads gzip by its magic.
+struct StdinSpool {
+    dir: PathBuf,
+}
+
+impl StdinSpool {
+    /// Replaces `-` in `files` by the spooled copy of standard input.
+    fn take(files: &mut [PathBuf]) -> Result<Option<StdinSpool>> {
+        let dashes = files.iter().filter(|f| f.as_os_str() == "-").count();
+        if dashes == 0 {
+            return Ok(None);
+        }
+        if dashes > 1 {
+            bail!("standard input (-) can be read once");
+        }
+        let dir = std::env::temp_dir().join(format!("traffic-gen-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("{}: cannot create", dir.display()))?;
+        let spool = StdinSpool { dir };
+        let path = spool.dir.join("stdin");
+        let mut f = create_file("-", &path)?;
+        std::io::copy(&mut std::io::stdin().lock(), &mut f)
+            .with_context(|| format!("standard input: cannot copy to {}", path.display()))?;
+        for file in files.iter_mut().filter(|f| f.as_os_str() == "-") {
+            file.clone_from(&path);
+        }
+        Ok(Some(spool))
+    }
+}
+
+impl StdinSpool {
+    /// Names standard input `-` again where a report names the copy.
+    fn rename<'n>(spool: Option<&StdinSpool>, names: impl IntoIterator<Item = &'n mut String>) {
+        let Some(sp) = spool else { return };
+        let copy = sp.dir.join("stdin").display().to_string();
+        for n in names {
+            if *n == copy {
+                *n = "-".into();
+            }
+        }
+    }
+}
+
+impl Drop for StdinSpool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
     if a.print_config {
         print!("{DEFAULT_ROUTER}");
         return Ok(Outcome::Done);
     }
+    let mut files = a.inputs();
+    if !files.is_empty() && !synth_flags.is_empty() {
+        let flags: Vec<String> = synth_flags
+            .iter()
+            .map(|f| format!("--{}", f.replace('_', "-")))
+            .collect();
+        bail!(
+            "{}: only for the synthetic workload (no capture files given); --limit N stops after N packets",
+            flags.join(", ")
+        );
+    }
+    let spool = StdinSpool::take(&mut files)?;
     if let Some(tx) = &a.tx {
-        return run_live_replay(a, tx);
+        return run_live_replay(a, tx, files, spool.as_ref());
     }
     if a.io != IoBackend::Pnet {
         bail!("--io applies to live replay (--tx)");
@@ -841,8 +954,9 @@ fn run_replay(a: &ReplayArgs) -> Result<Outcome> {
         ingress: a.ingress.clone(),
         write: a.write.clone(),
         seed: a.synth.seed,
+        limits: a.limits(),
     };
-    let input = if a.files.is_empty() {
+    let input = if files.is_empty() {
         if a.synth.size.is_some() || a.synth.unique {
             bail!(
                 "--size and --unique shape `synth --kind zipf` captures; the built-in workload replay runs without files has its own sizes"
@@ -856,7 +970,7 @@ fn run_replay(a: &ReplayArgs) -> Result<Outcome> {
             ..RouterSynthConfig::default()
         })
     } else {
-        Input::Files(a.files.clone())
+        Input::Files(files)
     };
     // Output files are created before the run, so a bad path fails at once
     // (the --write directory and its captures: by the replay, before it
@@ -874,14 +988,22 @@ fn run_replay(a: &ReplayArgs) -> Result<Outcome> {
     };
     let stop = stop_on_signals()?;
     let progress = progress_bar(match &input {
-        Input::Synth(s) => Some(s.packets * u64::from(a.loops)),
-        Input::Files(_) => None,
+        Input::Synth(s) => {
+            let all = s.packets * u64::from(a.loops);
+            Some(a.limit.map_or(all, |l| l.min(all)))
+        }
+        Input::Files(_) => a.limit,
     });
     let report = replay_with_stop(&input, &cfg, progress.as_ref(), Stop::on(&stop));
     if let Some(pb) = &progress {
         pb.finish_and_clear();
     }
-    let report = report?;
+    let mut report = report?;
+    StdinSpool::rename(spool.as_ref(), report.inputs.iter_mut());
+    StdinSpool::rename(
+        spool.as_ref(),
+        report.input_errors.iter_mut().map(|e| &mut e.file),
+    );
     warn_input_errors(&report.input_errors, "replayed");
     let mut out = std::io::stdout().lock();
     // The files are written even when standard output is gone.
@@ -909,7 +1031,12 @@ fn run_replay(a: &ReplayArgs) -> Result<Outcome> {
 }
 
 /// `replay --tx IFACE [--rx IFACE] FILE...`: live replay.
-fn run_live_replay(a: &ReplayArgs, tx: &str) -> Result<Outcome> {
+fn run_live_replay(
+    a: &ReplayArgs,
+    tx: &str,
+    files: Vec<PathBuf>,
+    spool: Option<&StdinSpool>,
+) -> Result<Outcome> {
     if a.hgrm.is_some() && a.rx.is_none() {
         bail!("--hgrm needs --rx (latency is measured at the receiver)");
     }
@@ -928,17 +1055,20 @@ fn run_live_replay(a: &ReplayArgs, tx: &str) -> Result<Outcome> {
         grace: std::time::Duration::from_millis(a.rx_grace),
         rx_buffer_bytes: a.rx_buffer,
         io: a.io,
+        limits: a.limits(),
     };
     // Output files are created before the run, so a bad path fails at once.
     let hgrm = create_output("--hgrm", a.hgrm.as_deref())?;
     let json = create_output("--json", a.json.as_deref())?;
     let stop = stop_on_signals()?;
-    let progress = progress_bar(None);
-    let report = run_live_with_stop(&a.files, &cfg, progress.as_ref(), Stop::on(&stop));
+    let progress = progress_bar(a.limit);
+    let report = run_live_with_stop(&files, &cfg, progress.as_ref(), Stop::on(&stop));
     if let Some(pb) = &progress {
         pb.finish_and_clear();
     }
-    let report = report?;
+    let mut report = report?;
+    StdinSpool::rename(spool, report.inputs.iter_mut());
+    StdinSpool::rename(spool, report.input_errors.iter_mut().map(|e| &mut e.file));
     warn_input_errors(&report.input_errors, "sent");
     // The files are written even when standard output is gone.
     let printed = report.write_text(&mut std::io::stdout().lock());
@@ -956,12 +1086,23 @@ fn run_live_replay(a: &ReplayArgs, tx: &str) -> Result<Outcome> {
 }
 
 fn run() -> Result<Outcome> {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Command::Synth(s) = &cli.command {
         check_writable("--output", &s.output)?;
     }
+    // The synthetic workload's flags the command line gave (not defaults).
+    let synth_flags: Vec<&str> = matches
+        .subcommand_matches("replay")
+        .map(|m| {
+            SYNTH_ONLY
+                .into_iter()
+                .filter(|id| m.value_source(id) == Some(ValueSource::CommandLine))
+                .collect()
+        })
+        .unwrap_or_default();
     match &cli.command {
-        Command::Replay(a) => run_replay(a),
+        Command::Replay(a) => run_replay(a, &synth_flags),
         Command::Scenario(ScenarioCmd::Sfb(a)) => run_scenario_sfb(a).map(|()| Outcome::Done),
         Command::Throughput(a) => run_throughput_cmd(a).map(|()| Outcome::Done),
         Command::Synth(s) => run_synth(s).map(|()| Outcome::Done),

@@ -74,7 +74,7 @@ pub use crate::pacing::{Pacing, PassClock, Schedule, wait_until, wait_until_or_s
 pub use dataplane::runtime::Latency;
 pub use dataplane::runtime::worker::new_histogram;
 
-use crate::input::{InputError, InputErrors, Stop, check_headers};
+use crate::input::{InputError, InputErrors, LimitReached, Limits, Stop, check_headers};
 use crate::synth_router::{RouterSynth, RouterSynthConfig};
 
 /// The built-in router `replay` runs without `--config` (printed by
@@ -123,6 +123,8 @@ pub struct ReplayConfig {
     pub write: Option<PathBuf>,
     /// Seeds the hash keys the config leaves to chance.
     pub seed: u64,
+    /// `--limit`, `--duration`: stop short of the input's end.
+    pub limits: Limits,
 }
 
 impl ReplayConfig {
@@ -138,6 +140,7 @@ impl ReplayConfig {
             ingress: None,
             write: None,
             seed: 1,
+            limits: Limits::default(),
         }
     }
 }
@@ -199,6 +202,8 @@ pub struct Report {
     /// The operator stopped the run (Ctrl-C, SIGTERM) before the input's
     /// end: the counters cover the packets sent until then.
     pub interrupted: bool,
+    /// `--limit` or `--duration` ended the run before the input's end.
+    pub limit_reached: Option<LimitReached>,
     /// Records whose original length was absurd (above
     /// `dataplane::io::capture::MAX_ORIG_LEN`) and taken as the captured
     /// length.
@@ -231,6 +236,13 @@ impl Report {
             writeln!(
                 w,
                 "interrupted: stopped after {} packets, before the end of the input",
+                self.packets
+            )?;
+        }
+        if let Some(l) = self.limit_reached {
+            writeln!(
+                w,
+                "{l} reached: stopped after {} packets, before the end of the input",
                 self.packets
             )?;
         }
@@ -627,11 +639,20 @@ struct Dispatcher<'a> {
     stop: Stop<'a>,
     /// A stop was requested: nothing more is sent.
     stopped: bool,
+    /// `--limit`, `--duration`.
+    limits: Limits,
+    /// A limit ended the sending: nothing more is sent.
+    limit_reached: Option<LimitReached>,
     /// Records whose absurd original length the reader replaced.
     lengths_fixed: u64,
 }
 
 impl Dispatcher<'_> {
+    /// Nothing more is sent: stopped by the operator or by a limit.
+    fn halted(&self) -> bool {
+        self.stopped || self.limit_reached.is_some()
+    }
+
     fn flush(&mut self, w: usize) -> Result<()> {
         if self.pending[w].meta.is_empty() {
             return Ok(());
@@ -657,8 +678,13 @@ impl Dispatcher<'_> {
         let target = self.start + std::time::Duration::from_nanos(offset);
         if target > Instant::now() {
             self.flush_all()?;
-            if wait_until_or_stop(target, self.stop).is_none() {
+            // A wait never outlasts --duration.
+            let deadline = self.limits.deadline(self.start);
+            let until = deadline.map_or(target, |d| d.min(target));
+            if wait_until_or_stop(until, self.stop).is_none() {
                 self.stopped = true;
+            } else if until < target {
+                self.limit_reached = Some(LimitReached::Duration);
             }
         }
         Ok(())
@@ -675,10 +701,13 @@ impl Dispatcher<'_> {
         if self.stop.requested() {
             self.stopped = true;
         }
-        if !self.stopped {
+        if !self.halted() {
+            self.limit_reached = self.limits.reached(self.sent, self.start);
+        }
+        if !self.halted() {
             self.pace(ts, orig_len)?;
         }
-        if self.stopped {
+        if self.halted() {
             return Ok(());
         }
         self.first_ts.get_or_insert(ts);
@@ -849,6 +878,8 @@ pub fn replay_with_stop(
         progress,
         stop,
         stopped: false,
+        limits: cfg.limits,
+        limit_reached: None,
         lengths_fixed: 0,
     };
     let started = Instant::now();
@@ -860,6 +891,7 @@ pub fn replay_with_stop(
     let result = feed(input, cfg, &map, &mut d);
     let flushed = d.flush_all();
     let (sent, bytes, first_ts, interrupted) = (d.sent, d.bytes, d.first_ts, d.stopped);
+    let limit_reached = d.limit_reached;
     let (lengths_fixed, gaps_capped) = (d.lengths_fixed, d.schedule.capped_gaps());
     drop(d); // closes the channels: workers finish
     let mut results = Vec::new();
@@ -930,6 +962,7 @@ pub fn replay_with_stop(
         written,
         input_errors,
         interrupted,
+        limit_reached,
         input_lengths_fixed: lengths_fixed,
         pacing_gaps_capped: gaps_capped,
         latency,
@@ -1003,7 +1036,7 @@ fn feed(
         match input {
             Input::Files(files) => {
                 for (i, f) in files.iter().enumerate() {
-                    if d.stopped {
+                    if d.halted() {
                         break;
                     }
                     // Every header was read before the run; a file gone
@@ -1016,7 +1049,7 @@ fn feed(
                         }
                     };
                     let mut read = 0u64;
-                    while !d.stopped {
+                    while !d.halted() {
                         let (ts, orig_len, link, interface) = match r.next_record() {
                             Ok(Some(rec)) => {
                                 buf.clear();
@@ -1039,7 +1072,7 @@ fn feed(
             Input::Synth(s) => {
                 let mut s = RouterSynth::new(*s)?;
                 let ports: Vec<u8> = s.interface_names().iter().map(|n| map.by_name(n)).collect();
-                while !d.stopped
+                while !d.halted()
                     && let Some(p) = s.next()?
                 {
                     let port = ports
@@ -1051,7 +1084,7 @@ fn feed(
                 }
             }
         }
-        if d.stopped {
+        if d.halted() {
             break;
         }
     }

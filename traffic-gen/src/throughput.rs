@@ -451,6 +451,7 @@ fn run_trial(
         grace: cfg.grace,
         rx_buffer_bytes: cfg.rx_buffer_bytes,
         io: cfg.io,
+        ..LiveConfig::default()
     };
     let generated = Generated {
         frames: UniqueConfig {

@@ -486,3 +486,113 @@ fn one_request_delivered_twice_still_writes_the_report() {
     assert_consistent_and_partial(&r);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// tcpreplay's and tcpdump's flags: `-c`/`--limit` on captures (across
+/// `-l` passes and files), `-r` and `-` (standard input, gzip too), the
+/// synthetic workload's flags refused with files, negative numbers
+/// answered by clap naming the flag.
+#[test]
+fn limit_read_stdin_and_flag_errors() {
+    let d = scratch("flags");
+    let a = fixed_pcap(&d, "a.pcap", 300);
+    let b = fixed_pcap(&d, "b.pcap", 300);
+    let j = d.join("r.json");
+    // -c 500 over two files of 300 and two passes: 500 packets.
+    let out = bin()
+        .args(["replay", "-l", "2", "-c", "500", "--json"])
+        .arg(&j)
+        .arg("-r")
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("--limit reached: stopped after 500 packets"),
+        "{stdout}"
+    );
+    let r = json(&j);
+    assert_eq!(r["packets"], 500);
+    assert_eq!(r["router"]["pipeline"]["received"], 500);
+    assert_eq!(r["limit_reached"], "packets");
+    assert_eq!(r["inputs"][0], a.display().to_string(), "-r comes first");
+    // Standard input, gzipped, as `tcpdump -r -`.
+    let gz = d.join("a.pcap.gz");
+    let mut enc = flate2::write::GzEncoder::new(
+        std::fs::File::create(&gz).unwrap(),
+        flate2::Compression::fast(),
+    );
+    std::io::copy(&mut std::fs::File::open(&a).unwrap(), &mut enc).unwrap();
+    enc.finish().unwrap();
+    let out = bin()
+        .args(["replay", "--json"])
+        .arg(&j)
+        .arg("-")
+        .stdin(std::fs::File::open(&gz).unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = json(&j);
+    assert_eq!(r["packets"], 300);
+    assert_eq!(r["inputs"][0], "-");
+    assert!(r["limit_reached"].is_null());
+    // The synthetic workload's flags do not apply to captures.
+    let out = bin()
+        .args(["replay", "--packets", "10", "--zipf-s", "1.2"])
+        .arg(&a)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("--packets, --zipf-s: only for the synthetic workload"),
+        "{stderr}"
+    );
+    // Negative and zero values: clap's error, naming the flag.
+    for (args, want) in [
+        (["--pps", "-1"], "invalid value '-1' for '--pps <N>'"),
+        (["-x", "0"], "invalid value '0' for '--multiplier <X>'"),
+        (["-c", "-5"], "invalid value '-5' for '--limit <N>'"),
+    ] {
+        let out = bin().arg("replay").args(args).arg(&a).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// `--duration` stops a paced replay on the wall clock.
+#[test]
+fn duration_stops_a_paced_replay() {
+    let d = scratch("duration");
+    let a = fixed_pcap(&d, "a.pcap", 1000);
+    let j = d.join("r.json");
+    let out = bin()
+        .args(["replay", "--pps", "2000", "--duration", "200ms", "--json"])
+        .arg(&j)
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = json(&j);
+    assert_eq!(r["limit_reached"], "duration");
+    let sent = r["packets"].as_u64().unwrap();
+    // 2000 pps for 0.2 s: about 400 of the 1000, never all.
+    assert!((1..1000).contains(&sent), "{sent}");
+    assert_eq!(r["router"]["pipeline"]["received"], sent);
+    std::fs::remove_dir_all(&d).unwrap();
+}
