@@ -105,7 +105,7 @@ enum Command {
     /// Ctrl-C or SIGTERM stops, prints the summary of what was sent and
     /// writes the outputs (exit status 130).
     #[command(after_help = EXIT_STATUS)]
-    Replay(ReplayArgs),
+    Replay(Box<ReplayArgs>),
     /// Write a synthetic workload (--kind: Zipf flows, multicast, Icarus,
     /// the built-in router's) as a capture, with its ground truth beside it.
     Synth(SynthCmd),
