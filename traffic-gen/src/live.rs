@@ -122,6 +122,7 @@ use serde::Serialize;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use crate::input::{InputError, InputErrors, LimitReached, Limits, Stop, check_headers};
+use crate::pacing::shortfall_warning;
 use crate::replay::{
     Latency, Pacing, PassClock, Schedule, new_histogram, wait_until_or_stop, write_hgrm,
 };
@@ -483,6 +484,9 @@ pub struct LiveReport {
     pub pacing_gaps_capped: u64,
     /// `--limit` or `--duration` ended the sending before the input's end.
     pub limit_reached: Option<LimitReached>,
+    /// The share of the requested rate reached (paced runs of 10 ms or
+    /// more; a shortfall below 95% is warned about).
+    pub rate_reached: Option<f64>,
     /// The receive side, with `--rx`.
     pub rx: Option<RxReport>,
 }
@@ -523,6 +527,9 @@ impl LiveReport {
                 "{l} reached: stopped after {} packets, before the end of the input",
                 self.sent
             )?;
+        }
+        if let Some(line) = shortfall_warning(&self.pacing, self.rate_reached) {
+            writeln!(w, "{line}")?;
         }
         for e in &self.input_errors {
             writeln!(w, "input error: {e}; sent what precedes it")?;
@@ -1008,7 +1015,7 @@ impl Transmitter<'_> {
             }
         }
         self.attempted += 1;
-        if self.attempted & 0xfff == 0
+        if (self.attempted & 0xfff == 0 || self.schedule.is_paced())
             && let Some(p) = self.progress
         {
             p.set_position(self.attempted);
@@ -1094,7 +1101,7 @@ impl Transmitter<'_> {
             self.send_gathered(b)?;
         }
         self.attempted += 1;
-        if self.attempted & 0xfff == 0
+        if (self.attempted & 0xfff == 0 || self.schedule.is_paced())
             && let Some(p) = self.progress
         {
             p.set_position(self.attempted);
@@ -1369,6 +1376,8 @@ struct TxRun {
     gaps_capped: u64,
     /// `--limit` or `--duration` ended the sending.
     limit_reached: Option<LimitReached>,
+    /// The share of the requested rate reached.
+    rate_reached: Option<f64>,
 }
 
 /// What the sender and receiver threads share.
@@ -1462,6 +1471,7 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
         lengths_fixed: tx.lengths_fixed,
         gaps_capped: tx.schedule.capped_gaps(),
         limit_reached: tx.limit_reached,
+        rate_reached: tx.schedule.rate_reached(elapsed),
     })
 }
 
@@ -1927,6 +1937,7 @@ fn run(
         input_lengths_fixed: tx_run.lengths_fixed,
         pacing_gaps_capped: tx_run.gaps_capped,
         limit_reached: tx_run.limit_reached,
+        rate_reached: tx_run.rate_reached,
         rx,
     })
 }
@@ -2306,6 +2317,7 @@ mod tests {
             input_lengths_fixed: 2,
             pacing_gaps_capped: 1,
             limit_reached: Some(LimitReached::Packets),
+            rate_reached: Some(0.5),
             rx: None,
         };
         let mut out = Vec::new();
@@ -2337,6 +2349,10 @@ mod tests {
         );
         assert!(
             text.contains("--limit reached: stopped after 10000 packets"),
+            "{text}"
+        );
+        assert!(
+            text.contains("warning: the requested rate (topspeed) was not reached: 50% of it"),
             "{text}"
         );
         assert!(rep.write_hgrm(&mut Vec::new()).is_none());

@@ -767,15 +767,27 @@ impl ReplayArgs {
     }
 }
 
-/// A progress bar on standard error when it is a terminal.
+/// A progress bar on standard error when it is a terminal (none when it
+/// is not): elapsed time, packets and a whole-number rate, plus the bar and
+/// an ETA when the total is known (the synthetic workload, `--limit`). It
+/// ticks on its own, so the clock moves at low rates too.
 fn progress_bar(total: Option<u64>) -> Option<ProgressBar> {
     std::io::stderr().is_terminal().then(|| {
+        let template = if total.is_some() {
+            "{spinner} {elapsed_precise} [{bar:30}] {human_pos}/{human_len} packets, {rate} pps, ETA {eta}"
+        } else {
+            "{spinner} {elapsed_precise} {human_pos} packets, {rate} pps"
+        };
         let pb = total.map_or_else(ProgressBar::new_spinner, ProgressBar::new);
-        if let Ok(style) = ProgressStyle::with_template(
-            "{spinner} {elapsed_precise} {bar:40} {pos} packets {per_sec}",
-        ) {
-            pb.set_style(style);
+        if let Ok(style) = ProgressStyle::with_template(template) {
+            pb.set_style(style.with_key(
+                "rate",
+                |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.0}", s.per_sec());
+                },
+            ));
         }
+        pb.enable_steady_tick(std::time::Duration::from_millis(250));
         pb
     })
 }

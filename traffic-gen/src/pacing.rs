@@ -71,7 +71,17 @@ pub struct Schedule {
     skipped_ns: u64,
     capped: u64,
     max_gap_ns: u64,
+    /// The latest due offset given so far.
+    last_due_ns: u64,
 }
+
+/// A paced run that reached less than this share of its rate is warned
+/// about, as tcpreplay's statistics make a shortfall visible.
+pub const RATE_WARN_BELOW: f64 = 0.95;
+
+/// Schedules shorter than this are not judged (a few packets' timing says
+/// little about a rate).
+const RATE_JUDGED_FROM_NS: u64 = 10_000_000;
 
 /// The longest gap between two packets' capture times a multiplier
 /// schedule keeps (see [`Schedule`]).
@@ -93,13 +103,36 @@ impl Schedule {
             skipped_ns: 0,
             capped: 0,
             max_gap_ns: DEFAULT_MAX_GAP_NS,
+            last_due_ns: 0,
         }
+    }
+
+    /// The share of the requested rate reached by a sending that took
+    /// `elapsed` from the start to its last packet: the last packet's due
+    /// offset over the time taken, at most 1. `None` at top speed or for a
+    /// schedule shorter than 10 ms (too short to judge).
+    pub fn rate_reached(&self, elapsed: Duration) -> Option<f64> {
+        if self.pacing == Pacing::TopSpeed || self.last_due_ns < RATE_JUDGED_FROM_NS {
+            return None;
+        }
+        let took = elapsed.as_nanos() as f64;
+        Some(if took <= 0.0 {
+            1.0
+        } else {
+            (self.last_due_ns as f64 / took).min(1.0)
+        })
     }
 
     /// The same with another longest kept gap, ns (at least 1).
     pub fn with_max_gap(mut self, ns: u64) -> Self {
         self.max_gap_ns = ns.max(1);
         self
+    }
+
+    /// Whether packets wait for their due time (not top speed): progress
+    /// is then worth showing packet by packet.
+    pub fn is_paced(&self) -> bool {
+        self.pacing != Pacing::TopSpeed
     }
 
     /// Gaps longer than the maximum that were cut to it so far.
@@ -134,7 +167,11 @@ impl Schedule {
         self.packets += 1;
         self.bits = self.bits.saturating_add(u64::from(wire_len) * 8);
         // `as` saturates: NaN -> 0, beyond u64 -> u64::MAX.
-        ns.map(|ns| (ns.max(0.0) as u64).min(MAX_OFFSET_NS))
+        let due = ns.map(|ns| (ns.max(0.0) as u64).min(MAX_OFFSET_NS));
+        if let Some(d) = due {
+            self.last_due_ns = self.last_due_ns.max(d);
+        }
+        due
     }
 }
 
@@ -220,9 +257,48 @@ pub fn wait_until_or_stop(deadline: Instant, stop: Stop<'_>) -> Option<Instant> 
     }
 }
 
+/// The terminal line for a paced run that fell short of its rate.
+pub fn shortfall_warning(pacing: &str, reached: Option<f64>) -> Option<String> {
+    let r = reached.filter(|&r| r < RATE_WARN_BELOW)?;
+    Some(format!(
+        "warning: the requested rate ({pacing}) was not reached: {:.0}% of it",
+        r * 100.0
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rate_reached_compares_the_schedule_with_the_time_taken() {
+        let mut s = Schedule::new(Pacing::Pps(1000.0));
+        for _ in 0..101 {
+            s.next_offset(0, 60);
+        }
+        // The last of 101 packets is due at 100 ms.
+        assert_eq!(s.rate_reached(Duration::from_millis(100)), Some(1.0));
+        assert_eq!(s.rate_reached(Duration::from_millis(90)), Some(1.0));
+        let r = s.rate_reached(Duration::from_millis(400)).unwrap();
+        assert!((r - 0.25).abs() < 1e-9, "{r}");
+        assert_eq!(
+            shortfall_warning("1000 pps", Some(r)).unwrap(),
+            "warning: the requested rate (1000 pps) was not reached: 25% of it"
+        );
+        assert!(shortfall_warning("1000 pps", Some(0.96)).is_none());
+        let mut t = Schedule::new(Pacing::TopSpeed);
+        t.next_offset(0, 60);
+        assert_eq!(t.rate_reached(Duration::from_secs(9)), None);
+        let mut short = Schedule::new(Pacing::Pps(1000.0));
+        for _ in 0..5 {
+            short.next_offset(0, 60);
+        }
+        assert_eq!(
+            short.rate_reached(Duration::from_secs(9)),
+            None,
+            "4 ms: not judged"
+        );
+    }
 
     /// The offsets of `packets` (capture time, length) over `loops` passes.
     fn offsets(pacing: Pacing, packets: &[(u64, u32)], loops: u32) -> Vec<Option<u64>> {

@@ -70,6 +70,7 @@ use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use serde::Serialize;
 
+use crate::pacing::shortfall_warning;
 pub use crate::pacing::{Pacing, PassClock, Schedule, wait_until, wait_until_or_stop};
 pub use dataplane::runtime::Latency;
 pub use dataplane::runtime::worker::new_histogram;
@@ -204,6 +205,9 @@ pub struct Report {
     pub interrupted: bool,
     /// `--limit` or `--duration` ended the run before the input's end.
     pub limit_reached: Option<LimitReached>,
+    /// The share of the requested rate reached (paced runs of 10 ms or
+    /// more; a shortfall below 95% is warned about).
+    pub rate_reached: Option<f64>,
     /// Records whose original length was absurd (above
     /// `dataplane::io::capture::MAX_ORIG_LEN`) and taken as the captured
     /// length.
@@ -245,6 +249,9 @@ impl Report {
                 "{l} reached: stopped after {} packets, before the end of the input",
                 self.packets
             )?;
+        }
+        if let Some(line) = shortfall_warning(&self.pacing, self.rate_reached) {
+            writeln!(w, "{line}")?;
         }
         for e in &self.input_errors {
             writeln!(w, "input error: {e}; replayed what precedes it")?;
@@ -719,7 +726,7 @@ impl Dispatcher<'_> {
         self.sent += 1;
         self.bytes += u64::from(orig_len.max(data.len() as u32));
         if let Some(p) = self.progress
-            && self.sent.is_multiple_of(4096)
+            && (self.sent.is_multiple_of(4096) || self.schedule.is_paced())
         {
             p.set_position(self.sent);
         }
@@ -892,6 +899,7 @@ pub fn replay_with_stop(
     let flushed = d.flush_all();
     let (sent, bytes, first_ts, interrupted) = (d.sent, d.bytes, d.first_ts, d.stopped);
     let limit_reached = d.limit_reached;
+    let rate_reached = d.schedule.rate_reached(d.start.elapsed());
     let (lengths_fixed, gaps_capped) = (d.lengths_fixed, d.schedule.capped_gaps());
     drop(d); // closes the channels: workers finish
     let mut results = Vec::new();
@@ -963,6 +971,7 @@ pub fn replay_with_stop(
         input_errors,
         interrupted,
         limit_reached,
+        rate_reached,
         input_lengths_fixed: lengths_fixed,
         pacing_gaps_capped: gaps_capped,
         latency,

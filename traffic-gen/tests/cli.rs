@@ -596,3 +596,30 @@ fn duration_stops_a_paced_replay() {
     assert_eq!(r["router"]["pipeline"]["received"], sent);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// A rate the replay cannot reach is warned about, as tcpreplay's
+/// statistics show it: 200,000 packets asked at 10 Mpps (a 20 ms
+/// schedule) through the whole router, which runs at about 1 Mpps.
+#[test]
+fn an_unreached_rate_is_warned_about() {
+    let d = scratch("rate");
+    let j = d.join("r.json");
+    let out = bin()
+        .args(["replay", "--pps", "10000000", "--json"])
+        .arg(&j)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("warning: the requested rate (10000000 pps) was not reached"),
+        "{stdout}"
+    );
+    let r = json(&j)["rate_reached"].as_f64().unwrap();
+    assert!(r > 0.0 && r < 0.95, "{r}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
