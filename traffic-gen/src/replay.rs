@@ -1332,7 +1332,7 @@ mod tests {
         let progress = ProgressBar::hidden();
         let r = thread::scope(|s| {
             let h = s.spawn(|| replay_with_stop(&input, &cfg, Some(&progress), Stop::on(&flag)));
-            // Stop once some packets went in (the bar moves every 4096).
+            // Stop once some packets went in (a paced bar moves with each).
             while progress.position() == 0 && !h.is_finished() {
                 thread::sleep(std::time::Duration::from_millis(5));
             }
@@ -1340,7 +1340,7 @@ mod tests {
             h.join().unwrap().unwrap()
         });
         assert!(r.interrupted);
-        assert!(r.packets >= 4096 && r.packets < 200_000, "{}", r.packets);
+        assert!(r.packets >= 1 && r.packets < 200_000, "{}", r.packets);
         let p = &r.router.pipeline;
         assert_eq!(p.received, r.packets);
         assert_eq!(p.received, p.forwarded + p.dropped);
