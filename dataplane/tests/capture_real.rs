@@ -18,6 +18,7 @@
 //! All 49 readable files agree with capinfos on the count.
 
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use dataplane::io::capture::{CaptureErrorKind, CaptureReader, FileFormat, read_all};
@@ -28,7 +29,8 @@ fn corpus() -> Option<PathBuf> {
     if dir.join("MANIFEST.tsv").is_file() {
         Some(dir.canonicalize().unwrap_or(dir))
     } else {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "skipping: no capture corpus at {} (it lives outside the repository)",
             dir.display()
         );

@@ -8,6 +8,7 @@
 //! `--nocapture` for the table.
 
 use std::collections::{HashMap, HashSet};
+use std::io::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
@@ -29,7 +30,7 @@ fn corpus_file(name: &str) -> Option<PathBuf> {
     if p.is_file() {
         Some(p)
     } else {
-        eprintln!("skipping: {} not found", p.display());
+        let _ = writeln!(std::io::stderr(), "skipping: {} not found", p.display());
         None
     }
 }

@@ -46,6 +46,7 @@
 
 use std::ffi::OsStr;
 use std::io::ErrorKind;
+use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -138,11 +139,11 @@ fn io_section(backend: &str) -> String {
 fn lab_run(backend: &str) {
     let name = format!("live_router_in_netns_lab ({backend})");
     if let Some(why) = skip_reason() {
-        eprintln!("{name}: skipped: {why}");
+        let _ = writeln!(std::io::stderr(), "{name}: skipped: {why}");
         return;
     }
     if let Some(why) = (backend == "ring").then(lab_common::ring_refused).flatten() {
-        eprintln!("{name}: skipped: {why}");
+        let _ = writeln!(std::io::stderr(), "{name}: skipped: {why}");
         return;
     }
     let _one = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());

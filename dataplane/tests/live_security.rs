@@ -31,6 +31,7 @@
 //!
 //! Needs root and `ip netns`; otherwise it prints why and passes as skipped.
 
+use std::io::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -189,7 +190,7 @@ fn hostile_hosts(backend: &str) {
     if let Some(why) =
         skip_reason().or_else(|| (backend == "ring").then(lab_common::ring_refused).flatten())
     {
-        eprintln!("{name}: skipped: {why}");
+        let _ = writeln!(std::io::stderr(), "{name}: skipped: {why}");
         return;
     }
     let _one = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
@@ -312,7 +313,10 @@ fn hostile_hosts(backend: &str) {
 /// ambient capabilities: it starts, forwards, drops them, stops cleanly.
 fn unprivileged(lab: &mut Lab, backend: &str) {
     if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("unprivileged phase skipped: setpriv (util-linux) not found");
+        let _ = writeln!(
+            std::io::stderr(),
+            "unprivileged phase skipped: setpriv (util-linux) not found"
+        );
         return;
     }
     // Every path the router opens must be reachable by nobody.
@@ -321,7 +325,8 @@ fn unprivileged(lab: &mut Lab, backend: &str) {
         while let Some(d) = p {
             let mode = std::fs::metadata(d).unwrap().permissions().mode();
             if mode & 0o001 == 0 {
-                eprintln!(
+                let _ = writeln!(
+                    std::io::stderr(),
                     "unprivileged phase skipped: {} is not searchable by others",
                     d.display()
                 );

@@ -6,6 +6,7 @@
 //! untouched).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
@@ -53,7 +54,11 @@ fn random_group(state: &mut u64) -> GroupKey {
 fn replay(file: &str) -> Option<(BTreeSet<String>, BTreeSet<String>, MulticastCounters)> {
     let path = corpus().join(file);
     if !path.exists() {
-        eprintln!("skipping {file}: {} not found", path.display());
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipping {file}: {} not found",
+            path.display()
+        );
         return None;
     }
     let stage = MulticastStage::new(&MulticastConfig {

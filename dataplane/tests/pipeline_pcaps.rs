@@ -9,6 +9,7 @@
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use dataplane::clock::Timestamp;
@@ -25,7 +26,10 @@ fn corpus() -> Option<PathBuf> {
     if dir.join("MANIFEST.tsv").is_file() {
         Some(dir.to_path_buf())
     } else {
-        eprintln!("skipping: capture corpus {CORPUS} not found");
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipping: capture corpus {CORPUS} not found"
+        );
         None
     }
 }

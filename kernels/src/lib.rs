@@ -23,6 +23,36 @@
 //! hasher.partitioned(&pairs, layout, &mut idx);
 //! assert!(idx.iter().all(|&i| i < 1 << 16));
 //! ```
+//!
+//! The structures most users want are [`bloom::Bloom`] and
+//! [`cms::CountMin`]; both take keys one at a time or a batch at a time
+//! (the batch calls hash with the SIMD backend and prefetch):
+//!
+//! ```
+//! use kernels::bloom::Bloom;
+//!
+//! // 10,000 groups at a 0.1% false-positive rate (split-block layout).
+//! let mut groups = Bloom::with_rate(10_000, 0.001).unwrap();
+//! let keys: Vec<[u32; 4]> = (0..1000u32).map(|g| [0xe000_0000 | g, 0, 0, 0]).collect();
+//! groups.insert_batch(&keys);
+//! let mut hit = vec![false; keys.len()];
+//! groups.contains_batch(&keys, &mut hit);
+//! assert!(hit.iter().all(|&h| h), "no false negatives");
+//! assert!(groups.false_positive_rate() < 0.001);
+//! ```
+//!
+//! ```
+//! use kernels::cms::CountMin;
+//!
+//! // Count-min with conservative update: estimates never fall below the
+//! // true count, and exceed it by at most epsilon N with probability 1 - delta.
+//! let mut bytes = CountMin::with_error(0.001, 0.01);
+//! let flow = [0x0a00_0001, 0x0a00_0002, (1234 << 16) | 80, 6];
+//! for _ in 0..10 {
+//!     bytes.add_conservative(&flow, 1500);
+//! }
+//! assert!(bytes.estimate(&flow) >= 15_000);
+//! ```
 
 pub mod arch;
 mod backend;

@@ -3,6 +3,7 @@
 //! in a child process with the variable set, because changing the
 //! environment of a running multi-threaded test process is unsound.
 
+use std::io::Write as _;
 use std::process::Command;
 
 use kernels::{Backend, BackendError, Hasher};
@@ -82,7 +83,10 @@ fn backend_from_environment() {
     match probe {
         Ok(o) if String::from_utf8_lossy(&o.stdout).contains("backend_from_environment") => {}
         other => {
-            eprintln!("skipping: this test binary cannot be re-run as a child process: {other:?}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipping: this test binary cannot be re-run as a child process: {other:?}"
+            );
             return;
         }
     }

@@ -1,6 +1,7 @@
 //! Bloomplane cross-crate integration tests live in `tests/`; this library
 //! only holds their shared helpers.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// The shared capture corpus (outside the repository), or `None` with a
@@ -10,7 +11,7 @@ pub fn corpus_file(name: &str) -> Option<PathBuf> {
     if p.is_file() {
         Some(p)
     } else {
-        eprintln!("skipping: {} not found", p.display());
+        let _ = writeln!(std::io::stderr(), "skipping: {} not found", p.display());
         None
     }
 }

@@ -19,6 +19,7 @@
 //! Every step is bounded by a timeout, and a guard kills the router and
 //! takes the lab down whatever happens.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -93,7 +94,10 @@ fn write_pcap(path: &Path) -> usize {
 #[test]
 fn live_replay_through_the_router() {
     if let Some(why) = skip_reason() {
-        eprintln!("live_replay_through_the_router: skipped: {why}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "live_replay_through_the_router: skipped: {why}"
+        );
         return;
     }
     let t0 = Instant::now();
@@ -370,7 +374,10 @@ fn write_mixed(path: &Path) -> u64 {
 #[test]
 fn live_router_and_replay_agree() {
     if let Some(why) = skip_reason() {
-        eprintln!("live_router_and_replay_agree: skipped: {why}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "live_router_and_replay_agree: skipped: {why}"
+        );
         return;
     }
     let bins = binaries();
@@ -493,12 +500,13 @@ const PUBLIC_CAPTURES: &[&str] = &[
 fn ring_and_pnet_forward_public_captures_alike() {
     let name = "ring_and_pnet_forward_public_captures_alike";
     if let Some(why) = skip_reason().or_else(lab_common::ring_refused) {
-        eprintln!("{name}: skipped: {why}");
+        let _ = writeln!(std::io::stderr(), "{name}: skipped: {why}");
         return;
     }
     let pcaps = workspace().join("../shared/pcaps");
     if !pcaps.is_dir() {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "{name}: skipped: {} not found (the shared captures are not in a user's clone)",
             pcaps.display()
         );

@@ -17,6 +17,7 @@
 //! Every step is bounded by a timeout, and a guard kills the router and
 //! takes the lab down whatever happens.
 
+use std::io::Write as _;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -193,7 +194,7 @@ fn check_throughput(tg: &Path, lab: &Lab, io: &str) {
 fn ring_and_pnet_replay_and_throughput_through_the_router() {
     let name = "ring_and_pnet_replay_and_throughput_through_the_router";
     if let Some(why) = skip_reason() {
-        eprintln!("{name}: skipped: {why}");
+        let _ = writeln!(std::io::stderr(), "{name}: skipped: {why}");
         return;
     }
     let t0 = Instant::now();
@@ -213,7 +214,7 @@ fn ring_and_pnet_replay_and_throughput_through_the_router() {
         if io == "ring"
             && let Some(why) = &ring
         {
-            eprintln!("{name}: ring part skipped: {why}");
+            let _ = writeln!(std::io::stderr(), "{name}: ring part skipped: {why}");
             continue;
         }
         let (err, report) = lab.start_router_with(

@@ -8,6 +8,7 @@
 //! errors; a capture whose header is bad gives an error naming the file.
 //! Skipped with a note when the corpus is absent.
 
+use std::io::Write as _;
 use std::path::Path;
 
 use dataplane::io::capture::CaptureReader;
@@ -32,7 +33,7 @@ fn count(path: &Path) -> (u64, bool) {
 fn every_shared_capture_through_the_default_router() {
     let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/pcaps"));
     let Ok(entries) = std::fs::read_dir(dir) else {
-        eprintln!("skipping: {} not found", dir.display());
+        let _ = writeln!(std::io::stderr(), "skipping: {} not found", dir.display());
         return;
     };
     let mut files: Vec<_> = entries

@@ -2,6 +2,7 @@
 //! replay reads it back and writes the JSON and .hgrm reports; bad input
 //! fails with the file named and a non-zero exit code.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -136,7 +137,7 @@ fn fixed_pcap(d: &std::path::Path, name: &str, packets: u32) -> PathBuf {
 #[test]
 fn a_public_capture_cut_short_is_replayed_up_to_the_cut() {
     let Some(pcaps) = shared_pcaps() else {
-        eprintln!("skipping: ../shared/pcaps is absent");
+        let _ = writeln!(std::io::stderr(), "skipping: ../shared/pcaps is absent");
         return;
     };
     let d = scratch("cut-public");
