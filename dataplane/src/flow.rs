@@ -266,25 +266,53 @@ impl From<Flow6> for FlowKey {
     }
 }
 
+/// How a flow's protocol shows its L4 fields.
+fn l4_shape(protocol: IpProtocol, src_port: u16, dst_port: u16) -> L4Shape {
+    match protocol {
+        IpProtocol::Icmp | IpProtocol::Icmpv6 => L4Shape::TypeCode,
+        IpProtocol::Tcp | IpProtocol::Udp => L4Shape::Ports,
+        _ if src_port != 0 || dst_port != 0 => L4Shape::Ports,
+        _ => L4Shape::None,
+    }
+}
+
+enum L4Shape {
+    Ports,
+    TypeCode,
+    None,
+}
+
 impl fmt::Display for Flow4 {
-    /// `10.0.0.1:1234 -> 10.0.0.2:80 tcp`.
+    /// `10.0.0.1:1234 -> 10.0.0.2:80 tcp`; ICMP with its type and code
+    /// (`10.0.0.1 -> 10.0.0.2 icmp 8/0`), other protocols without ports
+    /// (`10.0.0.1 -> 224.0.0.22 igmp`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{} -> {}:{} {}",
-            self.src, self.src_port, self.dst, self.dst_port, self.protocol
-        )
+        let (s, d, p) = (self.src, self.dst, self.protocol);
+        match l4_shape(p, self.src_port, self.dst_port) {
+            L4Shape::Ports => write!(f, "{s}:{} -> {d}:{} {p}", self.src_port, self.dst_port),
+            L4Shape::TypeCode => {
+                let [t, c] = self.dst_port.to_be_bytes();
+                write!(f, "{s} -> {d} {p} {t}/{c}")
+            }
+            L4Shape::None => write!(f, "{s} -> {d} {p}"),
+        }
     }
 }
 
 impl fmt::Display for Flow6 {
-    /// `[2001:db8::1]:53 -> [2001:db8::2]:4242 udp`.
+    /// `[2001:db8::1]:53 -> [2001:db8::2]:4242 udp`; ICMPv6 with its type
+    /// and code (`2001:db8::1 -> 2001:db8::2 ipv6-icmp 128/0`), other
+    /// protocols without ports.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "[{}]:{} -> [{}]:{} {}",
-            self.src, self.src_port, self.dst, self.dst_port, self.protocol
-        )
+        let (s, d, p) = (self.src, self.dst, self.protocol);
+        match l4_shape(p, self.src_port, self.dst_port) {
+            L4Shape::Ports => write!(f, "[{s}]:{} -> [{d}]:{} {p}", self.src_port, self.dst_port),
+            L4Shape::TypeCode => {
+                let [t, c] = self.dst_port.to_be_bytes();
+                write!(f, "{s} -> {d} {p} {t}/{c}")
+            }
+            L4Shape::None => write!(f, "{s} -> {d} {p}"),
+        }
     }
 }
 
@@ -367,6 +395,15 @@ mod tests {
         let mut k = k4();
         k.protocol = IpProtocol::Unknown(132);
         assert_eq!(k.to_string(), "10.0.0.1:1234 -> 10.0.0.2:80 proto-132");
+        // ICMP: type/code (NetFlow's destination port); no ports: none shown.
+        k.protocol = IpProtocol::Icmp;
+        (k.src_port, k.dst_port) = (0, 0x0800);
+        assert_eq!(k.to_string(), "10.0.0.1 -> 10.0.0.2 icmp 8/0");
+        let mut k6 = k6();
+        (k6.protocol, k6.src_port, k6.dst_port) = (IpProtocol::Icmpv6, 0, 0x8100);
+        assert_eq!(k6.to_string(), "2001:db8::1 -> 2001:db8::2 ipv6-icmp 129/0");
+        (k.protocol, k.dst_port) = (IpProtocol::Igmp, 0);
+        assert_eq!(k.to_string(), "10.0.0.1 -> 10.0.0.2 igmp");
     }
 
     #[test]

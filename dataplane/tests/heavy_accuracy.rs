@@ -508,3 +508,24 @@ fn default_width_follows_the_share() {
         assert!(phi * cells >= CELLS_PER_SHARE && phi * cells < 2.0 * CELLS_PER_SHARE);
     }
 }
+
+/// One epoch over several inputs covers all of them, whatever their order:
+/// a second input with earlier times moves the start back.
+#[test]
+fn one_epoch_spans_every_input() {
+    let mut later = zipf_records(100, 1000, 1.1, 1);
+    let mut earlier = zipf_records(100, 1000, 1.1, 2);
+    for r in &mut later {
+        r.ts_ns += 5_000_000_000;
+    }
+    for r in &mut earlier {
+        r.ts_ns += 1_000_000_000;
+    }
+    let first = earlier[0].ts_ns;
+    let last = later.last().unwrap().ts_ns;
+    later.append(&mut earlier);
+    let (reports, _) = run_records(&later, config());
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].start_ns, first);
+    assert_eq!(reports[0].end_ns, last);
+}

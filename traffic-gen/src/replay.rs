@@ -166,6 +166,13 @@ pub struct WorkerSummary {
     pub latency: LatencyReport,
 }
 
+/// A capture time (ns since the Unix epoch) as an RFC 3339 UTC date with
+/// microseconds, as tcpdump's `-tttt` shows times (never raw seconds).
+pub fn capture_date(ns: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns);
+    humantime::format_rfc3339_micros(t).to_string()
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -287,10 +294,10 @@ impl Report {
             for e in &self.heavy {
                 writeln!(
                     w,
-                    "heavy flows, epoch {} ({:.6} s .. {:.6} s, {} bytes, {} packets): {}",
+                    "heavy flows, epoch {} ({} .. {}, {} bytes, {} packets): {}",
                     e.epoch,
-                    e.start_ns as f64 / 1e9,
-                    e.end_ns as f64 / 1e9,
+                    capture_date(e.start_ns),
+                    capture_date(e.end_ns),
                     e.bytes,
                     e.packets,
                     e.flows.len()
@@ -320,15 +327,23 @@ impl Report {
         }
         let mut rows: Vec<_> = flows.into_iter().collect();
         rows.sort_by(|a, b| b.1.1.cmp(&a.1.1).then(a.0.cmp(b.0)));
+        // As wide as the widest flow shown (two full IPv6 addresses fit).
+        let width = rows
+            .iter()
+            .take(top)
+            .map(|(f, _)| f.len())
+            .max()
+            .unwrap_or(0)
+            .max(58);
         writeln!(
             w,
-            "  {:<58} {:>6} {:>12} {:>9} {:>7}",
+            "  {:<width$} {:>6} {:>12} {:>9} {:>7}",
             "flow", "epochs", "bytes<=", "packets<=", "share%"
         )?;
         for (flow, (epochs, bytes, packets)) in rows.iter().take(top) {
             writeln!(
                 w,
-                "  {flow:<58} {epochs:>6} {bytes:>12} {packets:>9} {:>7.3}",
+                "  {flow:<width$} {epochs:>6} {bytes:>12} {packets:>9} {:>7.3}",
                 100.0 * *bytes as f64 / total.max(1) as f64
             )?;
         }

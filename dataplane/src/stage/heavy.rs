@@ -839,8 +839,12 @@ impl HeavyStage {
     fn advance_epoch(&mut self, now: Timestamp, first: Timestamp) {
         let (k, start) = self.epoch_of(now);
         match (self.epoch, self.config.epoch_ns) {
-            // One epoch: it starts with the earliest packet seen.
+            // One epoch: it starts with the earliest packet seen, also when
+            // a later file of the input holds earlier times.
             (None, None) => self.epoch = Some((0, first.min(now).as_nanos())),
+            (Some((0, s)), None) if first.min(now).as_nanos() < s => {
+                self.epoch = Some((0, first.min(now).as_nanos()));
+            }
             (None, Some(_)) => self.epoch = Some((k, start)),
             (Some((cur, _)), Some(l)) if k > cur => {
                 self.close_epoch(cur.saturating_add(1).saturating_mul(l));

@@ -675,6 +675,14 @@ fn parse_l4(
                 ulen
             } - super::udp::HEADER_LEN;
         }
+        IpProtocol::Icmp | IpProtocol::Icmpv6 => {
+            // As NetFlow and IPFIX key ICMP: type and code in the
+            // destination port (`type << 8 | code`), so echo requests,
+            // replies and errors are flows of their own and show as such.
+            p.dst_port = u16::from_be_bytes([h[0], h[1]]);
+            p.l4_header_len = need;
+            p.payload_len = ip_payload - need;
+        }
         _ => {
             p.l4_header_len = need;
             p.payload_len = ip_payload - need;

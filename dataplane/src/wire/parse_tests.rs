@@ -836,7 +836,12 @@ fn build(
         let tl = (ip_end - l3) as u16;
         f[l3 + 2..l3 + 4].copy_from_slice(&tl.to_be_bytes());
     }
-    let ports = if proto % 4 < 2 { ports } else { (0, 0) };
+    // ICMP echo: type 8, code 0 in the destination port, as NetFlow keys it.
+    let ports = match proto % 4 {
+        0 | 1 => ports,
+        2 => (0, 0x0800),
+        _ => (0, 0),
+    };
     Built {
         link,
         bytes: f,
