@@ -29,6 +29,7 @@
 //! * [`scenario`] — closed-loop AIMD and unresponsive senders against SFB
 //!   and drop-tail in virtual time.
 
+pub mod filter;
 pub mod frames;
 pub mod input;
 pub mod live;

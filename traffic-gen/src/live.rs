@@ -121,6 +121,7 @@ use pnet::datalink::{self, Channel, DataLinkReceiver, DataLinkSender};
 use serde::Serialize;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
+use crate::filter::BpfFilter;
 use crate::input::{InputError, InputErrors, LimitReached, Limits, Stop, check_headers};
 use crate::pacing::shortfall_warning;
 use crate::replay::{
@@ -171,6 +172,9 @@ pub struct LiveConfig {
     pub io: IoBackend,
     /// `--limit`, `--duration`: stop sending short of the input's end.
     pub limits: Limits,
+    /// `--filter`: a BPF expression (libpcap's); only matching records
+    /// are sent.
+    pub filter: Option<String>,
 }
 
 /// Frames made as they are sent ([`UniqueFrames`]) instead of read from
@@ -211,6 +215,7 @@ impl Default for LiveConfig {
             rx_buffer_bytes: 32 << 20,
             io: IoBackend::Pnet,
             limits: Limits::default(),
+            filter: None,
         }
     }
 }
@@ -487,6 +492,10 @@ pub struct LiveReport {
     /// The share of the requested rate reached (paced runs of 10 ms or
     /// more; a shortfall below 95% is warned about).
     pub rate_reached: Option<f64>,
+    /// The `--filter` expression.
+    pub filter: Option<String>,
+    /// Records the filter did not match (not sent).
+    pub filtered_out: u64,
     /// The receive side, with `--rx`.
     pub rx: Option<RxReport>,
 }
@@ -530,6 +539,13 @@ impl LiveReport {
         }
         if let Some(line) = shortfall_warning(&self.pacing, self.rate_reached) {
             writeln!(w, "{line}")?;
+        }
+        if let Some(f) = &self.filter {
+            writeln!(
+                w,
+                "filter '{f}': {} packets did not match and were not sent",
+                self.filtered_out
+            )?;
         }
         for e in &self.input_errors {
             writeln!(w, "input error: {e}; sent what precedes it")?;
@@ -859,6 +875,10 @@ struct Transmitter<'a> {
     limits: Limits,
     /// A limit ended the sending: nothing more is sent.
     limit_reached: Option<LimitReached>,
+    /// `--filter` while streaming (a preload filtered as it read).
+    filter: Option<BpfFilter>,
+    /// Records the filter did not match (first pass).
+    filtered_out: u64,
 }
 
 /// Frames the batched sender sends with one system call, at most.
@@ -1202,6 +1222,8 @@ struct Preloaded {
     errors: InputErrors,
     /// Records whose original length was replaced by the captured one.
     lengths_fixed: u64,
+    /// Records the filter did not match.
+    filtered_out: u64,
 }
 
 fn not_ethernet(file: &str, index: u64, link: LinkType) -> anyhow::Error {
@@ -1212,7 +1234,12 @@ fn not_ethernet(file: &str, index: u64, link: LinkType) -> anyhow::Error {
 }
 
 /// Reads every file into memory, each up to its end, its defect or a stop.
-fn preload(files: &[PathBuf], keys: bool, interrupt: Stop<'_>) -> Result<Preloaded> {
+fn preload(
+    files: &[PathBuf],
+    keys: bool,
+    interrupt: Stop<'_>,
+    mut filter: Option<&mut BpfFilter>,
+) -> Result<Preloaded> {
     let mut p = Preloaded::default();
     for (i, f) in files.iter().enumerate() {
         let mut r = match CaptureReader::open(f) {
@@ -1234,6 +1261,13 @@ fn preload(files: &[PathBuf], keys: bool, interrupt: Stop<'_>) -> Result<Preload
             };
             if rec.link_type != LinkType::Ethernet {
                 return Err(not_ethernet(&f.display().to_string(), index, rec.link_type));
+            }
+            if let Some(flt) = filter.as_deref_mut()
+                && !flt.matches(rec.link_type, rec.data, rec.orig_len)?
+            {
+                p.filtered_out += 1;
+                index += 1;
+                continue;
             }
             let start = p.bytes.len();
             p.bytes.extend_from_slice(rec.data);
@@ -1342,6 +1376,15 @@ fn transmit_files(
                     if rec.link_type != LinkType::Ethernet {
                         return Err(not_ethernet(&f.display().to_string(), index, rec.link_type));
                     }
+                    if let Some(flt) = &mut tx.filter
+                        && !flt.matches(rec.link_type, rec.data, rec.orig_len)?
+                    {
+                        if pass == 0 {
+                            tx.filtered_out += 1;
+                        }
+                        index += 1;
+                        continue;
+                    }
                     let key = if keys {
                         match_key(rec.link_type, rec.data)
                     } else {
@@ -1378,6 +1421,8 @@ struct TxRun {
     limit_reached: Option<LimitReached>,
     /// The share of the requested rate reached.
     rate_reached: Option<f64>,
+    /// Records the filter did not match.
+    filtered_out: u64,
 }
 
 /// What the sender and receiver threads share.
@@ -1451,6 +1496,13 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
         lengths_fixed: 0,
         limits: cfg.limits,
         limit_reached: None,
+        // Compiled here (checked once before the run): the program stays
+        // with the thread that runs it.
+        filter: match (sh.loaded, &cfg.filter) {
+            (None, Some(expr)) if sh.generated.is_none() => Some(BpfFilter::new(expr)?),
+            _ => None,
+        },
+        filtered_out: 0,
     };
     let input_errors = transmit(&mut tx, sh)?;
     let interrupted = tx.stopped || sh.interrupt.requested();
@@ -1472,6 +1524,7 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
         gaps_capped: tx.schedule.capped_gaps(),
         limit_reached: tx.limit_reached,
         rate_reached: tx.schedule.rate_reached(elapsed),
+        filtered_out: tx.filtered_out,
     })
 }
 
@@ -1795,8 +1848,10 @@ pub fn run_live_with_stop(
     cfg.pacing.validate()?;
     // Open every file first, so a bad name or header fails before any work.
     check_headers(files)?;
+    // Compiled first: an expression libpcap refuses fails before any work.
+    let mut filter = cfg.filter.as_deref().map(BpfFilter::new).transpose()?;
     let loaded = if cfg.preload {
-        let p = preload(files, cfg.rx.is_some(), interrupt)?;
+        let p = preload(files, cfg.rx.is_some(), interrupt, filter.as_mut())?;
         if let Some(pb) = progress {
             pb.set_length((p.frames.len() as u64).saturating_mul(u64::from(cfg.loops)));
         }
@@ -1818,6 +1873,7 @@ pub fn run_live_with_stop(
         // Preloading read every file before the sending began.
         report.input_errors = p.errors.into_vec();
         report.input_lengths_fixed = p.lengths_fixed;
+        report.filtered_out = p.filtered_out;
         report.interrupted |= interrupt.requested();
     }
     Ok(report)
@@ -1938,6 +1994,8 @@ fn run(
         pacing_gaps_capped: tx_run.gaps_capped,
         limit_reached: tx_run.limit_reached,
         rate_reached: tx_run.rate_reached,
+        filter: cfg.filter.clone(),
+        filtered_out: tx_run.filtered_out,
         rx,
     })
 }
@@ -2318,6 +2376,8 @@ mod tests {
             pacing_gaps_capped: 1,
             limit_reached: Some(LimitReached::Packets),
             rate_reached: Some(0.5),
+            filter: None,
+            filtered_out: 0,
             rx: None,
         };
         let mut out = Vec::new();
@@ -2397,7 +2457,7 @@ mod tests {
         // 24 header bytes, 116 per record: cut inside record 12's header.
         std::fs::write(&cut, &bytes[..24 + 12 * 116 + 5]).unwrap();
         let files = [cut.clone(), whole.clone(), cut.clone()];
-        let p = preload(&files, true, Stop::never()).unwrap();
+        let p = preload(&files, true, Stop::never(), None).unwrap();
         assert_eq!(p.frames.len(), 12 + 30 + 12);
         let errs = p.errors.into_vec();
         // One entry per position on the command line.
@@ -2407,7 +2467,7 @@ mod tests {
         assert_eq!(errs[0].packets_read, 12);
         // A stop before reading reads nothing.
         let flag = AtomicBool::new(true);
-        let p = preload(&files, false, Stop::on(&flag)).unwrap();
+        let p = preload(&files, false, Stop::on(&flag), None).unwrap();
         assert!(p.frames.is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }

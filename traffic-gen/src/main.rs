@@ -632,6 +632,11 @@ struct ReplayArgs {
     /// tcpreplay's --duration.
     #[arg(long, value_name = "T", value_parser = scenario::parse_duration)]
     duration: Option<u64>,
+    /// Send only the records that match this BPF expression, as tcpdump
+    /// reads it ('udp and port 53'; compiled by libpcap, loaded at run
+    /// time).
+    #[arg(long, value_name = "EXPR")]
+    filter: Option<String>,
     /// Heavy-flow threshold as a share of the epoch's bytes, in percent
     /// (overrides the config's `heavy.threshold`).
     #[arg(long)]
@@ -967,6 +972,7 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         write: a.write.clone(),
         seed: a.synth.seed,
         limits: a.limits(),
+        filter: a.filter.clone(),
     };
     let input = if files.is_empty() {
         if a.synth.size.is_some() || a.synth.unique {
@@ -1068,6 +1074,7 @@ fn run_live_replay(
         rx_buffer_bytes: a.rx_buffer,
         io: a.io,
         limits: a.limits(),
+        filter: a.filter.clone(),
     };
     // Output files are created before the run, so a bad path fails at once.
     let hgrm = create_output("--hgrm", a.hgrm.as_deref())?;

@@ -70,6 +70,7 @@ use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use serde::Serialize;
 
+use crate::filter::BpfFilter;
 use crate::pacing::shortfall_warning;
 pub use crate::pacing::{Pacing, PassClock, Schedule, wait_until, wait_until_or_stop};
 pub use dataplane::runtime::Latency;
@@ -126,6 +127,9 @@ pub struct ReplayConfig {
     pub seed: u64,
     /// `--limit`, `--duration`: stop short of the input's end.
     pub limits: Limits,
+    /// `--filter`: a BPF expression (libpcap's); only matching records
+    /// are sent.
+    pub filter: Option<String>,
 }
 
 impl ReplayConfig {
@@ -142,6 +146,7 @@ impl ReplayConfig {
             write: None,
             seed: 1,
             limits: Limits::default(),
+            filter: None,
         }
     }
 }
@@ -215,6 +220,10 @@ pub struct Report {
     /// The share of the requested rate reached (paced runs of 10 ms or
     /// more; a shortfall below 95% is warned about).
     pub rate_reached: Option<f64>,
+    /// The `--filter` expression.
+    pub filter: Option<String>,
+    /// Records the filter did not match (not sent).
+    pub filtered_out: u64,
     /// Records whose original length was absurd (above
     /// `dataplane::io::capture::MAX_ORIG_LEN`) and taken as the captured
     /// length.
@@ -259,6 +268,13 @@ impl Report {
         }
         if let Some(line) = shortfall_warning(&self.pacing, self.rate_reached) {
             writeln!(w, "{line}")?;
+        }
+        if let Some(f) = &self.filter {
+            writeln!(
+                w,
+                "filter '{f}': {} packets matched and were sent, {} did not match",
+                self.packets, self.filtered_out
+            )?;
         }
         for e in &self.input_errors {
             writeln!(w, "input error: {e}; replayed what precedes it")?;
@@ -667,9 +683,25 @@ struct Dispatcher<'a> {
     limit_reached: Option<LimitReached>,
     /// Records whose absurd original length the reader replaced.
     lengths_fixed: u64,
+    /// `--filter`, compiled.
+    filter: Option<BpfFilter>,
+    /// Records the filter did not match.
+    filtered_out: u64,
 }
 
 impl Dispatcher<'_> {
+    /// Whether the filter (if any) keeps this record; counts the others.
+    fn keep(&mut self, link: LinkType, data: &[u8], orig_len: u32) -> Result<bool> {
+        let Some(f) = &mut self.filter else {
+            return Ok(true);
+        };
+        let keep = f.matches(link, data, orig_len)?;
+        if !keep {
+            self.filtered_out += 1;
+        }
+        Ok(keep)
+    }
+
     /// Nothing more is sent: stopped by the operator or by a limit.
     fn halted(&self) -> bool {
         self.stopped || self.limit_reached.is_some()
@@ -823,6 +855,8 @@ pub fn replay_with_stop(
     }
     cfg.pacing.validate()?;
     let ingress = default_ingress(cfg)?;
+    // Compiled first: an expression libpcap refuses fails before any work.
+    let filter = cfg.filter.as_deref().map(BpfFilter::new).transpose()?;
     // Open every file first, so a bad name or header fails before any work.
     if let Input::Files(files) = input {
         check_headers(files)?;
@@ -903,6 +937,8 @@ pub fn replay_with_stop(
         limits: cfg.limits,
         limit_reached: None,
         lengths_fixed: 0,
+        filter,
+        filtered_out: 0,
     };
     let started = Instant::now();
     let map = IngressMap {
@@ -914,6 +950,7 @@ pub fn replay_with_stop(
     let flushed = d.flush_all();
     let (sent, bytes, first_ts, interrupted) = (d.sent, d.bytes, d.first_ts, d.stopped);
     let limit_reached = d.limit_reached;
+    let filtered_out = d.filtered_out;
     let rate_reached = d.schedule.rate_reached(d.start.elapsed());
     let (lengths_fixed, gaps_capped) = (d.lengths_fixed, d.schedule.capped_gaps());
     drop(d); // closes the channels: workers finish
@@ -987,6 +1024,8 @@ pub fn replay_with_stop(
         interrupted,
         limit_reached,
         rate_reached,
+        filter: cfg.filter.clone(),
+        filtered_out,
         input_lengths_fixed: lengths_fixed,
         pacing_gaps_capped: gaps_capped,
         latency,
@@ -1087,6 +1126,9 @@ fn feed(
                             }
                         };
                         read += 1;
+                        if !d.keep(link, &buf, orig_len)? {
+                            continue;
+                        }
                         let port = map.port(&r, interface);
                         d.send(clock.map(ts), orig_len, link, port, &buf)?;
                     }
@@ -1104,6 +1146,9 @@ fn feed(
                         .copied()
                         .unwrap_or(map.default);
                     let len = p.frame.len() as u32;
+                    if !d.keep(LinkType::Ethernet, p.frame, len)? {
+                        continue;
+                    }
                     d.send(clock.map(p.ts_ns), len, LinkType::Ethernet, port, p.frame)?;
                 }
             }

@@ -624,3 +624,96 @@ fn an_unreached_rate_is_warned_about() {
     assert!(r > 0.0 && r < 0.95, "{r}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// `--filter` sends what `tcpdump -r FILE EXPR` prints: the same count on
+/// public captures (VLAN stacks, IPv6, DNS) and a synthetic one, for
+/// several expressions; an expression libpcap refuses fails at once with
+/// its message. Skipped with a printed reason without tcpdump or libpcap.
+#[test]
+fn filter_sends_what_tcpdump_matches() {
+    use std::io::Write as _;
+    let Ok(v) = Command::new("tcpdump").arg("--version").output() else {
+        let _ = writeln!(std::io::stderr(), "skipping: tcpdump is not installed");
+        return;
+    };
+    assert!(v.status.success());
+    let d = scratch("filter");
+    let mut inputs = vec![fixed_pcap(&d, "zipf.pcap", 500)];
+    if let Some(p) = shared_pcaps() {
+        for f in [
+            "cesnet_mixed.pcap",
+            "pcpp_VlanPackets.pcap",
+            "zeek_ipv6-fragmented-dns.pcap",
+            "pcpp_DnsPackets.pcap",
+            "pcpp_many-protocols.pcap",
+        ] {
+            inputs.push(p.join(f));
+        }
+    } else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "public captures skipped: ../shared/pcaps is absent"
+        );
+    }
+    let j = d.join("r.json");
+    let mut compared = 0;
+    for input in &inputs {
+        for expr in [
+            "udp and port 53",
+            "tcp",
+            "vlan",
+            "ip6",
+            "icmp or icmp6",
+            "net 10.0.0.0/8",
+            "greater 1000",
+        ] {
+            let td = Command::new("tcpdump")
+                .args(["-nn", "--count", "-r"])
+                .arg(input)
+                .arg(expr)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&td.stdout);
+            let want: u64 = text
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| {
+                    panic!(
+                        "tcpdump --count: {text:?} {}",
+                        String::from_utf8_lossy(&td.stderr)
+                    )
+                });
+            let out = bin()
+                .args(["replay", "--filter", expr, "--json"])
+                .arg(&j)
+                .arg(input)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if out.status.code() == Some(1) && stderr.contains("needs libpcap") {
+                let _ = writeln!(std::io::stderr(), "skipping: {stderr}");
+                return;
+            }
+            assert!(
+                out.status.success(),
+                "{}: {expr}: {stderr}",
+                input.display()
+            );
+            let r = json(&j);
+            assert_eq!(r["packets"], want, "{} '{expr}'", input.display());
+            assert_eq!(r["filter"], expr);
+            compared += 1;
+        }
+    }
+    assert!(compared >= 7);
+    let out = bin()
+        .args(["replay", "--filter", "udp and prot 53"])
+        .arg(&inputs[0])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("--filter 'udp and prot 53': "), "{stderr}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
