@@ -6,7 +6,9 @@
 //! ```
 //!
 //! `run` prints the counters (per interface, per stage, per drop reason) to
-//! standard error every `--stats-interval` and on exit; SIGINT or SIGTERM
+//! standard error every `--stats-interval`, each block headed by the time
+//! (RFC 3339, UTC) and the interval's rates (in and out, pps and Mbit/s;
+//! drops per second), and on exit; SIGINT or SIGTERM
 //! drain the sockets, close the heavy-flow epochs, write the final report
 //! and exit 0. It refuses to start on an interface another router holds
 //! (`runtime::lock`), and gives up every capability once its sockets are
@@ -16,11 +18,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use clap::{Parser, Subcommand};
 use dataplane::config::RouterConfig;
-use dataplane::runtime::{Router, RunOptions, Stats};
+use dataplane::runtime::{IntervalRates, Router, RunOptions, Stats};
 
 #[derive(Debug, Parser)]
 #[command(name = "dataplane", version, about = "Bloomplane router dataplane")]
@@ -148,6 +150,8 @@ fn run(
         cfg.io.backend.name()
     ));
     let mut last = Instant::now();
+    // The previous periodic snapshot, for the interval's rates.
+    let mut prev = Stats::default();
     let mut failed = None;
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
@@ -165,8 +169,13 @@ fn run(
             break;
         }
         if !interval.is_zero() && last.elapsed() >= interval {
+            let secs = last.elapsed().as_secs_f64();
             last = Instant::now();
-            err_out(&Stats::merged(&router.snapshot()).render());
+            let now = Stats::merged(&router.snapshot());
+            let rates = IntervalRates::between(&prev, &now, secs);
+            err_out(&rates.heading(SystemTime::now(), secs));
+            err_out(&now.render());
+            prev = now;
         }
     }
     err_out("dataplane: stopping: draining and writing the final report\n");

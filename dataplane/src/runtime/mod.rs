@@ -99,7 +99,8 @@ use crate::stage::egress::QueueView;
 use crate::stage::heavy::{EpochReport, Threshold, merge_epochs};
 use share::MembershipLink;
 pub use stats::{
-    InterfaceReport, Latency, LatencyReport, MulticastInterface, PipelineSummary, Stats,
+    InterfaceReport, IntervalRates, Latency, LatencyReport, MulticastInterface, PipelineSummary,
+    Stats,
 };
 pub use worker::{DRAIN_DEADLINE, Latencies, TICK, Worker};
 

@@ -165,6 +165,66 @@ pub struct MulticastInterface {
     pub stats: InterfaceStats,
 }
 
+/// The rates over one interval of the live router's periodic report, from
+/// two merged snapshots `secs` apart: what came in and went out (packets
+/// and Mbit/s of every port together), and drops per second (the chain's
+/// drops; frames the kernel dropped before the router read them).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct IntervalRates {
+    /// Frames read per second.
+    pub rx_pps: f64,
+    /// Megabits read per second (wire length).
+    pub rx_mbps: f64,
+    /// Copies sent per second.
+    pub tx_pps: f64,
+    /// Megabits sent per second.
+    pub tx_mbps: f64,
+    /// Packets the chain dropped per second.
+    pub dropped_per_s: f64,
+    /// Frames the kernel dropped per second.
+    pub kernel_dropped_per_s: f64,
+}
+
+impl IntervalRates {
+    /// The rates between `prev` and `now`, `secs` apart (all zero when no
+    /// time passed; counters that went backwards count as zero).
+    pub fn between(prev: &Stats, now: &Stats, secs: f64) -> IntervalRates {
+        let sum = |s: &Stats, f: &dyn Fn(&InterfaceReport) -> u64| -> u64 {
+            s.interfaces.iter().map(f).sum()
+        };
+        let per_s = |f: &dyn Fn(&Stats) -> u64| -> f64 {
+            if secs > 0.0 {
+                f(now).saturating_sub(f(prev)) as f64 / secs
+            } else {
+                0.0
+            }
+        };
+        IntervalRates {
+            rx_pps: per_s(&|s| sum(s, &|i| i.rx.rx_packets)),
+            rx_mbps: per_s(&|s| sum(s, &|i| i.rx.rx_bytes)) * 8.0 / 1e6,
+            tx_pps: per_s(&|s| sum(s, &|i| i.port.counters.sent)),
+            tx_mbps: per_s(&|s| sum(s, &|i| i.port.counters.sent_bytes)) * 8.0 / 1e6,
+            dropped_per_s: per_s(&|s| s.pipeline.dropped),
+            kernel_dropped_per_s: per_s(&|s| sum(s, &|i| i.rx.rx_dropped)),
+        }
+    }
+
+    /// The line heading a periodic report: when (RFC 3339, UTC), over how
+    /// long, and the rates; the cumulative counters follow it.
+    pub fn heading(&self, at: std::time::SystemTime, secs: f64) -> String {
+        format!(
+            "== {} (last {secs:.2} s): in {:.0} pps {:.2} Mbit/s, out {:.0} pps {:.2} Mbit/s, dropped {:.0}/s, kernel dropped {:.0}/s; cumulative counters:\n",
+            humantime::format_rfc3339_seconds(at),
+            self.rx_pps,
+            self.rx_mbps,
+            self.tx_pps,
+            self.tx_mbps,
+            self.dropped_per_s,
+            self.kernel_dropped_per_s
+        )
+    }
+}
+
 /// Every counter of one worker, or of all of them merged.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Stats {
@@ -519,5 +579,47 @@ pub fn fmt_rate(bps: u64) -> String {
         _ if bps >= 1_000_000 => format!("{}Mbit", bps as f64 / 1e6),
         _ if bps >= 1_000 => format!("{}Kbit", bps as f64 / 1e3),
         _ => format!("{bps}bit"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(rx: u64, tx: u64, dropped: u64, kernel: u64) -> Stats {
+        let mut s = Stats::default();
+        for _ in 0..2 {
+            let mut i = InterfaceReport::default();
+            i.rx.rx_packets = rx;
+            i.rx.rx_bytes = rx * 125;
+            i.rx.rx_dropped = kernel;
+            i.port.counters.sent = tx;
+            i.port.counters.sent_bytes = tx * 250;
+            s.interfaces.push(i);
+        }
+        s.pipeline.dropped = dropped;
+        s
+    }
+
+    #[test]
+    fn interval_rates_and_heading() {
+        let a = snapshot(1000, 500, 10, 0);
+        let b = snapshot(3000, 1500, 30, 4);
+        let r = IntervalRates::between(&a, &b, 2.0);
+        // Two ports: 2 x 2000 frames in 2 s; 125 bytes = 1000 bits each.
+        assert_eq!(r.rx_pps, 2000.0);
+        assert_eq!(r.rx_mbps, 2.0);
+        assert_eq!(r.tx_pps, 1000.0);
+        assert_eq!(r.tx_mbps, 2.0);
+        assert_eq!((r.dropped_per_s, r.kernel_dropped_per_s), (10.0, 4.0));
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_764_000_000);
+        assert_eq!(
+            r.heading(at, 2.0),
+            "== 2025-11-24T16:00:00Z (last 2.00 s): in 2000 pps 2.00 Mbit/s, out 1000 pps 2.00 Mbit/s, dropped 10/s, kernel dropped 4/s; cumulative counters:\n"
+        );
+        // Counters that went backwards (a restart) and no time: zero.
+        let z = IntervalRates::between(&b, &a, 2.0);
+        assert_eq!((z.rx_pps, z.dropped_per_s), (0.0, 0.0));
+        assert_eq!(IntervalRates::between(&a, &b, 0.0).rx_pps, 0.0);
     }
 }
