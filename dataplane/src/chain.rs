@@ -51,6 +51,10 @@ pub enum ChainError {
     Sfb(#[from] PortConfigError),
 }
 
+/// Called with each batch once its verdicts are final, and the batch's
+/// `now` (`traffic-gen replay --verbose` prints a line per packet from it).
+pub type PacketLog = Box<dyn FnMut(&Batch, Timestamp) + Send>;
+
 /// The router's stages in their order (see the module docs).
 pub struct Chain {
     parse: PipelineConfig,
@@ -60,6 +64,7 @@ pub struct Chain {
     multicast: Option<MulticastStage>,
     egress: Egress,
     counters: PipelineCounters,
+    packet_log: Option<PacketLog>,
 }
 
 impl fmt::Debug for Chain {
@@ -70,6 +75,7 @@ impl fmt::Debug for Chain {
             .field("multicast", &self.multicast.is_some())
             .field("ports", &self.egress.ports())
             .field("counters", &self.counters)
+            .field("packet_log", &self.packet_log.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -113,6 +119,7 @@ impl Chain {
             multicast: multicast.as_ref().map(MulticastStage::new).transpose()?,
             egress,
             counters: PipelineCounters::default(),
+            packet_log: None,
         })
     }
 
@@ -143,6 +150,14 @@ impl Chain {
         }
         self.egress.process(batch, now, tx);
         count_verdicts(batch, &mut self.counters);
+        if let Some(log) = &mut self.packet_log {
+            log(batch, now);
+        }
+    }
+
+    /// Hands every processed batch to `log` (see [`PacketLog`]).
+    pub fn set_packet_log(&mut self, log: PacketLog) {
+        self.packet_log = Some(log);
     }
 
     /// The time-driven work at `now` with no packet: heavy-flow epochs

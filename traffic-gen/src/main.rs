@@ -637,6 +637,11 @@ struct ReplayArgs {
     /// time).
     #[arg(long, value_name = "EXPR")]
     filter: Option<String>,
+    /// Print a line per packet once the router decided it, as tcpdump
+    /// prints packets: seconds since the first, ingress interface, flow,
+    /// length, verdict (forward PORTS / mark CE / drop REASON). One worker.
+    #[arg(short = 'v', long, conflicts_with = "tx")]
+    verbose: bool,
     /// Heavy-flow threshold as a share of the epoch's bytes, in percent
     /// (overrides the config's `heavy.threshold`).
     #[arg(long)]
@@ -856,6 +861,16 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
+/// A summary written into a pipe its reader closed (`| head`) is not an
+/// error: like Unix tools, the run ends with its own status, the files it
+/// wrote complete.
+fn quiet_on_closed_pipe(r: std::io::Result<()>) -> std::io::Result<()> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
+}
+
 /// Tells the operator about each input error (the summary and the JSON
 /// list them too).
 fn warn_input_errors(errors: &[InputError], what: &str) {
@@ -973,6 +988,7 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         seed: a.synth.seed,
         limits: a.limits(),
         filter: a.filter.clone(),
+        verbose: a.verbose,
     };
     let input = if files.is_empty() {
         if a.synth.size.is_some() || a.synth.unique {
@@ -1040,9 +1056,9 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         f.flush()
             .with_context(|| format!("{}: write failed", p.display()))?;
     }
-    printed?;
+    quiet_on_closed_pipe(printed)?;
     for f in hgrm_written {
-        writeln!(out, "wrote {}", f.display())?;
+        quiet_on_closed_pipe(writeln!(out, "wrote {}", f.display()))?;
     }
     let interrupted = report.interrupted || stop.load(Ordering::Relaxed);
     Ok(Outcome::of_replay(interrupted, &report.input_errors))
@@ -1099,7 +1115,7 @@ fn run_live_replay(
         }
     }
     write_json(json, &report)?;
-    printed?;
+    quiet_on_closed_pipe(printed)?;
     let interrupted = report.interrupted || stop.load(Ordering::Relaxed);
     Ok(Outcome::of_replay(interrupted, &report.input_errors))
 }

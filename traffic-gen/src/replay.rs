@@ -54,13 +54,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
-use dataplane::chain::Chain;
+use dataplane::chain::{Chain, PacketLog};
 use dataplane::clock::Timestamp;
 use dataplane::config::RouterConfig;
 use dataplane::io::capture::{CaptureReader, CaptureWriter, FileFormat};
 use dataplane::io::memory::MemoryPorts;
 use dataplane::io::port::{Ports, RxCounters};
-use dataplane::pipeline::{BATCH_SIZE, Batch, MalformedPolicy, PipelineConfig, PortSet};
+use dataplane::pipeline::{BATCH_SIZE, Batch, MalformedPolicy, PipelineConfig, PortSet, Verdict};
 use dataplane::runtime::share::MembershipLink;
 use dataplane::runtime::{Latencies, LatencyReport, Stats, Worker, build_workers};
 use dataplane::stage::egress::{Transmit, TxFrame};
@@ -130,6 +130,8 @@ pub struct ReplayConfig {
     /// `--filter`: a BPF expression (libpcap's); only matching records
     /// are sent.
     pub filter: Option<String>,
+    /// `--verbose`: a line per packet on standard output ([`packet_log`]).
+    pub verbose: bool,
 }
 
 impl ReplayConfig {
@@ -147,6 +149,7 @@ impl ReplayConfig {
             seed: 1,
             limits: Limits::default(),
             filter: None,
+            verbose: false,
         }
     }
 }
@@ -169,6 +172,59 @@ pub struct WorkerSummary {
     pub packets: u64,
     /// Its latency percentiles.
     pub latency: LatencyReport,
+}
+
+/// `--verbose`: one line per packet on standard output, as tcpdump prints
+/// them, once the router has decided it: capture seconds since the first
+/// packet, the ingress interface, the flow (or what else the frame is),
+/// the length on the wire and the verdict with its ports or drop reason:
+///
+/// ```text
+/// 0.000412 r-a 10.0.0.1:1024 -> 172.16.0.1:80 tcp length 60: forward r-b
+/// 0.000415 r-c 10.9.0.7:5000 -> 10.0.0.9:4000 udp length 90: drop loop
+/// ```
+pub fn packet_log(names: Vec<String>) -> PacketLog {
+    let mut first: Option<u64> = None;
+    Box::new(move |batch: &Batch, _now: Timestamp| {
+        let mut out = std::io::stdout().lock();
+        let ports = |set: PortSet| -> String {
+            let v: Vec<&str> = set
+                .iter()
+                .map(|p| names.get(usize::from(p)).map_or("?", String::as_str))
+                .collect();
+            if v.is_empty() {
+                "nowhere".into()
+            } else {
+                v.join(",")
+            }
+        };
+        for p in batch.packets() {
+            let t = p.ts.as_nanos();
+            let rel = t.saturating_sub(*first.get_or_insert(t)) as f64 / 1e9;
+            let what = match (&p.parsed, p.malformed) {
+                (Some(pp), _) => pp.flow.map_or_else(
+                    || format!("ethertype 0x{:04x}", u16::from(pp.ethertype)),
+                    |f| f.to_string(),
+                ),
+                (None, Some(m)) => format!("malformed ({})", m.name()),
+                (None, None) => "not parsed".into(),
+            };
+            let verdict = match p.verdict {
+                Verdict::Forward(set) => format!("forward {}", ports(set)),
+                Verdict::Mark(set) => format!("mark CE, forward {}", ports(set)),
+                Verdict::Drop(r) => format!("drop {r}"),
+            };
+            let ingress = names
+                .get(usize::from(p.ingress))
+                .map_or("?", String::as_str);
+            // A closed pipe (`| head`) ends the lines, not the replay.
+            let _ = writeln!(
+                out,
+                "{rel:.6} {ingress} {what} length {}: {verdict}",
+                p.orig_len
+            );
+        }
+    })
 }
 
 /// A capture time (ns since the Unix epoch) as an RFC 3339 UTC date with
@@ -853,6 +909,9 @@ pub fn replay_with_stop(
     if cfg.loops == 0 {
         bail!("--loop must be at least 1");
     }
+    if cfg.verbose && cfg.workers > 1 {
+        bail!("--verbose prints the packets in order: it takes one worker (--workers 1)");
+    }
     cfg.pacing.validate()?;
     let ingress = default_ingress(cfg)?;
     // Compiled first: an expression libpcap refuses fails before any work.
@@ -881,6 +940,9 @@ pub fn replay_with_stop(
     let mut txs = Vec::new();
     let mut handles = Vec::new();
     for (i, (mut chain, link)) in chains.into_iter().enumerate() {
+        if cfg.verbose {
+            chain.set_packet_log(packet_log(names.clone()));
+        }
         chain.set_parse_config(PipelineConfig {
             malformed: cfg.malformed,
             default_egress: PortSet::EMPTY,

@@ -717,3 +717,58 @@ fn filter_sends_what_tcpdump_matches() {
     assert!(stderr.contains("--filter 'udp and prot 53': "), "{stderr}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// `-v` prints a line per packet with its verdict, as many as were
+/// replayed, the drops among them as many as the report counts; a reader
+/// that closes the pipe early (`| head -1`) ends the output, not the run.
+#[test]
+fn verbose_lines_match_the_report() {
+    let d = scratch("verbose");
+    let j = d.join("r.json");
+    let out = bin()
+        .args(["replay", "-v", "-c", "3000", "--json"])
+        .arg(&j)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(" length ") && l.contains(": "))
+        .filter(|l| {
+            l.split(' ')
+                .next()
+                .is_some_and(|t| t.parse::<f64>().is_ok())
+        })
+        .collect();
+    let r = json(&j);
+    assert_eq!(lines.len() as u64, r["packets"].as_u64().unwrap());
+    let drops = lines.iter().filter(|l| l.contains(": drop ")).count() as u64;
+    assert_eq!(drops, r["router"]["pipeline"]["dropped"].as_u64().unwrap());
+    let marks = lines
+        .iter()
+        .filter(|l| l.contains(": mark CE, forward "))
+        .count() as u64;
+    assert_eq!(marks, r["router"]["pipeline"]["marked"].as_u64().unwrap());
+    assert!(lines[0].starts_with("0.000000 "), "{}", lines[0]);
+    // A closed pipe: read one line, close, and the run still ends well.
+    let mut child = bin()
+        .args(["replay", "-v"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::BufRead as _;
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(first.contains(" length "), "{first}");
+    }
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(&d).unwrap();
+}
