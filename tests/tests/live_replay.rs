@@ -183,10 +183,11 @@ bidirectional = true
     assert_eq!(lost, 0, "{r}");
     // One worker keeps the order of one flow.
     assert_eq!(u(&rx["reordered"]), 0, "{r}");
-    let l = &rx["latency_ns"];
-    let (p50, p99, max) = (u(&l["p50"]), u(&l["p99"]), u(&l["max"]));
+    let l = &rx["latency"];
+    let us = |k: &str| l[k].as_f64().unwrap_or_else(|| panic!("{k}: {l}"));
+    let (p50, p99, max) = (us("p50_us"), us("p99_us"), us("max_us"));
     assert_eq!(u(&l["count"]), received, "{r}");
-    assert!(0 < p50 && p50 <= p99 && p99 <= max, "{l}");
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{l}");
 
     let h = std::fs::read_to_string(&hgrm).expect("hgrm written");
     let first = h.lines().next().unwrap_or_default();

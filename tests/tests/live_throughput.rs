@@ -123,9 +123,10 @@ fn check_replay(tg: &Path, lab: &Lab, io: &str, pcap: &Path, frames: u64) {
     assert_eq!(u(&rx["lost"]), 0, "{r}");
     assert_eq!(u(&rx["kernel_dropped"]), 0, "{r}");
     assert_eq!(u(&rx["reordered"]), 0, "one worker keeps the order: {r}");
-    let l = &rx["latency_ns"];
+    let l = &rx["latency"];
     assert_eq!(u(&l["count"]), frames, "{r}");
-    assert!(0 < u(&l["p50"]) && u(&l["p50"]) <= u(&l["p99"]), "{l}");
+    let us = |k: &str| l[k].as_f64().unwrap_or_else(|| panic!("{k}: {l}"));
+    assert!(0.0 < us("p50_us") && us("p50_us") <= us("p99_us"), "{l}");
 }
 
 /// A short `throughput --io IO` search: a well-formed table and JSON, a

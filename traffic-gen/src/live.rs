@@ -442,7 +442,7 @@ pub struct RxReport {
     /// receiver (`tp_freeze_q_cnt`; 0 with pnet).
     pub kernel_freeze_q: u64,
     /// End-to-end latency (send -> receive), ns.
-    pub latency_ns: Latency,
+    pub latency: Latency,
     /// The latency histogram (ns).
     #[serde(skip)]
     pub histogram: Histogram<u64>,
@@ -584,7 +584,7 @@ impl LiveReport {
                 r.kernel_dropped,
                 r.kernel_freeze_q
             )?;
-            let l = &r.latency_ns;
+            let l = &r.latency;
             let us = |ns: u64| ns as f64 / 1e3;
             writeln!(
                 w,
@@ -1969,7 +1969,7 @@ fn run(
                 received_pps: Rates::of(m.received, 0, m.span_ns as f64 / 1e9).pps,
                 kernel_dropped: r.kernel_dropped,
                 kernel_freeze_q: r.kernel_freeze_q,
-                latency_ns: Latency::of(&m.histogram),
+                latency: Latency::of(&m.histogram),
                 histogram: m.histogram,
             })
         }

@@ -263,7 +263,7 @@ pub struct Trial {
     /// Frames the receiver's kernel dropped (its buffer or ring full).
     pub kernel_dropped: u64,
     /// Send -> receive latency of the frames received, ns.
-    pub latency_ns: Latency,
+    pub latency: Latency,
     /// Whether it passed.
     pub verdict: Verdict,
 }
@@ -408,16 +408,13 @@ impl ThroughputReport {
                         z.sent_pps,
                         z.received,
                         z.loss,
-                        us(z.latency_ns.p50),
-                        us(z.latency_ns.p99)
+                        us(z.latency.p50),
+                        us(z.latency.p99)
                     )?;
                     match &r.half_rate {
-                        Some(h) => writeln!(
-                            w,
-                            " {:.1} | {:.1} |",
-                            us(h.latency_ns.p50),
-                            us(h.latency_ns.p99)
-                        )?,
+                        Some(h) => {
+                            writeln!(w, " {:.1} | {:.1} |", us(h.latency.p50), us(h.latency.p99))?
+                        }
                         None => writeln!(w, " - | - |")?,
                     }
                 }
@@ -483,7 +480,7 @@ fn run_trial(
             lost as f64 / offered as f64
         },
         kernel_dropped: rx.kernel_dropped,
-        latency_ns: rx.latency_ns,
+        latency: rx.latency,
         verdict: Verdict::Pass,
     };
     t.verdict = t.verdict(cfg.max_loss);
@@ -513,7 +510,7 @@ fn progress(size: u16, what: &str, t: &Trial) {
         t.received,
         t.loss,
         t.kernel_dropped,
-        t.latency_ns.p50 as f64 / 1e3
+        t.latency.p50 as f64 / 1e3
     );
 }
 
@@ -819,7 +816,7 @@ mod tests {
             lost: 0,
             loss: 0.0,
             kernel_dropped: 0,
-            latency_ns: Latency {
+            latency: Latency {
                 count: 1000,
                 p50,
                 p99: p50 * 3,

@@ -96,23 +96,44 @@ impl PipelineSummary {
     }
 }
 
-/// Percentiles of a latency distribution, in nanoseconds.
+/// Percentiles of a latency distribution, held in nanoseconds.
+///
+/// Written to JSON in microseconds, with the unit in each name (`p50_us`,
+/// ..., `mean_us`), as the `.hgrm` files are written: every report a
+/// program reads (JSON, `.hgrm`, embedded and live) uses one unit; the
+/// terminal shows each value with its own unit (`10.8us`, `40.53ms`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Latency {
     /// Samples.
     pub count: u64,
-    /// Median.
+    /// Median, ns.
+    #[serde(rename = "p50_us", serialize_with = "ns_as_us")]
     pub p50: u64,
-    /// 90th percentile.
+    /// 90th percentile, ns.
+    #[serde(rename = "p90_us", serialize_with = "ns_as_us")]
     pub p90: u64,
-    /// 99th percentile.
+    /// 99th percentile, ns.
+    #[serde(rename = "p99_us", serialize_with = "ns_as_us")]
     pub p99: u64,
-    /// 99.9th percentile.
+    /// 99.9th percentile, ns.
+    #[serde(rename = "p999_us", serialize_with = "ns_as_us")]
     pub p999: u64,
-    /// Largest.
+    /// Largest, ns.
+    #[serde(rename = "max_us", serialize_with = "ns_as_us")]
     pub max: u64,
-    /// Mean.
+    /// Mean, ns.
+    #[serde(rename = "mean_us", serialize_with = "ns_f64_as_us")]
     pub mean: f64,
+}
+
+/// Nanoseconds written as microseconds (to the nanosecond).
+fn ns_as_us<S: serde::Serializer>(ns: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(*ns as f64 / 1e3)
+}
+
+/// The same for a mean.
+fn ns_f64_as_us<S: serde::Serializer>(ns: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(*ns / 1e3)
 }
 
 impl Latency {
@@ -599,6 +620,25 @@ mod tests {
         }
         s.pipeline.dropped = dropped;
         s
+    }
+
+    #[test]
+    fn latency_json_is_in_microseconds() {
+        let l = Latency {
+            count: 3,
+            p50: 10_800,
+            p90: 14_200,
+            p99: 32_400,
+            p999: 88_700,
+            max: 4_100_000,
+            mean: 12_345.0,
+        };
+        let v = serde_json::to_value(l).unwrap();
+        assert_eq!(v["count"], 3);
+        assert_eq!(v["p50_us"], 10.8);
+        assert_eq!(v["max_us"], 4100.0);
+        assert_eq!(v["mean_us"], 12.345);
+        assert!(v.get("p50").is_none());
     }
 
     #[test]
