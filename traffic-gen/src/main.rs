@@ -120,6 +120,7 @@ enum Command {
 }
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 struct ThroughputArgs {
     /// Send out of IFACE.
     #[arg(long, value_name = "IFACE")]
@@ -225,6 +226,7 @@ enum ScenarioCmd {
 }
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 struct SfbScenarioArgs {
     /// AIMD flows; a comma-separated list runs one row per value.
     #[arg(long, value_delimiter = ',', default_value = "50")]
@@ -476,6 +478,7 @@ enum SynthKind {
 }
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 struct SynthCmd {
     /// Output capture (pcap for zipf and icarus, pcapng for multicast and
     /// router).

@@ -772,3 +772,32 @@ fn verbose_lines_match_the_report() {
     assert!(child.wait().unwrap().success());
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// Negative values on the other commands: the flag is named (clap's
+/// parser or the command's own check), never "unexpected argument".
+#[test]
+fn negative_values_name_their_flag() {
+    for (args, want) in [
+        (
+            vec!["synth", "-o", "/nonexistent/x.pcap", "--packets", "-3"],
+            "'--packets <PACKETS>'",
+        ),
+        (
+            vec!["scenario", "sfb", "--rate-mbps", "-5"],
+            "--rate-mbps must be positive",
+        ),
+        (
+            vec!["throughput", "--tx", "a", "--rx", "b", "--loss", "-1"],
+            "--loss is a fraction",
+        ),
+    ] {
+        let out = bin().args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("unexpected argument"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
