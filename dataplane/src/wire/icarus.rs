@@ -111,7 +111,10 @@
 //!   of 0, written by segmentation offload, stays 0), and the header
 //!   checksum is updated incrementally (RFC 1624), so a correct checksum
 //!   stays correct and a wrong one (a zero from TX offload) stays wrong by
-//!   the same amount; insert-then-strip therefore restores every byte.
+//!   the same amount; insert-then-strip therefore restores every byte, but
+//!   that a checksum field of `ffff` comes back as `0000`: both are the
+//!   one's-complement zero, and the update never writes `ffff` (RFC 1624's
+//!   equation 3 yields `0000` for that value).
 //! * IPv6: payload length grows or shrinks; the next-header chain goes
 //!   through the new hop-by-hop header, or the existing one's length grows.
 //! * TCP and UDP checksums stay valid without being touched: the
@@ -1165,7 +1168,8 @@ pub enum Stripped {
 
 /// Removes the icarus option from the IP packet at `l3_offset` of `frame`,
 /// undoing [`insert`] byte for byte (see the module docs for options placed
-/// otherwise). Lengths and the IPv4 checksum are kept right.
+/// otherwise, and for an IPv4 checksum field of `ffff`). Lengths and the
+/// IPv4 checksum are kept right.
 pub fn strip(frame: &mut Vec<u8>, l3_offset: usize) -> Result<Stripped, IcarusError> {
     let Some(loc) = find(frame, l3_offset)? else {
         return Ok(Stripped::Absent);

@@ -1,0 +1,10 @@
+//! Arbitrary bytes as a capture file (pcap, pcapng, gzip) through the capture
+//! reader.
+//! The body and what it checks: `dataplane/tests/fuzz_common/capture.rs`, shared
+//! with the stable property tests (`dataplane/tests/fuzz_props.rs`).
+#![no_main]
+
+#[path = "../../dataplane/tests/fuzz_common/mod.rs"]
+mod fuzz_common;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| fuzz_common::capture::check(data));

@@ -1,0 +1,9 @@
+//! Frames through the router's whole chain over memory ports.
+//! The body and what it checks: `dataplane/tests/fuzz_common/chain.rs`, shared
+//! with the stable property tests (`dataplane/tests/fuzz_props.rs`).
+#![no_main]
+
+#[path = "../../dataplane/tests/fuzz_common/mod.rs"]
+mod fuzz_common;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| fuzz_common::chain::check(data));

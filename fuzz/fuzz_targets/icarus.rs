@@ -1,0 +1,9 @@
+//! A control byte and a frame through the Icarus wire operations and node.
+//! The body and what it checks: `dataplane/tests/fuzz_common/icarus.rs`, shared
+//! with the stable property tests (`dataplane/tests/fuzz_props.rs`).
+#![no_main]
+
+#[path = "../../dataplane/tests/fuzz_common/mod.rs"]
+mod fuzz_common;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| fuzz_common::icarus::check(data));
