@@ -207,3 +207,66 @@ impl fmt::Display for LimitReached {
         })
     }
 }
+
+/// How a replay ended and what its input needed, as the embedded and the
+/// live report both print it (each line only when it applies).
+#[derive(Debug, Clone, Copy)]
+pub struct RunNotes<'a> {
+    /// Packets sent.
+    pub sent: u64,
+    /// The operator stopped the run.
+    pub interrupted: bool,
+    /// `--limit` or `--duration` ended it.
+    pub limit_reached: Option<LimitReached>,
+    /// The pacing, as described in the report.
+    pub pacing: &'a str,
+    /// The share of the requested rate reached.
+    pub rate_reached: Option<f64>,
+    /// Records whose absurd original length was replaced.
+    pub lengths_fixed: u64,
+    /// Capture-time gaps cut to the pacing limit.
+    pub gaps_capped: u64,
+}
+
+impl RunNotes<'_> {
+    /// The lines about how the run ended: interrupted, limit reached, rate
+    /// not reached.
+    pub fn write_ending(&self, w: &mut impl std::io::Write) -> std::io::Result<()> {
+        let sent = self.sent;
+        if self.interrupted {
+            writeln!(
+                w,
+                "interrupted: stopped after {sent} packets, before the end of the input"
+            )?;
+        }
+        if let Some(l) = self.limit_reached {
+            writeln!(
+                w,
+                "{l} reached: stopped after {sent} packets, before the end of the input"
+            )?;
+        }
+        if let Some(line) = crate::pacing::shortfall_warning(self.pacing, self.rate_reached) {
+            writeln!(w, "{line}")?;
+        }
+        Ok(())
+    }
+
+    /// The lines about what the input needed: lengths replaced, gaps cut.
+    pub fn write_input_fixes(&self, w: &mut impl std::io::Write) -> std::io::Result<()> {
+        if self.lengths_fixed > 0 {
+            writeln!(
+                w,
+                "input warning: {} records gave an original length above 16 MiB; their captured length was used",
+                self.lengths_fixed
+            )?;
+        }
+        if self.gaps_capped > 0 {
+            writeln!(
+                w,
+                "pacing: {} gaps in capture time longer than a minute were cut to a minute",
+                self.gaps_capped
+            )?;
+        }
+        Ok(())
+    }
+}

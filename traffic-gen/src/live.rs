@@ -122,8 +122,7 @@ use serde::Serialize;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use crate::filter::BpfFilter;
-use crate::input::{InputError, InputErrors, LimitReached, Limits, Stop, check_headers};
-use crate::pacing::shortfall_warning;
+use crate::input::{InputError, InputErrors, LimitReached, Limits, RunNotes, Stop, check_headers};
 use crate::replay::{
     Latency, Pacing, PassClock, Schedule, new_histogram, wait_until_or_stop, write_hgrm,
 };
@@ -523,23 +522,16 @@ impl LiveReport {
         for (e, n) in &t.errors {
             writeln!(w, "\t  failed: {e}: {n}")?;
         }
-        if self.interrupted {
-            writeln!(
-                w,
-                "interrupted: stopped after {} packets, before the end of the input",
-                self.sent
-            )?;
-        }
-        if let Some(l) = self.limit_reached {
-            writeln!(
-                w,
-                "{l} reached: stopped after {} packets, before the end of the input",
-                self.sent
-            )?;
-        }
-        if let Some(line) = shortfall_warning(&self.pacing, self.rate_reached) {
-            writeln!(w, "{line}")?;
-        }
+        let notes = RunNotes {
+            sent: self.sent,
+            interrupted: self.interrupted,
+            limit_reached: self.limit_reached,
+            pacing: &self.pacing,
+            rate_reached: self.rate_reached,
+            lengths_fixed: self.input_lengths_fixed,
+            gaps_capped: self.pacing_gaps_capped,
+        };
+        notes.write_ending(w)?;
         if let Some(f) = &self.filter {
             writeln!(
                 w,
@@ -550,20 +542,7 @@ impl LiveReport {
         for e in &self.input_errors {
             writeln!(w, "input error: {e}; sent what precedes it")?;
         }
-        if self.input_lengths_fixed > 0 {
-            writeln!(
-                w,
-                "input warning: {} records gave an original length above 16 MiB; their captured length was used",
-                self.input_lengths_fixed
-            )?;
-        }
-        if self.pacing_gaps_capped > 0 {
-            writeln!(
-                w,
-                "pacing: {} gaps in capture time longer than a minute were cut to a minute",
-                self.pacing_gaps_capped
-            )?;
-        }
+        notes.write_input_fixes(w)?;
         if let Some(r) = &self.rx {
             writeln!(
                 w,

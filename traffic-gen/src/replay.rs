@@ -71,12 +71,11 @@ use indicatif::ProgressBar;
 use serde::Serialize;
 
 use crate::filter::BpfFilter;
-use crate::pacing::shortfall_warning;
 pub use crate::pacing::{Pacing, PassClock, Schedule, wait_until, wait_until_or_stop};
 pub use dataplane::runtime::Latency;
 pub use dataplane::runtime::worker::new_histogram;
 
-use crate::input::{InputError, InputErrors, LimitReached, Limits, Stop, check_headers};
+use crate::input::{InputError, InputErrors, LimitReached, Limits, RunNotes, Stop, check_headers};
 use crate::synth_router::{RouterSynth, RouterSynthConfig};
 
 /// The built-in router `replay` runs without `--config` (printed by
@@ -308,23 +307,16 @@ impl Report {
             self.pps,
             self.mbps
         )?;
-        if self.interrupted {
-            writeln!(
-                w,
-                "interrupted: stopped after {} packets, before the end of the input",
-                self.packets
-            )?;
-        }
-        if let Some(l) = self.limit_reached {
-            writeln!(
-                w,
-                "{l} reached: stopped after {} packets, before the end of the input",
-                self.packets
-            )?;
-        }
-        if let Some(line) = shortfall_warning(&self.pacing, self.rate_reached) {
-            writeln!(w, "{line}")?;
-        }
+        let notes = RunNotes {
+            sent: self.packets,
+            interrupted: self.interrupted,
+            limit_reached: self.limit_reached,
+            pacing: &self.pacing,
+            rate_reached: self.rate_reached,
+            lengths_fixed: self.input_lengths_fixed,
+            gaps_capped: self.pacing_gaps_capped,
+        };
+        notes.write_ending(w)?;
         if let Some(f) = &self.filter {
             writeln!(
                 w,
@@ -335,20 +327,7 @@ impl Report {
         for e in &self.input_errors {
             writeln!(w, "input error: {e}; replayed what precedes it")?;
         }
-        if self.input_lengths_fixed > 0 {
-            writeln!(
-                w,
-                "input warning: {} records gave an original length above 16 MiB; their captured length was used",
-                self.input_lengths_fixed
-            )?;
-        }
-        if self.pacing_gaps_capped > 0 {
-            writeln!(
-                w,
-                "pacing: {} gaps in capture time longer than a minute were cut to a minute",
-                self.pacing_gaps_capped
-            )?;
-        }
+        notes.write_input_fixes(w)?;
         write!(w, "{}", self.router.render())?;
         self.write_heavy(w, top)?;
         for p in &self.written {
