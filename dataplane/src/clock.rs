@@ -77,6 +77,16 @@ impl MonotonicClock {
     pub fn now(&self) -> Timestamp {
         Timestamp(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
+
+    /// `t` of this clock as wall-clock nanoseconds since the Unix epoch
+    /// (through the wall clock's reading now: reports an operator reads
+    /// need dates, the router's own time never goes backwards).
+    pub fn to_unix_ns(&self, t: Timestamp) -> u64 {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        wall.saturating_sub(self.now().as_nanos().saturating_sub(t.as_nanos()))
+    }
 }
 
 impl Default for MonotonicClock {

@@ -398,6 +398,9 @@ pub struct HeavySection {
     /// Where the JSON lines go: a file path, or `-` for standard output
     /// (the default).
     pub report: String,
+    /// An IPFIX collector (`host:port`, UDP) to export each epoch's heavy
+    /// flows to ([`crate::ipfix`]); absent: none.
+    pub ipfix: Option<String>,
 }
 
 impl Default for HeavySection {
@@ -415,6 +418,7 @@ impl Default for HeavySection {
             capacity: d.capacity,
             seed: d.seed,
             report: "-".into(),
+            ipfix: None,
         }
     }
 }
@@ -1101,6 +1105,14 @@ impl RouterConfig {
                     ),
                 ));
             }
+            if let Some(a) = &h.ipfix
+                && let Err(e) = a.parse::<std::net::SocketAddr>()
+            {
+                errs.push((
+                    key("ipfix"),
+                    format!("\"{a}\" is not an address and port (127.0.0.1:4739, [::1]:4739): {e}"),
+                ));
+            }
             if h.report.is_empty() {
                 errs.push((
                     key("report"),
@@ -1429,6 +1441,10 @@ bidirectional = true
             (
                 "[heavy]\ncapacity = 10000000000",
                 "heavy.capacity: 10000000000 flows is above 16777216 per worker",
+            ),
+            (
+                "[heavy]\nipfix = \"collector:4739\"",
+                "heavy.ipfix: \"collector:4739\" is not an address and port",
             ),
         ];
         for (extra, want) in cases {

@@ -44,6 +44,7 @@ pub mod clock;
 pub mod config;
 pub mod flow;
 pub mod io;
+pub mod ipfix;
 pub mod pipeline;
 pub mod runtime;
 pub mod stage;

@@ -72,6 +72,7 @@ use serde::Serialize;
 
 use crate::filter::BpfFilter;
 pub use crate::pacing::{Pacing, PassClock, Schedule, wait_until, wait_until_or_stop};
+use dataplane::ipfix::Exporter;
 pub use dataplane::runtime::Latency;
 pub use dataplane::runtime::worker::new_histogram;
 
@@ -226,6 +227,17 @@ pub fn packet_log(names: Vec<String>) -> PacketLog {
     })
 }
 
+/// What went to the IPFIX collector (`heavy.ipfix`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IpfixSummary {
+    /// The collector, `host:port`.
+    pub collector: String,
+    /// Data records sent (one per heavy flow and epoch).
+    pub records: u64,
+    /// Messages the socket refused.
+    pub send_errors: u64,
+}
+
 /// A capture time (ns since the Unix epoch) as an RFC 3339 UTC date with
 /// microseconds, as tcpdump's `-tttt` shows times (never raw seconds).
 pub fn capture_date(ns: u64) -> String {
@@ -279,6 +291,8 @@ pub struct Report {
     pub filter: Option<String>,
     /// Records the filter did not match (not sent).
     pub filtered_out: u64,
+    /// The heavy flows exported as IPFIX (`heavy.ipfix`).
+    pub ipfix: Option<IpfixSummary>,
     /// Records whose original length was absurd (above
     /// `dataplane::io::capture::MAX_ORIG_LEN`) and taken as the captured
     /// length.
@@ -322,6 +336,13 @@ impl Report {
                 w,
                 "filter '{f}': {} packets matched and were sent, {} did not match",
                 self.packets, self.filtered_out
+            )?;
+        }
+        if let Some(x) = &self.ipfix {
+            writeln!(
+                w,
+                "ipfix: {} heavy-flow records sent to {} ({} messages refused)",
+                x.records, x.collector, x.send_errors
             )?;
         }
         for e in &self.input_errors {
@@ -1034,6 +1055,23 @@ pub fn replay_with_stop(
     if let Some(h) = &mut stats.heavy {
         h.reported = heavy.iter().map(|e| e.flows.len() as u64).sum();
     }
+    // `heavy.ipfix`: the epochs as the live router exports them, with
+    // capture times (Unix nanoseconds in the capture) as flow times.
+    let ipfix = match router.heavy.as_ref().and_then(|h| h.ipfix.as_deref()) {
+        Some(addr) => {
+            let mut x = Exporter::new(addr)
+                .with_context(|| format!("heavy.ipfix: cannot export to {addr}"))?;
+            for e in &heavy {
+                x.export(e, |ns| ns / 1_000_000);
+            }
+            Some(IpfixSummary {
+                collector: addr.to_string(),
+                records: x.records,
+                send_errors: x.send_errors,
+            })
+        }
+        None => None,
+    };
     let written = match &cfg.write {
         Some(dir) if cfg.workers > 1 => merge_written(dir, &names, written)?,
         _ => written.into_iter().flatten().collect(),
@@ -1067,6 +1105,7 @@ pub fn replay_with_stop(
         rate_reached,
         filter: cfg.filter.clone(),
         filtered_out,
+        ipfix,
         input_lengths_fixed: lengths_fixed,
         pacing_gaps_capped: gaps_capped,
         latency,

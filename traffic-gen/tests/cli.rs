@@ -801,3 +801,169 @@ fn negative_values_name_their_flag() {
         );
     }
 }
+
+/// `[heavy] ipfix`: the heavy flows reach Debian's nfcapd as IPFIX, and
+/// `nfdump -o json` lists exactly the flows, bytes and packets the replay
+/// reported (the upper bounds), with the epoch as first/last. Skipped
+/// with a printed reason where nfdump is not installed.
+#[test]
+fn ipfix_export_reaches_nfdump() {
+    use std::collections::BTreeSet;
+    use std::io::Write as _;
+    if Command::new("nfcapd").arg("-V").output().is_err()
+        || Command::new("nfdump").arg("-V").output().is_err()
+    {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipping: nfdump/nfcapd are not installed"
+        );
+        return;
+    }
+    let d = scratch("ipfix");
+    let flows_dir = d.join("flows");
+    std::fs::create_dir_all(&flows_dir).unwrap();
+    let pcap = d.join("z.pcap");
+    let out = bin()
+        .args([
+            "synth",
+            "--flows",
+            "300",
+            "--packets",
+            "20000",
+            "--seed",
+            "2",
+            "-o",
+        ])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = String::from_utf8(
+        bin()
+            .args(["replay", "--print-config"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .replace(
+        "report = \"-\"",
+        &format!("report = \"-\"\nipfix = \"127.0.0.1:{port}\""),
+    );
+    assert!(
+        config.contains("ipfix"),
+        "the built-in router has a [heavy] report line"
+    );
+    let cfg = d.join("router.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let mut nfcapd = Command::new("nfcapd")
+        .arg("-w")
+        .arg(&flows_dir)
+        .args(["-b", "127.0.0.1", "-t", "3600", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Listening once its socket shows in /proc/net/udp.
+    let hex = format!(":{port:04X} ");
+    for _ in 0..100 {
+        if std::fs::read_to_string("/proc/net/udp")
+            .unwrap_or_default()
+            .contains(&hex)
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let j = d.join("r.json");
+    let out = bin()
+        .args(["replay", "--config"])
+        .arg(&cfg)
+        .arg("--json")
+        .arg(&j)
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SIGTERM: nfcapd writes its file out and exits.
+    let _ = Command::new("kill").arg(nfcapd.id().to_string()).status();
+    let _ = nfcapd.wait();
+    let r = json(&j);
+    assert_eq!(r["ipfix"]["send_errors"], 0);
+    let mut want = BTreeSet::new();
+    for e in r["heavy"].as_array().unwrap() {
+        for f in e["flows"].as_array().unwrap() {
+            want.insert((
+                f["flow"].as_str().unwrap().to_string(),
+                f["bytes_upper"].as_u64().unwrap(),
+                f["packets_upper"].as_u64().unwrap(),
+            ));
+        }
+    }
+    assert_eq!(r["ipfix"]["records"].as_u64().unwrap(), want.len() as u64);
+    assert!(want.len() > 5, "{} heavy flows", want.len());
+    let dump = Command::new("nfdump")
+        .arg("-R")
+        .arg(&flows_dir)
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    let records: Vec<serde_json::Value> = serde_json::from_slice(&dump.stdout).unwrap();
+    let proto = |n: u64| match n {
+        6 => "tcp",
+        17 => "udp",
+        _ => "other",
+    };
+    let got: BTreeSet<(String, u64, u64)> = records
+        .iter()
+        .map(|x| {
+            let (s, d, sp, dp) = (
+                &x["src4_addr"],
+                &x["dst4_addr"],
+                &x["src_port"],
+                &x["dst_port"],
+            );
+            let flow = if s.is_string() {
+                format!(
+                    "{}:{} -> {}:{} {}",
+                    s.as_str().unwrap(),
+                    sp,
+                    d.as_str().unwrap(),
+                    dp,
+                    proto(x["proto"].as_u64().unwrap())
+                )
+            } else {
+                format!(
+                    "[{}]:{} -> [{}]:{} {}",
+                    x["src6_addr"].as_str().unwrap(),
+                    sp,
+                    x["dst6_addr"].as_str().unwrap(),
+                    dp,
+                    proto(x["proto"].as_u64().unwrap())
+                )
+            };
+            (
+                flow,
+                x["in_bytes"].as_u64().unwrap(),
+                x["in_packets"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    std::fs::remove_dir_all(&d).unwrap();
+}

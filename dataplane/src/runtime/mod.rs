@@ -277,6 +277,8 @@ impl Router {
                     .unwrap_or_else(|| h.report.clone()),
                 h.stage_config().threshold,
                 n,
+                h.ipfix.as_deref(),
+                clock,
             )?),
             None => None,
         };
@@ -500,6 +502,10 @@ struct HeavyReporter {
     threshold: Threshold,
     pending: Vec<Vec<EpochReport>>,
     closed_before: Vec<u64>,
+    /// `heavy.ipfix`: the collector's exporter.
+    ipfix: Option<crate::ipfix::Exporter>,
+    /// The workers' clock: reports carry wall-clock times.
+    clock: MonotonicClock,
 }
 
 impl std::fmt::Debug for HeavyReporter {
@@ -512,7 +518,13 @@ impl std::fmt::Debug for HeavyReporter {
 }
 
 impl HeavyReporter {
-    fn new(dest: String, threshold: Threshold, workers: usize) -> anyhow::Result<Self> {
+    fn new(
+        dest: String,
+        threshold: Threshold,
+        workers: usize,
+        ipfix: Option<&str>,
+        clock: MonotonicClock,
+    ) -> anyhow::Result<Self> {
         let out: Box<dyn Write + Send> = if dest == "-" {
             Box::new(std::io::stdout())
         } else {
@@ -521,11 +533,19 @@ impl HeavyReporter {
                     .map_err(|e| anyhow::anyhow!("heavy.report: cannot create {dest}: {e}"))?,
             )
         };
+        let ipfix = ipfix
+            .map(|a| {
+                crate::ipfix::Exporter::new(a)
+                    .map_err(|e| anyhow::anyhow!("heavy.ipfix: cannot export to {a}: {e}"))
+            })
+            .transpose()?;
         Ok(HeavyReporter {
             out,
             threshold,
             pending: vec![Vec::new(); workers],
             closed_before: vec![0; workers],
+            ipfix,
+            clock,
         })
     }
 
@@ -549,9 +569,21 @@ impl HeavyReporter {
         if ready.iter().all(Vec::is_empty) {
             return Ok(());
         }
-        for e in merge_epochs(&ready, self.threshold) {
+        for mut e in merge_epochs(&ready, self.threshold) {
+            // Wall-clock times, Unix nanoseconds, as the operator's logs.
+            let clock = self.clock;
+            let unix = |ns: u64| clock.to_unix_ns(crate::clock::Timestamp::from_nanos(ns));
+            (e.start_ns, e.end_ns) = (unix(e.start_ns), unix(e.end_ns));
+            for f in &mut e.flows {
+                (f.epoch_start_ns, f.epoch_end_ns) = (e.start_ns, e.end_ns);
+                f.detected_ns = unix(f.detected_ns);
+            }
             e.write_json_lines(&mut self.out)?;
+            if let Some(x) = &mut self.ipfix {
+                x.export(&e, |ns| ns / 1_000_000);
+            }
         }
+        // Flushed per epoch: a pipe's reader sees each one as it closes.
         self.out.flush()?;
         Ok(())
     }
