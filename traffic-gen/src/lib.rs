@@ -34,6 +34,7 @@ pub mod frames;
 pub mod input;
 pub mod live;
 pub mod pacing;
+pub mod plot;
 pub mod replay;
 pub mod scenario;
 pub mod synth;

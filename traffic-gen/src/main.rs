@@ -25,6 +25,7 @@ use dataplane::wire::icarus::FilterWidth;
 use indicatif::{ProgressBar, ProgressStyle};
 use traffic_gen::input::{InputError, Limits, Stop};
 use traffic_gen::live::{Endpoint, LiveConfig, run_live_with_stop};
+use traffic_gen::plot::plot_svg;
 use traffic_gen::replay::{
     DEFAULT_ROUTER, Input, Pacing, ReplayConfig, default_router, hgrm_paths, replay_with_stop,
     write_hgrm,
@@ -295,6 +296,10 @@ struct SfbScenarioArgs {
     /// Write the reports (every row, every flow) as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Draw the sojourn distributions of every row and queue by percentile
+    /// as an SVG (log scales, as HdrHistogram's plotter).
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
 }
 
 /// Creates the output file `path` of `flag` before a run, so that a bad
@@ -360,6 +365,9 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
     };
     // Output files are created first, so a bad path fails at once.
     let json = create_output("--json", a.json.as_deref())?;
+    if let Some(p) = &a.plot {
+        check_writable("--plot", p)?;
+    }
     let mut hgrms = BTreeMap::new();
     if let Some(p) = &a.hgrm {
         for &aimd in &a.aimd {
@@ -405,6 +413,26 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
     }
     writeln!(out)?;
     write!(out, "{}", markdown_table(&reports))?;
+    if let Some(p) = &a.plot {
+        let names: Vec<String> = reports
+            .iter()
+            .flat_map(|rep| {
+                rep.results
+                    .iter()
+                    .map(move |r| format!("{} sojourn, {} AIMD", r.queue.name(), rep.aimd))
+            })
+            .collect();
+        let hists: Vec<(&str, &hdrhistogram::Histogram<u64>)> = names
+            .iter()
+            .map(String::as_str)
+            .zip(
+                reports
+                    .iter()
+                    .flat_map(|rep| rep.results.iter().map(|r| &r.histogram)),
+            )
+            .collect();
+        plot_svg(p, "scenario sfb", &hists, &[])?;
+    }
     write_json(json, &reports)
 }
 
@@ -667,6 +695,11 @@ struct ReplayArgs {
     /// Write the whole report as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Draw the run as an SVG: latency by percentile (every distribution,
+    /// log scales, as HdrHistogram's plotter) and, embedded, each shaped
+    /// port's backlog and SFB marking probability over capture time.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
     /// Write the heavy flows as JSON lines.
     #[arg(long, value_name = "FILE")]
     heavy_jsonl: Option<PathBuf>,
@@ -992,6 +1025,7 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         limits: a.limits(),
         filter: a.filter.clone(),
         verbose: a.verbose,
+        sample_queues: a.plot.is_some(),
     };
     let input = if files.is_empty() {
         if a.synth.size.is_some() || a.synth.unique {
@@ -1013,6 +1047,9 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
     // (the --write directory and its captures: by the replay, before it
     // sends anything).
     let json = create_output("--json", a.json.as_deref())?;
+    if let Some(p) = &a.plot {
+        check_writable("--plot", p)?;
+    }
     let heavy_jsonl = create_output("--heavy-jsonl", a.heavy_jsonl.as_deref())?;
     let hgrms = match &a.hgrm {
         Some(p) => Some(
@@ -1050,6 +1087,19 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         None => Vec::new(),
     };
     write_json(json, &report)?;
+    if let Some(p) = &a.plot {
+        let through = report.latency.through();
+        plot_svg(
+            p,
+            "replay",
+            &[
+                ("processing (wall clock)", &report.latency.processing),
+                ("sojourn (capture time)", &report.latency.sojourn),
+                ("through (capture time)", &through),
+            ],
+            &report.queue_samples,
+        )?;
+    }
     if let Some((p, f)) = heavy_jsonl {
         let mut f = std::io::BufWriter::new(f);
         for e in &report.heavy {
@@ -1098,6 +1148,12 @@ fn run_live_replay(
     // Output files are created before the run, so a bad path fails at once.
     let hgrm = create_output("--hgrm", a.hgrm.as_deref())?;
     let json = create_output("--json", a.json.as_deref())?;
+    if let Some(p) = &a.plot {
+        if a.rx.is_none() {
+            bail!("--plot needs --rx with live replay (latency is measured at the receiver)");
+        }
+        check_writable("--plot", p)?;
+    }
     let stop = stop_on_signals()?;
     let progress = progress_bar(a.limit);
     let report = run_live_with_stop(&files, &cfg, progress.as_ref(), Stop::on(&stop));
@@ -1118,6 +1174,9 @@ fn run_live_replay(
         }
     }
     write_json(json, &report)?;
+    if let (Some(p), Some(rx)) = (&a.plot, &report.rx) {
+        plot_svg(p, "live replay", &[("send to receive", &rx.histogram)], &[])?;
+    }
     quiet_on_closed_pipe(printed)?;
     let interrupted = report.interrupted || stop.load(Ordering::Relaxed);
     Ok(Outcome::of_replay(interrupted, &report.input_errors))

@@ -72,6 +72,7 @@ use serde::Serialize;
 
 use crate::filter::BpfFilter;
 pub use crate::pacing::{Pacing, PassClock, Schedule, wait_until, wait_until_or_stop};
+use crate::plot::QueueSample;
 use dataplane::ipfix::Exporter;
 pub use dataplane::runtime::Latency;
 pub use dataplane::runtime::worker::new_histogram;
@@ -132,6 +133,9 @@ pub struct ReplayConfig {
     pub filter: Option<String>,
     /// `--verbose`: a line per packet on standard output ([`packet_log`]).
     pub verbose: bool,
+    /// `--plot`: sample each shaped port's queue at every tick (100 ms of
+    /// capture time) for the report's [`Report::queue_samples`].
+    pub sample_queues: bool,
 }
 
 impl ReplayConfig {
@@ -150,6 +154,7 @@ impl ReplayConfig {
             limits: Limits::default(),
             filter: None,
             verbose: false,
+            sample_queues: false,
         }
     }
 }
@@ -293,6 +298,10 @@ pub struct Report {
     pub filtered_out: u64,
     /// The heavy flows exported as IPFIX (`heavy.ipfix`).
     pub ipfix: Option<IpfixSummary>,
+    /// Each shaped port's queue over capture time (with
+    /// [`ReplayConfig::sample_queues`]; for `--plot`).
+    #[serde(skip)]
+    pub queue_samples: Vec<(String, Vec<QueueSample>)>,
     /// Records whose original length was absurd (above
     /// `dataplane::io::capture::MAX_ORIG_LEN`) and taken as the captured
     /// length.
@@ -669,6 +678,8 @@ struct WorkerResult {
     packets: u64,
     last_departure: Timestamp,
     written: Result<Vec<PathBuf>>,
+    /// Per port, the queue's samples (worker 0, with `sample_queues`).
+    queue_samples: Vec<Vec<QueueSample>>,
 }
 
 fn worker(
@@ -677,12 +688,31 @@ fn worker(
     link: Option<MembershipLink>,
     ports: ChunkPorts,
     core: Option<core_affinity::CoreId>,
+    sample_queues: bool,
 ) -> WorkerResult {
     let pinned = core
         .filter(|c| core_affinity::set_for_current(*c))
         .map(|c| c.id);
     let mut w = Worker::new(id, chain, ports, link);
-    w.run(&AtomicBool::new(false), &mut |_, _, _| {});
+    let mut queue_samples: Vec<Vec<QueueSample>> = Vec::new();
+    // The queues are shared: worker 0 samples them for everyone.
+    let view = (sample_queues && id == 0).then(|| w.chain().egress().queue_view());
+    w.run(&AtomicBool::new(false), &mut |_, now, _| {
+        let Some(view) = &view else { return };
+        let qs = view.summaries(now);
+        queue_samples.resize_with(qs.len(), Vec::new);
+        for (samples, q) in queue_samples.iter_mut().zip(qs) {
+            if let Some(q) = q {
+                samples.push(QueueSample {
+                    t_ns: now.as_nanos(),
+                    backlog_packets: q.backlog_packets,
+                    backlog_bytes: q.backlog_bytes,
+                    maxprob: f64::from(q.sfb.maxprob) / 65536.0,
+                    avgprob: f64::from(q.sfb.avgprob) / 65536.0,
+                });
+            }
+        }
+    });
     let stats = Stats::of(&w, pinned);
     let heavy = w
         .chain_mut()
@@ -700,6 +730,7 @@ fn worker(
         packets,
         last_departure: ports.last_departure,
         written,
+        queue_samples,
     }
 }
 
@@ -939,6 +970,7 @@ pub fn replay_with_stop(
     let (free_tx, free_rx) = unbounded::<Chunk>();
     let mut txs = Vec::new();
     let mut handles = Vec::new();
+    let sample_queues = cfg.sample_queues;
     for (i, (mut chain, link)) in chains.into_iter().enumerate() {
         if cfg.verbose {
             chain.set_packet_log(packet_log(names.clone()));
@@ -979,7 +1011,7 @@ pub fn replay_with_stop(
         let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
         let h = thread::Builder::new()
             .name(format!("worker-{i}"))
-            .spawn(move || worker(i, chain, link, ports, core))
+            .spawn(move || worker(i, chain, link, ports, core, sample_queues))
             .context("cannot start a worker thread")?;
         handles.push(h);
     }
@@ -1030,7 +1062,13 @@ pub fn replay_with_stop(
     let mut all = Vec::new();
     let mut last_departure = Timestamp::ZERO;
     let mut written = Vec::new();
+    let mut queue_samples = Vec::new();
     for (i, r) in results.into_iter().enumerate() {
+        for (port, s) in r.queue_samples.into_iter().enumerate() {
+            if !s.is_empty() {
+                queue_samples.push((names.get(port).cloned().unwrap_or_default(), s));
+            }
+        }
         latency.merge(&r.latency);
         per_worker.push(WorkerSummary {
             worker: i,
@@ -1106,6 +1144,7 @@ pub fn replay_with_stop(
         filter: cfg.filter.clone(),
         filtered_out,
         ipfix,
+        queue_samples,
         input_lengths_fixed: lengths_fixed,
         pacing_gaps_capped: gaps_capped,
         latency,

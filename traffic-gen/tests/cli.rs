@@ -967,3 +967,64 @@ fn ipfix_export_reaches_nfdump() {
     assert_eq!(got, want);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// `--plot`: the replay's latency distributions and its shaped port's queue
+/// drawn as an SVG; `scenario sfb --plot` too; a bad path fails first.
+#[test]
+fn plot_draws_the_run() {
+    let d = scratch("plot");
+    let svg = d.join("r.svg");
+    let out = bin()
+        .args(["replay", "-c", "50000", "--plot"])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    for s in [
+        "<svg",
+        "replay: latency by percentile",
+        "processing (wall clock)",
+        "sojourn (capture time)",
+        "r-b backlog",
+        "SFB marking probability",
+    ] {
+        assert!(text.contains(s), "{s} missing");
+    }
+    let svg2 = d.join("s.svg");
+    let out = bin()
+        .args([
+            "scenario",
+            "sfb",
+            "--aimd",
+            "4",
+            "--duration",
+            "3s",
+            "--plot",
+        ])
+        .arg(&svg2)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&svg2).unwrap();
+    assert!(
+        text.contains("sfb sojourn, 4 AIMD") && text.contains("droptail sojourn, 4 AIMD"),
+        "{}",
+        &text[..200]
+    );
+    let out = bin()
+        .args(["replay", "-c", "10", "--plot", "/nonexistent/dir/x.svg"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--plot /nonexistent/dir/x.svg"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
