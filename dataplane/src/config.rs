@@ -506,6 +506,39 @@ pub struct RouterConfig {
     /// How the live router reads and sends frames.
     #[serde(default)]
     pub io: IoConfig,
+    /// Prometheus metrics; absent: off.
+    #[serde(default)]
+    pub telemetry: Option<TelemetryConfig>,
+}
+
+/// `[telemetry]`: where the live router serves `GET /metrics`
+/// (OpenMetrics text, [`crate::runtime::metrics`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The address and port to listen on, e.g. `"127.0.0.1:9464"` (an IP
+    /// address, not a host name: nothing is resolved).
+    pub listen: String,
+}
+
+impl TelemetryConfig {
+    /// [`TelemetryConfig::listen`] parsed (`None` when it does not parse,
+    /// which validation reports).
+    pub fn listen_addr(&self) -> Option<std::net::SocketAddr> {
+        self.listen.parse().ok()
+    }
+
+    fn validate(&self, errs: &mut Vec<(String, String)>) {
+        if self.listen_addr().is_none() {
+            errs.push((
+                "telemetry.listen".into(),
+                format!(
+                    "\"{}\" is not an IP address and port (e.g. \"127.0.0.1:9464\" or \"[::1]:9464\")",
+                    self.listen
+                ),
+            ));
+        }
+    }
 }
 
 /// Which live port backend the router runs on (`[io] backend`).
@@ -892,6 +925,9 @@ impl RouterConfig {
     /// The validation pass: every problem, as `(key, reason)`, into `errs`.
     fn validate(&self, errs: &mut Vec<(String, String)>) {
         self.io.validate(errs);
+        if let Some(t) = &self.telemetry {
+            t.validate(errs);
+        }
         // Workers.
         let w = &self.workers;
         if let Some(n) = w.count {
@@ -1301,6 +1337,26 @@ bidirectional = true
     }
 
     #[test]
+    fn telemetry_listen() {
+        assert!(parse(MIN).unwrap().telemetry.is_none());
+        for (listen, want) in [("127.0.0.1:9464", "127.0.0.1:9464"), ("[::1]:0", "[::1]:0")] {
+            let c = parse(&format!("{MIN}\n[telemetry]\nlisten = \"{listen}\"\n")).unwrap();
+            let t = c.telemetry.unwrap();
+            assert_eq!(t.listen_addr().unwrap().to_string(), want);
+        }
+        // The error names the key and the line it is on.
+        let text = format!("{MIN}\n[telemetry]\nlisten = \"metrics:9464\"\n");
+        let e = RouterConfig::from_toml_str(&text, "r.toml").unwrap_err();
+        let line = text.lines().position(|l| l.starts_with("listen")).unwrap() + 1;
+        assert!(
+            e.to_string().starts_with(&format!(
+                "r.toml:{line}: telemetry.listen: \"metrics:9464\""
+            )),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn duplicate_interface() {
         let t = MIN.replace("name = \"veth1\"", "name = \"veth0\"");
         assert_eq!(
@@ -1437,6 +1493,18 @@ bidirectional = true
             (
                 "[io.ring]\nblock_timeout_ms = 0",
                 "io.ring.block_timeout_ms: 0 is outside 1..=1000",
+            ),
+            (
+                "[telemetry]\nlisten = \"localhost:9464\"",
+                "telemetry.listen: \"localhost:9464\" is not an IP address and port",
+            ),
+            (
+                "[telemetry]\nlisten = \"127.0.0.1\"",
+                "telemetry.listen: \"127.0.0.1\" is not an IP address and port",
+            ),
+            (
+                "[telemetry]\nport = 9464",
+                "telemetry.port: unknown field `port`, expected `listen`",
             ),
             (
                 "[heavy]\ncapacity = 10000000000",

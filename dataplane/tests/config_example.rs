@@ -14,6 +14,8 @@ fn example_router_toml_is_valid() {
     assert!(cfg.heavy_config().is_some());
     assert!(cfg.icarus_config().is_some());
     assert!(cfg.multicast_config().is_some());
+    let t = cfg.telemetry.as_ref().expect("[telemetry] in the example");
+    assert_eq!(t.listen_addr(), Some(([127, 0, 0, 1], 9464).into()));
 }
 
 #[test]

@@ -10,7 +10,9 @@
 //! (RFC 3339, UTC) and the interval's rates (in and out, pps and Mbit/s;
 //! drops per second), and on exit; SIGINT or SIGTERM
 //! drain the sockets, close the heavy-flow epochs, write the final report
-//! and exit 0. It refuses to start on an interface another router holds
+//! and exit 0. With `[telemetry] listen` it serves `GET /metrics`
+//! (`runtime::metrics`) from a thread of its own while it runs. It refuses
+//! to start on an interface another router holds
 //! (`runtime::lock`), and gives up every capability once its sockets are
 //! open (`runtime::privileges`).
 
@@ -22,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::{Parser, Subcommand};
 use dataplane::config::RouterConfig;
+use dataplane::runtime::metrics::MetricsServer;
 use dataplane::runtime::{IntervalRates, Router, RunOptions, Stats};
 
 #[derive(Debug, Parser)]
@@ -139,7 +142,26 @@ fn run(
                 .map_err(|e| anyhow::anyhow!("--final-report {}: {e}", path.display()))
         })
         .transpose()?;
+    // Bound before the router gives up its capabilities (a port below 1024
+    // needs one); served once the workers run.
+    let listener = cfg
+        .telemetry
+        .as_ref()
+        .and_then(|t| t.listen_addr())
+        .map(MetricsServer::bind)
+        .transpose()?;
     let mut router = Router::start(&cfg, &RunOptions { heavy_report })?;
+    let metrics = match listener {
+        Some(l) => {
+            let addr = l.local_addr();
+            let thread = l.spawn(router.snapshots_handle())?;
+            err_out(&format!(
+                "dataplane: metrics at http://{addr}/metrics (OpenMetrics)\n"
+            ));
+            Some(thread)
+        }
+        None => None,
+    };
     let stop = router.stop_flag();
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
@@ -179,6 +201,9 @@ fn run(
         }
     }
     err_out("dataplane: stopping: draining and writing the final report\n");
+    if let Some(m) = metrics {
+        m.stop();
+    }
     let done = router.shutdown()?;
     for w in &done.workers {
         err_out(&w.render());

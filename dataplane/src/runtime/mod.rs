@@ -79,6 +79,7 @@ macro_rules! say {
 }
 
 pub mod lock;
+pub mod metrics;
 pub mod privileges;
 pub mod share;
 pub mod stats;
@@ -187,7 +188,7 @@ pub struct Router {
     _locks: Vec<lock::InterfaceLock>,
     stop: Arc<AtomicBool>,
     workers: Vec<JoinHandle<WorkerOutput>>,
-    snapshots: Vec<Arc<Mutex<Stats>>>,
+    snapshots: Snapshots,
     reporter: Option<HeavyReporter>,
     epochs: crossbeam_channel::Receiver<EpochMsg>,
     /// The shaped ports' queues, read for the final report once every
@@ -310,7 +311,7 @@ impl Router {
             _locks: locks,
             stop,
             workers,
-            snapshots,
+            snapshots: Snapshots(snapshots.into()),
             reporter,
             epochs: erx,
             queues,
@@ -325,10 +326,13 @@ impl Router {
 
     /// The latest snapshot of each worker.
     pub fn snapshot(&self) -> Vec<Stats> {
-        self.snapshots
-            .iter()
-            .map(|s| s.lock().map(|g| g.clone()).unwrap_or_default())
-            .collect()
+        self.snapshots.each()
+    }
+
+    /// A handle on the workers' snapshots that another thread can own
+    /// (the metrics server's).
+    pub fn snapshots_handle(&self) -> Snapshots {
+        self.snapshots.clone()
     }
 
     /// Writes the heavy-flow epochs every worker has closed.
@@ -397,6 +401,27 @@ impl Router {
             .filter(|(_, w)| w.is_finished())
             .map(|(i, _)| i)
             .collect()
+    }
+}
+
+/// The snapshots the workers publish at every tick, one per worker; cheap
+/// to clone. Reading one takes its mutex for a clone of the stats (the
+/// worker takes it once per tick).
+#[derive(Debug, Clone, Default)]
+pub struct Snapshots(Arc<[Arc<Mutex<Stats>>]>);
+
+impl Snapshots {
+    /// The latest snapshot of each worker.
+    pub fn each(&self) -> Vec<Stats> {
+        self.0
+            .iter()
+            .map(|s| s.lock().map(|g| g.clone()).unwrap_or_default())
+            .collect()
+    }
+
+    /// Their sum ([`Stats::merged`]).
+    pub fn merged(&self) -> Stats {
+        Stats::merged(&self.each())
     }
 }
 

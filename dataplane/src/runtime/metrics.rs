@@ -1,0 +1,927 @@
+//! Prometheus metrics: the router's counters as an OpenMetrics text
+//! exposition ([`encode`]), and the small HTTP server that answers
+//! `GET /metrics` with it ([`MetricsServer`]), turned on by
+//! `[telemetry] listen` in router.toml.
+//!
+//! **Where the values come from.** Workers publish a snapshot of their
+//! counters at every tick ([`super::Snapshots`]); a scrape locks each
+//! snapshot just long enough to clone it, sums them ([`Stats::merged`]) and
+//! encodes the sum. Nothing is registered up front: the [`Collector`] is
+//! built around the scrape's stats, so every scrape reads fresh values, and
+//! a worker never waits for a scrape longer than one clone of its stats at
+//! its next tick. The server runs on its own (unpinned) thread.
+//!
+//! **Names.** Everything is prefixed `bloomplane_`; counters end in
+//! `_total`, byte counts in `_bytes`, times are in seconds, probabilities
+//! are ratios in 0..=1. Labels: `interface` (the interface's name from the
+//! config), `reason` (a drop or malformed reason, as in the text report).
+//! Every drop and malformed reason is exported, zero or not, so a rate over
+//! a reason never starts from a missing series. Per-queue metrics (SFB,
+//! backlog) exist for interfaces with an `sfb` table; the heavy-flow,
+//! Icarus and multicast metrics for the stages that are on.
+//!
+//! **Latency** is held as percentiles, not buckets ([`super::LatencyReport`]), so
+//! it is exported as a summary (quantiles 0.5, 0.9, 0.99, 0.999 and 1, the
+//! largest; `_count`; `_sum` = mean x count), not as a histogram: no bucket
+//! counts are made up. prometheus-client 0.24 has no summary type, so
+//! [`encode`] writes the three summary families itself after the
+//! collector's. Summed over workers each quantile is the largest worker's
+//! (an upper bound; see [`Stats::latency`]).
+//!
+//! **Two formats.** A scraper that asks for OpenMetrics (`Accept:
+//! application/openmetrics-text`, as Prometheus does) gets it; any other
+//! client (curl, `promtool check metrics`, which reads the Prometheus text
+//! format 0.0.4) gets the same samples in text format 0.0.4
+//! ([`to_prometheus_text`]): counter families named with their `_total`,
+//! no `# UNIT` and no `# EOF` line. Other paths are 404, other methods 405.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, NoLabelSet,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::stats::{Latency, Stats};
+use crate::pipeline::DropReason;
+use crate::stage::sfb::SFB_MAX_PROB;
+use crate::wire::Malformed;
+
+/// The prefix of every metric name.
+pub const PREFIX: &str = "bloomplane";
+
+/// The `Content-Type` of the OpenMetrics exposition.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The `Content-Type` of the Prometheus text format.
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Reads one figure of a report.
+type Field<T> = fn(&T) -> u64;
+
+/// The quantiles of a latency summary: (label, the [`Latency`] field).
+const QUANTILES: [(&str, Field<Latency>); 5] = [
+    ("0.5", |l| l.p50),
+    ("0.9", |l| l.p90),
+    ("0.99", |l| l.p99),
+    ("0.999", |l| l.p999),
+    ("1", |l| l.max),
+];
+
+/// The OpenMetrics text exposition of `stats` (ends with `# EOF`).
+pub fn encode(stats: &Stats) -> String {
+    let mut registry = Registry::with_prefix(PREFIX);
+    registry.register_collector(Box::new(StatsCollector(stats.clone())));
+    let mut out = String::new();
+    // Writing to a String cannot fail, and the collector only fails when
+    // its writer does.
+    let _ = encode_registry(&mut out, &registry);
+    for (name, help, l) in [
+        (
+            "processing_latency",
+            "Time to take a packet's batch to its verdicts (wall clock, per packet).",
+            &stats.latency.processing,
+        ),
+        (
+            "sojourn_latency",
+            "Time a queued copy spent in its egress queue.",
+            &stats.latency.sojourn,
+        ),
+        (
+            "through_latency",
+            "Time from a packet's arrival to its copy's departure.",
+            &stats.latency.through,
+        ),
+    ] {
+        encode_summary(&mut out, name, help, l);
+    }
+    let _ = encode_eof(&mut out);
+    out
+}
+
+/// A summary family `PREFIX_{name}_seconds` of `l` (nanoseconds).
+fn encode_summary(out: &mut String, name: &str, help: &str, l: &Latency) {
+    let full = format!("{PREFIX}_{name}_seconds");
+    let _ = writeln!(out, "# HELP {full} {help}");
+    let _ = writeln!(out, "# TYPE {full} summary");
+    let _ = writeln!(out, "# UNIT {full} seconds");
+    if l.count > 0 {
+        for (q, f) in QUANTILES {
+            let _ = writeln!(out, "{full}{{quantile=\"{q}\"}} {:e}", f(l) as f64 / 1e9);
+        }
+    }
+    let _ = writeln!(out, "{full}_sum {:e}", l.mean * l.count as f64 / 1e9);
+    let _ = writeln!(out, "{full}_count {}", l.count);
+}
+
+/// The same samples in the Prometheus text format 0.0.4: a counter
+/// family's `# HELP` and `# TYPE` name it with its `_total` (the name its
+/// samples carry); `# UNIT` and `# EOF` lines are left out.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::BTreeSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 64 * counters.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match meta {
+            Some((p, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let total = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
+                let _ = writeln!(out, "{p}{name}{total} {tail}");
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// One scrape's stats, as a prometheus-client collector.
+#[derive(Debug)]
+struct StatsCollector(Stats);
+
+/// Writes families through a [`DescriptorEncoder`], leaving out a family
+/// with no sample.
+struct Families<'a>(DescriptorEncoder<'a>);
+
+impl Families<'_> {
+    /// A counter family: one sample per `(labels, value)`.
+    fn counters<L: EncodeLabelSet>(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<&Unit>,
+        series: impl IntoIterator<Item = (L, u64)>,
+    ) -> std::fmt::Result {
+        let mut series = series.into_iter().peekable();
+        if series.peek().is_none() {
+            return Ok(());
+        }
+        let mut m = self
+            .0
+            .encode_descriptor(name, help, unit, MetricType::Counter)?;
+        for (labels, v) in series {
+            m.encode_family(&labels)?
+                .encode_counter::<NoLabelSet, u64, u64>(&v, None)?;
+        }
+        Ok(())
+    }
+
+    /// A counter without labels.
+    fn counter(&mut self, name: &str, help: &str, unit: Option<&Unit>, v: u64) -> std::fmt::Result {
+        let mut m = self
+            .0
+            .encode_descriptor(name, help, unit, MetricType::Counter)?;
+        m.encode_counter::<NoLabelSet, u64, u64>(&v, None)
+    }
+
+    /// A gauge family: one sample per `(labels, value)`.
+    fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<&Unit>,
+        series: impl IntoIterator<Item = (L, V)>,
+    ) -> std::fmt::Result {
+        let mut series = series.into_iter().peekable();
+        if series.peek().is_none() {
+            return Ok(());
+        }
+        let mut m = self
+            .0
+            .encode_descriptor(name, help, unit, MetricType::Gauge)?;
+        for (labels, v) in series {
+            m.encode_family(&labels)?.encode_gauge(&v)?;
+        }
+        Ok(())
+    }
+}
+
+/// A probability held in Q0.16 as a ratio (as the text report and `tc`
+/// print it: [`SFB_MAX_PROB`] is 1).
+fn probability(q: u16) -> f64 {
+    f64::from(q) / f64::from(SFB_MAX_PROB)
+}
+
+impl Collector for StatsCollector {
+    fn encode(&self, encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let s = &self.0;
+        let mut f = Families(encoder);
+        let pl = &s.pipeline;
+
+        // The chain.
+        f.counter(
+            "pipeline_received",
+            "Packets handed to the chain.",
+            None,
+            pl.received,
+        )?;
+        f.counter(
+            "pipeline_forwarded",
+            "Packets forwarded (marked included).",
+            None,
+            pl.forwarded,
+        )?;
+        f.counter("pipeline_marked", "Packets ECN CE-marked.", None, pl.marked)?;
+        let mut drops: Vec<(&str, u64)> = DropReason::all()
+            .map(|r| (r.name(), pl.drops.get(r.name()).copied().unwrap_or(0)))
+            .collect();
+        for (r, &n) in &pl.drops {
+            if !drops.iter().any(|(k, _)| k == r) {
+                drops.push((r, n));
+            }
+        }
+        f.counters(
+            "pipeline_dropped",
+            "Packets dropped, by reason.",
+            None,
+            drops.into_iter().map(|(r, n)| ([("reason", r)], n)),
+        )?;
+        let mut malformed: Vec<(&str, u64)> = Malformed::ALL
+            .iter()
+            .map(|m| (m.name(), pl.malformed.get(m.name()).copied().unwrap_or(0)))
+            .collect();
+        for (r, &n) in &pl.malformed {
+            if !malformed.iter().any(|(k, _)| k == r) {
+                malformed.push((r, n));
+            }
+        }
+        f.counters(
+            "pipeline_malformed",
+            "Frames that did not parse, by reason, whatever the policy.",
+            None,
+            malformed.into_iter().map(|(r, n)| ([("reason", r)], n)),
+        )?;
+        f.counter(
+            "pipeline_non_ip",
+            "Frames that were not IP.",
+            None,
+            pl.non_ip,
+        )?;
+        f.counter("pipeline_batches", "Batches processed.", None, s.batches)?;
+        f.counter(
+            "pipeline_no_egress",
+            "Forwarded packets whose egress port set was empty.",
+            None,
+            s.no_egress,
+        )?;
+
+        // Interfaces.
+        let ifs = &s.interfaces;
+        let per_if = |v: fn(&super::InterfaceReport) -> u64| {
+            ifs.iter()
+                .map(move |i| ([("interface", i.port.name.as_str())], v(i)))
+        };
+        let bytes = Some(&Unit::Bytes);
+        f.counters(
+            "interface_rx_packets",
+            "Frames read.",
+            None,
+            per_if(|i| i.rx.rx_packets),
+        )?;
+        f.counters(
+            "interface_rx",
+            "Bytes of the frames read (wire length).",
+            bytes,
+            per_if(|i| i.rx.rx_bytes),
+        )?;
+        f.counters(
+            "interface_rx_errors",
+            "Read errors.",
+            None,
+            per_if(|i| i.rx.rx_errors),
+        )?;
+        f.counters(
+            "interface_rx_dropped",
+            "Frames the kernel dropped before the router read them (receive queue or ring full).",
+            None,
+            per_if(|i| i.rx.rx_dropped),
+        )?;
+        f.counters(
+            "interface_rx_outgoing_dropped",
+            "Frames other local sockets sent out of the port, read back and dropped.",
+            None,
+            per_if(|i| i.rx.rx_outgoing_dropped),
+        )?;
+        f.counters(
+            "interface_tx_packets",
+            "Copies sent.",
+            None,
+            per_if(|i| i.port.counters.sent),
+        )?;
+        f.counters(
+            "interface_tx",
+            "Bytes of the copies sent (wire length).",
+            bytes,
+            per_if(|i| i.port.counters.sent_bytes),
+        )?;
+        f.counters(
+            "interface_tx_errors",
+            "Copies the port's socket refused.",
+            None,
+            per_if(|i| i.port.counters.send_errors),
+        )?;
+        f.counters(
+            "interface_tx_dropped",
+            "Copies the kernel refused after the router handed them over (ring backend).",
+            None,
+            per_if(|i| i.rx.tx_dropped),
+        )?;
+        f.counters(
+            "egress_copies",
+            "Copies handed to the port.",
+            None,
+            per_if(|i| i.port.counters.copies),
+        )?;
+        f.counters(
+            "egress_dropped",
+            "Copies the port's SFB or queue dropped (all reasons).",
+            None,
+            per_if(|i| i.port.counters.dropped.total()),
+        )?;
+        f.counters(
+            "egress_shutdown_dropped",
+            "Copies still queued at a stop's deadline, dropped.",
+            None,
+            per_if(|i| i.port.counters.shutdown_dropped),
+        )?;
+        f.counters(
+            "egress_hairpin",
+            "Copies not sent back out of their ingress port.",
+            None,
+            per_if(|i| i.port.counters.hairpin),
+        )?;
+
+        // Egress queues (interfaces with an SFB table).
+        let queues: Vec<(
+            &str,
+            &super::InterfaceReport,
+            &crate::stage::egress::SfbSummary,
+        )> = ifs
+            .iter()
+            .filter_map(|i| Some((i.port.name.as_str(), i, i.port.sfb.as_ref()?)))
+            .collect();
+        type Sfb = crate::stage::egress::SfbSummary;
+        let sfb_counters: [(&str, &str, Field<Sfb>); 6] = [
+            ("sfb_marked", "Packets SFB marked CE.", |q| {
+                q.counters.marked
+            }),
+            (
+                "sfb_earlydrop",
+                "Packets SFB dropped by its marking probability (not ECN-capable).",
+                |q| q.counters.earlydrop,
+            ),
+            (
+                "sfb_penaltydrop",
+                "Packets of flows in the penalty box dropped.",
+                |q| q.counters.penaltydrop,
+            ),
+            (
+                "sfb_bucketdrop",
+                "Packets dropped at a full SFB bin.",
+                |q| q.counters.bucketdrop,
+            ),
+            (
+                "sfb_queuedrop",
+                "Packets dropped at the queue limit.",
+                |q| q.counters.queuedrop,
+            ),
+            (
+                "sfb_childdrop",
+                "Packets SFB admitted and the queue refused.",
+                |q| q.counters.childdrop,
+            ),
+        ];
+        for (name, help, v) in sfb_counters {
+            f.counters(
+                name,
+                help,
+                None,
+                queues.iter().map(|(n, _, q)| ([("interface", *n)], v(q))),
+            )?;
+        }
+        f.gauges(
+            "queue_backlog_packets",
+            "Copies in the egress queue now.",
+            None,
+            queues
+                .iter()
+                .map(|(n, i, _)| ([("interface", *n)], i.port.backlog_packets)),
+        )?;
+        f.gauges(
+            "queue_backlog",
+            "Bytes in the egress queue now.",
+            bytes,
+            queues
+                .iter()
+                .map(|(n, i, _)| ([("interface", *n)], i.port.backlog_bytes)),
+        )?;
+        f.gauges(
+            "sfb_maxqlen",
+            "Packets in SFB's fullest bin.",
+            None,
+            queues
+                .iter()
+                .map(|(n, _, q)| ([("interface", *n)], u64::from(q.maxqlen))),
+        )?;
+        f.gauges(
+            "sfb_maxprob",
+            "SFB's largest marking probability (0 to 1).",
+            None,
+            queues
+                .iter()
+                .map(|(n, _, q)| ([("interface", *n)], probability(q.maxprob))),
+        )?;
+        f.gauges(
+            "sfb_avgprob",
+            "SFB's mean marking probability (0 to 1).",
+            None,
+            queues
+                .iter()
+                .map(|(n, _, q)| ([("interface", *n)], probability(q.avgprob))),
+        )?;
+
+        // Stages.
+        let w = &s.wires;
+        f.counter(
+            "wires_routed",
+            "Packets given egress ports.",
+            None,
+            w.routed,
+        )?;
+        f.counter(
+            "wires_no_route",
+            "Packets with no wire out of their ingress port.",
+            None,
+            w.no_route,
+        )?;
+        if let Some(h) = &s.heavy {
+            f.counter(
+                "heavy_packets",
+                "IP packets the heavy-flow stage counted.",
+                None,
+                h.packets,
+            )?;
+            f.counter(
+                "heavy",
+                "IP bytes the heavy-flow stage counted.",
+                bytes,
+                h.bytes,
+            )?;
+            f.counter(
+                "heavy_detections",
+                "Flows detected as heavy (entered the flow memory).",
+                None,
+                h.detections,
+            )?;
+            f.counter(
+                "heavy_reported",
+                "Heavy flows reported at the end of an epoch (per worker).",
+                None,
+                h.reported,
+            )?;
+            f.counter(
+                "heavy_overflow",
+                "Flows that crossed the threshold while the flow memory was full.",
+                None,
+                h.overflow,
+            )?;
+        }
+        if let Some(i) = &s.icarus {
+            f.counter(
+                "icarus_loops",
+                "Packets found on a forwarding loop.",
+                None,
+                i.loops_detected,
+            )?;
+            f.counter(
+                "icarus_marked_hops",
+                "Hops that ORed this node's mask in.",
+                None,
+                i.marked_hops,
+            )?;
+            f.counter(
+                "icarus_inserted",
+                "Icarus filters inserted on ingress.",
+                None,
+                i.inserted,
+            )?;
+            f.counters(
+                "icarus_stripped",
+                "Icarus filters removed from departing copies.",
+                None,
+                per_if(|i| i.port.counters.stripped),
+            )?;
+            f.counter(
+                "icarus_no_room",
+                "Packets that should have got a filter but had no room.",
+                None,
+                i.no_room,
+            )?;
+        }
+        if let Some(m) = &s.multicast {
+            for (name, help, v) in [
+                (
+                    "multicast_data_packets",
+                    "Multicast data packets looked up.",
+                    m.data_packets,
+                ),
+                (
+                    "multicast_forwarded",
+                    "Multicast data packets forwarded.",
+                    m.forwarded,
+                ),
+                ("multicast_copies", "Multicast copies sent.", m.copies),
+                (
+                    "multicast_joins",
+                    "Memberships learned from reports.",
+                    m.joins,
+                ),
+                (
+                    "multicast_joins_refused",
+                    "Joins refused at the cap.",
+                    m.joins_refused,
+                ),
+                (
+                    "multicast_leaves",
+                    "Memberships ended by a leave.",
+                    m.leaves,
+                ),
+                (
+                    "multicast_expiries",
+                    "Memberships whose timer ran out.",
+                    m.expiries,
+                ),
+                (
+                    "multicast_records_over_budget",
+                    "Group records ignored over the per-batch budget.",
+                    m.records_over_budget,
+                ),
+            ] {
+                f.counter(name, help, None, v)?;
+            }
+        }
+        let mc = &s.multicast_interfaces;
+        f.gauges(
+            "multicast_members",
+            "Multicast groups delivered out of the interface now (static included).",
+            None,
+            mc.iter().map(|i| (mif_label(i), i.stats.members as u64)),
+        )?;
+        f.gauges(
+            "multicast_learned_groups",
+            "Multicast groups learned from reports on the interface now.",
+            None,
+            mc.iter().map(|i| (mif_label(i), i.stats.learned as u64)),
+        )?;
+        f.gauges(
+            "multicast_learned_groups_limit",
+            "The cap on learned groups per interface.",
+            None,
+            mc.iter().map(|i| (mif_label(i), i.stats.max_learned)),
+        )?;
+        f.gauges(
+            "multicast_filter_fill_ratio",
+            "Fraction of the interface's group filter set.",
+            None,
+            mc.iter().map(|i| (mif_label(i), i.stats.fill)),
+        )?;
+        f.gauges(
+            "multicast_filter_false_positive_ratio",
+            "The group filter's false-positive estimate.",
+            None,
+            mc.iter().map(|i| (mif_label(i), i.stats.fpr)),
+        )?;
+        Ok(())
+    }
+}
+
+/// The `interface` label of a multicast interface.
+fn mif_label(i: &super::MulticastInterface) -> [(&'static str, &str); 1] {
+    [("interface", i.name.as_str())]
+}
+
+/// Why [`MetricsServer::bind`] failed.
+#[derive(Debug, thiserror::Error)]
+#[error("telemetry.listen: cannot listen on {addr}: {error}")]
+pub struct BindError {
+    /// The address.
+    pub addr: SocketAddr,
+    /// What the system said.
+    pub error: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// Where a scrape's stats come from.
+pub trait StatsSource: Send + 'static {
+    /// The stats now.
+    fn stats(&self) -> Stats;
+}
+
+impl StatsSource for super::Snapshots {
+    fn stats(&self) -> Stats {
+        self.merged()
+    }
+}
+
+/// Fixed stats (tests, a finished replay).
+impl StatsSource for Stats {
+    fn stats(&self) -> Stats {
+        self.clone()
+    }
+}
+
+/// A bound listener, not yet serving: bind before the router gives up its
+/// capabilities, serve once it runs ([`MetricsServer::spawn`]).
+pub struct MetricsServer {
+    server: tiny_http::Server,
+    addr: SocketAddr,
+}
+
+impl std::fmt::Debug for MetricsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsServer")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long the server thread waits for a request before it looks at its
+/// stop flag again.
+const POLL: Duration = Duration::from_millis(100);
+
+impl MetricsServer {
+    /// Listens on `addr` (port 0: any free port, see
+    /// [`MetricsServer::local_addr`]).
+    ///
+    /// # Errors
+    /// The address cannot be bound (in use, not local, no permission).
+    pub fn bind(addr: SocketAddr) -> Result<MetricsServer, BindError> {
+        let server = tiny_http::Server::http(addr).map_err(|error| BindError { addr, error })?;
+        let addr = server.server_addr().to_ip().unwrap_or(addr);
+        Ok(MetricsServer { server, addr })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves `GET /metrics` from `source` on a thread of its own until
+    /// [`MetricsThread::stop`].
+    ///
+    /// # Errors
+    /// The thread cannot be spawned.
+    pub fn spawn<S: StatsSource>(self, source: S) -> std::io::Result<MetricsThread> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("bp-metrics".into())
+            .spawn(move || {
+                while !flag.load(Ordering::SeqCst) {
+                    match self.server.recv_timeout(POLL) {
+                        Ok(Some(rq)) => respond(rq, &source),
+                        Ok(None) => {}
+                        Err(e) => {
+                            say!("dataplane: metrics: {e}");
+                            std::thread::sleep(POLL);
+                        }
+                    }
+                }
+            })?;
+        Ok(MetricsThread {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+/// Answers one request.
+fn respond(rq: tiny_http::Request, source: &impl StatsSource) {
+    let header = |v: &str| {
+        tiny_http::Header::from_bytes(&b"Content-Type"[..], v.as_bytes()).expect("a valid header")
+    };
+    let path = rq.url().split('?').next().unwrap_or("");
+    let response = if path != "/metrics" {
+        tiny_http::Response::from_string("not found: the metrics are at /metrics\n")
+            .with_status_code(404)
+    } else if !matches!(
+        rq.method(),
+        tiny_http::Method::Get | tiny_http::Method::Head
+    ) {
+        tiny_http::Response::from_string("method not allowed\n").with_status_code(405)
+    } else {
+        let openmetrics = rq.headers().iter().any(|h| {
+            h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text")
+        });
+        let text = encode(&source.stats());
+        if openmetrics {
+            tiny_http::Response::from_string(text).with_header(header(OPENMETRICS_CONTENT_TYPE))
+        } else {
+            tiny_http::Response::from_string(to_prometheus_text(&text))
+                .with_header(header(TEXT_CONTENT_TYPE))
+        }
+    };
+    // A client that went away is its own business.
+    let _ = rq.respond(response);
+}
+
+/// The serving thread; [`MetricsThread::stop`] (or dropping it) stops it
+/// within 100 ms and closes the listener.
+#[derive(Debug)]
+pub struct MetricsThread {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl MetricsThread {
+    /// Stops the thread and waits for it.
+    pub fn stop(mut self) {
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for MetricsThread {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{InterfaceReport, MulticastInterface};
+    use crate::stage::egress::SfbSummary;
+    use crate::stage::heavy::HeavyCounters;
+    use crate::stage::icarus::IcarusCounters;
+
+    /// Two interfaces, the second queued, every stage on.
+    fn stats() -> Stats {
+        let mut s = Stats::default();
+        let mut a = InterfaceReport::default();
+        a.port.name = "r-a".into();
+        a.rx.rx_packets = 1000;
+        a.rx.rx_bytes = 1_500_000;
+        a.rx.rx_dropped = 7;
+        a.rx.rx_errors = 1;
+        let mut b = InterfaceReport::default();
+        b.port.name = "r-b".into();
+        b.port.counters.sent = 900;
+        b.port.counters.sent_bytes = 1_350_000;
+        b.port.counters.send_errors = 2;
+        b.port.counters.stripped = 5;
+        b.port.backlog_packets = 3;
+        b.port.backlog_bytes = 4500;
+        let mut sfb = SfbSummary {
+            maxprob: 32768,
+            avgprob: SFB_MAX_PROB,
+            maxqlen: 9,
+            ..SfbSummary::default()
+        };
+        sfb.counters.marked = 11;
+        sfb.counters.earlydrop = 12;
+        sfb.counters.penaltydrop = 13;
+        sfb.counters.bucketdrop = 14;
+        sfb.counters.queuedrop = 15;
+        b.port.sfb = Some(sfb);
+        s.interfaces = vec![a, b];
+        s.pipeline.received = 1000;
+        s.pipeline.forwarded = 958;
+        s.pipeline.marked = 11;
+        s.pipeline.dropped = 42;
+        s.pipeline.drops.insert("sfb_bucket".into(), 14);
+        s.pipeline.drops.insert("loop".into(), 28);
+        s.pipeline.malformed.insert("truncated_l2".into(), 2);
+        s.heavy = Some(HeavyCounters {
+            detections: 4,
+            reported: 3,
+            ..HeavyCounters::default()
+        });
+        s.icarus = Some(IcarusCounters {
+            loops_detected: 28,
+            inserted: 100,
+            ..IcarusCounters::default()
+        });
+        s.multicast_interfaces = vec![MulticastInterface {
+            name: "r-b".into(),
+            stats: crate::stage::multicast::InterfaceStats {
+                learned: 6,
+                members: 7,
+                ..Default::default()
+            },
+        }];
+        s.latency.processing = Latency {
+            count: 1000,
+            p50: 1_500,
+            p90: 2_000,
+            p99: 10_000,
+            p999: 50_000,
+            max: 1_000_000,
+            mean: 2_000.0,
+        };
+        s
+    }
+
+    #[test]
+    fn encode_names_labels_values() {
+        let text = encode(&stats());
+        for want in [
+            "# TYPE bloomplane_pipeline_received counter\n",
+            "bloomplane_pipeline_received_total 1000\n",
+            "bloomplane_pipeline_dropped_total{reason=\"loop\"} 28\n",
+            "bloomplane_pipeline_dropped_total{reason=\"sfb_bucket\"} 14\n",
+            // Every reason, zero or not.
+            "bloomplane_pipeline_dropped_total{reason=\"queue_full\"} 0\n",
+            "bloomplane_pipeline_malformed_total{reason=\"truncated_l2\"} 2\n",
+            "# UNIT bloomplane_interface_rx_bytes bytes\n",
+            "bloomplane_interface_rx_bytes_total{interface=\"r-a\"} 1500000\n",
+            "bloomplane_interface_rx_packets_total{interface=\"r-a\"} 1000\n",
+            "bloomplane_interface_rx_dropped_total{interface=\"r-a\"} 7\n",
+            "bloomplane_interface_rx_errors_total{interface=\"r-a\"} 1\n",
+            "bloomplane_interface_tx_packets_total{interface=\"r-b\"} 900\n",
+            "bloomplane_interface_tx_bytes_total{interface=\"r-b\"} 1350000\n",
+            "bloomplane_interface_tx_errors_total{interface=\"r-b\"} 2\n",
+            "bloomplane_sfb_marked_total{interface=\"r-b\"} 11\n",
+            "bloomplane_sfb_earlydrop_total{interface=\"r-b\"} 12\n",
+            "bloomplane_sfb_penaltydrop_total{interface=\"r-b\"} 13\n",
+            "bloomplane_sfb_bucketdrop_total{interface=\"r-b\"} 14\n",
+            "bloomplane_sfb_queuedrop_total{interface=\"r-b\"} 15\n",
+            "# TYPE bloomplane_queue_backlog_packets gauge\n",
+            "bloomplane_queue_backlog_packets{interface=\"r-b\"} 3\n",
+            "bloomplane_queue_backlog_bytes{interface=\"r-b\"} 4500\n",
+            "bloomplane_sfb_maxqlen{interface=\"r-b\"} 9\n",
+            "bloomplane_sfb_avgprob{interface=\"r-b\"} 1.0\n",
+            "bloomplane_heavy_detections_total 4\n",
+            "bloomplane_heavy_reported_total 3\n",
+            "bloomplane_icarus_loops_total 28\n",
+            "bloomplane_icarus_inserted_total 100\n",
+            "bloomplane_icarus_stripped_total{interface=\"r-b\"} 5\n",
+            "bloomplane_multicast_learned_groups{interface=\"r-b\"} 6\n",
+            "bloomplane_multicast_members{interface=\"r-b\"} 7\n",
+            "# TYPE bloomplane_processing_latency_seconds summary\n",
+            "bloomplane_processing_latency_seconds{quantile=\"0.5\"} 1.5e-6\n",
+            "bloomplane_processing_latency_seconds{quantile=\"0.999\"} 5e-5\n",
+            "bloomplane_processing_latency_seconds{quantile=\"1\"} 1e-3\n",
+            "bloomplane_processing_latency_seconds_sum 2e-3\n",
+            "bloomplane_processing_latency_seconds_count 1000\n",
+            "bloomplane_sojourn_latency_seconds_count 0\n",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from\n{text}");
+        }
+        // Q0.16 as a ratio, as tc prints it.
+        let maxprob = text
+            .lines()
+            .find_map(|l| l.strip_prefix("bloomplane_sfb_maxprob{interface=\"r-b\"} "))
+            .unwrap();
+        assert!((maxprob.parse::<f64>().unwrap() - 0.500_007_6).abs() < 1e-6);
+        // No queue on r-a, no quantiles without samples, multicast
+        // counters only when the stage is on.
+        assert!(!text.contains("sfb_marked_total{interface=\"r-a\"}"));
+        assert!(!text.contains("bloomplane_sojourn_latency_seconds{"));
+        assert!(!text.contains("bloomplane_multicast_joins"));
+        assert!(text.ends_with("# EOF\n"));
+        assert_eq!(text.matches("# EOF").count(), 1);
+    }
+
+    #[test]
+    fn prometheus_text_names_counter_families_with_total() {
+        let text = to_prometheus_text(&encode(&stats()));
+        assert!(text.contains(
+            "# HELP bloomplane_pipeline_dropped_total Packets dropped, by reason.\n\
+             # TYPE bloomplane_pipeline_dropped_total counter\n\
+             bloomplane_pipeline_dropped_total{reason="
+        ));
+        assert!(text.contains("bloomplane_pipeline_dropped_total{reason=\"no_route\"} 0\n"));
+        assert!(text.contains("# TYPE bloomplane_queue_backlog_bytes gauge\n"));
+        assert!(text.contains("# TYPE bloomplane_processing_latency_seconds summary\n"));
+        assert!(!text.contains("# UNIT") && !text.contains("# EOF"));
+    }
+}
