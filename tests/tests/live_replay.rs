@@ -139,6 +139,7 @@ bidirectional = true
     let pcap = dir.join("a-to-b.pcap");
     let frames = write_pcap(&pcap) as u64;
     let (hgrm, json) = (dir.join("latency.hgrm"), dir.join("report.json"));
+    let (hlog, svg) = (dir.join("latency.hlog"), dir.join("latency.svg"));
     let out = run_bounded(
         Command::new(&tg_bin)
             .arg("replay")
@@ -147,6 +148,10 @@ bidirectional = true
             .args(["--pps", &PPS.to_string()])
             .arg("--hgrm")
             .arg(&hgrm)
+            .arg("--hlog")
+            .arg(&hlog)
+            .arg("--plot")
+            .arg(&svg)
             .arg("--json")
             .arg(&json)
             .arg(&pcap),
@@ -197,6 +202,16 @@ bidirectional = true
         "{h}"
     );
     assert!(h.contains("#[Mean    = "), "{h}");
+    // The interval log: a start time and at least one interval line.
+    let log = std::fs::read_to_string(&hlog).expect("hlog written");
+    assert!(log.contains("#[StartTime: "), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| !l.starts_with('#') && !l.starts_with('"') && l.contains(",HIST")),
+        "{log}"
+    );
+    let svg = std::fs::read_to_string(&svg).expect("plot written");
+    assert!(svg.contains("send to receive"), "plot");
     assert!(
         h.contains(&format!("Total count    = {received:>12}]")),
         "{h}"

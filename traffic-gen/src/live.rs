@@ -174,7 +174,14 @@ pub struct LiveConfig {
     /// `--filter`: a BPF expression (libpcap's); only matching records
     /// are sent.
     pub filter: Option<String>,
+    /// `--hlog`: an HdrHistogram interval log of the send-to-receive
+    /// latency, one histogram per [`HLOG_INTERVAL`] of receive time
+    /// (values in microseconds), with `--rx`.
+    pub hlog: Option<PathBuf>,
 }
+
+/// The interval of `--hlog`'s histograms.
+pub const HLOG_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Frames made as they are sent ([`UniqueFrames`]) instead of read from
 /// captures: what `traffic-gen throughput` offers.
@@ -215,6 +222,7 @@ impl Default for LiveConfig {
             io: IoBackend::Pnet,
             limits: Limits::default(),
             filter: None,
+            hlog: None,
         }
     }
 }
@@ -279,6 +287,47 @@ pub struct Stamp {
     pub t_ns: u64,
 }
 
+/// Matches the frames (as [`match_frames`]) while writing the latency of
+/// each [`HLOG_INTERVAL`] to `path` as an HdrHistogram interval log
+/// (`hdrhistogram`'s writer: V2 deflate histograms, base64, one line per
+/// interval, values in microseconds), whose start time is `start`.
+fn write_hlog(
+    path: &Path,
+    start: std::time::SystemTime,
+    sent: &[Stamp],
+    received: &[Stamp],
+) -> Result<MatchOutcome> {
+    use hdrhistogram::serialization::V2DeflateSerializer;
+    use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
+    let file = std::fs::File::create(path)
+        .with_context(|| format!("--hlog {}: cannot create", path.display()))?;
+    let mut out = io::BufWriter::new(file);
+    let mut serializer = V2DeflateSerializer::new();
+    let mut failed: Option<String> = None;
+    let m = {
+        let mut log = IntervalLogWriterBuilder::new()
+            .add_comment("traffic-gen replay --tx --rx: send-to-receive latency, microseconds")
+            .with_start_time(start)
+            .begin_log_with(&mut out, &mut serializer)
+            .map_err(|e| anyhow!("--hlog {}: {e}", path.display()))?;
+        let step = u64::try_from(HLOG_INTERVAL.as_nanos()).unwrap_or(u64::MAX);
+        match_frames_by_interval(sent, received, step, &mut |at, h| {
+            if failed.is_none()
+                && let Err(e) =
+                    log.write_histogram(h, Duration::from_nanos(at), HLOG_INTERVAL, None)
+            {
+                failed = Some(format!("{e:?}"));
+            }
+        })
+    };
+    if let Some(e) = failed {
+        bail!("--hlog {}: write failed: {e}", path.display());
+    }
+    out.flush()
+        .with_context(|| format!("--hlog {}: write failed", path.display()))?;
+    Ok(m)
+}
+
 /// What matching the received frames to the sent ones found.
 #[derive(Debug, Clone)]
 pub struct MatchOutcome {
@@ -316,6 +365,26 @@ pub struct MatchOutcome {
 /// O((n + m) log n) for n sends and m receives; no allocation per frame
 /// beyond the index arrays.
 pub fn match_frames(sent: &[Stamp], received: &[Stamp]) -> MatchOutcome {
+    match_frames_by_interval(sent, received, u64::MAX, &mut |_, _| {})
+}
+
+/// [`match_frames`], also handing the latencies of each `interval_ns` of
+/// receive time (counted from the first send) to `on_interval(start
+/// offset ns, histogram in microseconds)` as the matching leaves it: the
+/// lines of an HdrHistogram interval log (`--hlog`), written as they close
+/// so a long run needs one interval's memory, not one per interval. A
+/// receive stamped before the current interval (out of read order) counts
+/// in the current one.
+pub fn match_frames_by_interval(
+    sent: &[Stamp],
+    received: &[Stamp],
+    interval_ns: u64,
+    on_interval: &mut dyn FnMut(u64, &Histogram<u64>),
+) -> MatchOutcome {
+    let interval_ns = interval_ns.max(1);
+    let base = sent.first().map_or(0, |s| s.t_ns);
+    let mut current: Option<u64> = None;
+    let mut interval = new_histogram();
     // Send indices grouped by hash, in send order within a group (stable),
     // and each group's next unmatched position (indexed by the group's
     // first position).
@@ -348,6 +417,20 @@ pub fn match_frames(sent: &[Stamp], received: &[Stamp]) -> MatchOutcome {
         last_rx = last_rx.max(r.t_ns);
         let ns = r.t_ns.saturating_sub(sent[s].t_ns).max(1);
         let _ = hist.record(ns.min(hist.high()));
+        let k = r.t_ns.saturating_sub(base) / interval_ns;
+        match current {
+            Some(c) if k > c => {
+                on_interval(c.saturating_mul(interval_ns), &interval);
+                interval.reset();
+                current = Some(k);
+            }
+            None => current = Some(k),
+            _ => {}
+        }
+        let _ = interval.record((ns / 1000).max(1).min(interval.high()));
+    }
+    if let Some(c) = current {
+        on_interval(c.saturating_mul(interval_ns), &interval);
     }
     MatchOutcome {
         received: received_n,
@@ -1870,12 +1953,13 @@ fn run(
     interrupt: Stop<'_>,
 ) -> Result<LiveReport> {
     let stop = AtomicBool::new(false);
+    let sh_origin = Instant::now();
     let sh = Shared {
         cfg,
         files,
         loaded,
         generated,
-        origin: Instant::now(),
+        origin: sh_origin,
         stop: &stop,
         interrupt,
         progress,
@@ -1935,7 +2019,14 @@ fn run(
     let st = tx_run.stats;
     let rx = match (rx_run, &cfg.rx) {
         (Some(r), Some(ep)) => {
-            let m = match_frames(&tx_run.stamps, &r.stamps);
+            let m = match cfg.hlog.as_deref() {
+                Some(path) => {
+                    // The log's start: the wall-clock time of the stamps' origin.
+                    let start = std::time::SystemTime::now() - sh_origin.elapsed();
+                    write_hlog(path, start, &tx_run.stamps, &r.stamps)?
+                }
+                None => match_frames(&tx_run.stamps, &r.stamps),
+            };
             Some(RxReport {
                 endpoint: ep.clone(),
                 recv_buffer: r.recv_buffer,
@@ -2100,6 +2191,46 @@ mod tests {
 
     fn st(key: u64, t_ns: u64) -> Stamp {
         Stamp { key, t_ns }
+    }
+
+    /// `--hlog`: one interval histogram per second of receive time, read
+    /// back with hdrhistogram's log reader; counts and values (us) add up.
+    #[test]
+    fn hlog_writes_one_histogram_per_second() {
+        use hdrhistogram::serialization::Deserializer;
+        use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+        // 3.5 s of frames, one every 10 ms, each received 250 us later.
+        let sent: Vec<Stamp> = (0..350).map(|i| st(i, 1_000 + i * 10_000_000)).collect();
+        let recv: Vec<Stamp> = sent.iter().map(|s| st(s.key, s.t_ns + 250_000)).collect();
+        let path =
+            std::env::temp_dir().join(format!("bloomplane-hlog-{}.hlog", std::process::id()));
+        let start = std::time::UNIX_EPOCH + Duration::from_secs(1_764_000_000);
+        let m = write_hlog(&path, start, &sent, &recv).unwrap();
+        assert_eq!(m.received, 350);
+        let text = std::fs::read(&path).unwrap();
+        let mut total = 0;
+        let mut starts = Vec::new();
+        let mut de = Deserializer::new();
+        for e in IntervalLogIterator::new(&text) {
+            match e.unwrap() {
+                LogEntry::Interval(h) => {
+                    starts.push(h.start_timestamp().as_secs_f64());
+                    let bytes = base64::Engine::decode(
+                        &base64::engine::general_purpose::STANDARD,
+                        h.encoded_histogram(),
+                    )
+                    .unwrap();
+                    let hist: Histogram<u64> = de.deserialize(&mut &bytes[..]).unwrap();
+                    assert_eq!(hist.max(), 250, "microseconds");
+                    total += hist.len();
+                }
+                LogEntry::StartTime(t) => assert_eq!(t.as_secs(), 1_764_000_000),
+                LogEntry::BaseTime(_) => {}
+            }
+        }
+        assert_eq!(total, 350);
+        assert_eq!(starts, vec![0.0, 1.0, 2.0, 3.0]);
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -700,6 +700,11 @@ struct ReplayArgs {
     /// port's backlog and SFB marking probability over capture time.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
+    /// Live, with --rx: write the send-to-receive latency as an
+    /// HdrHistogram interval log (one histogram per second of the run,
+    /// microseconds), for latency over time on long runs.
+    #[arg(long, value_name = "FILE.hlog", requires = "rx")]
+    hlog: Option<PathBuf>,
     /// Write the heavy flows as JSON lines.
     #[arg(long, value_name = "FILE")]
     heavy_jsonl: Option<PathBuf>,
@@ -1144,6 +1149,7 @@ fn run_live_replay(
         io: a.io,
         limits: a.limits(),
         filter: a.filter.clone(),
+        hlog: a.hlog.clone(),
     };
     // Output files are created before the run, so a bad path fails at once.
     let hgrm = create_output("--hgrm", a.hgrm.as_deref())?;
@@ -1153,6 +1159,9 @@ fn run_live_replay(
             bail!("--plot needs --rx with live replay (latency is measured at the receiver)");
         }
         check_writable("--plot", p)?;
+    }
+    if let Some(p) = &a.hlog {
+        check_writable("--hlog", p)?;
     }
     let stop = stop_on_signals()?;
     let progress = progress_bar(a.limit);
