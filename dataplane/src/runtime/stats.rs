@@ -551,10 +551,18 @@ fn render_port(s: &mut String, i: &InterfaceReport) {
         Some(r) => format!("rate {}", fmt_rate(r)),
     };
     let drops: u64 = c.dropped.total();
+    // As sch_sfb counts them, `overlimits` are the arrivals over the
+    // queue's limit (each also a `queuedrop`).
     let _ = writeln!(
         s,
-        "    qdisc sfb {rate}: Sent {} bytes {} pkt (dropped {}, shutdown {}) backlog {}b {}p",
-        c.sent_bytes, c.sent, drops, c.shutdown_dropped, p.backlog_bytes, p.backlog_packets
+        "    qdisc sfb {rate}: Sent {} bytes {} pkt (dropped {}, overlimits {}, shutdown {}) backlog {}b {}p",
+        c.sent_bytes,
+        c.sent,
+        drops,
+        sfb.counters.queuedrop,
+        c.shutdown_dropped,
+        p.backlog_bytes,
+        p.backlog_packets
     );
     let prob = |v: u16| f64::from(v) / 65535.0;
     let sc = &sfb.counters;
