@@ -275,6 +275,10 @@ fn real_prometheus_scrapes_the_drop_counter() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut up = None;
     let mut got = None;
+    // The sojourn histogram: its count equals the copies the queue sent.
+    let hq = "bloomplane_sojourn_latency_seconds_count";
+    let hwant = stats.latency_buckets.sojourn.count;
+    let mut hgot = None;
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(500));
         if TcpStream::connect(prom).is_err() {
@@ -283,7 +287,8 @@ fn real_prometheus_scrapes_the_drop_counter() {
         up = query(prom, "up{job=\"bloomplane\"}");
         if up.as_deref() == Some("1") {
             got = query(prom, &q);
-            if got.is_some() {
+            hgot = query(prom, hq);
+            if got.is_some() && hgot.is_some() {
                 break;
             }
         }
@@ -301,8 +306,14 @@ fn real_prometheus_scrapes_the_drop_counter() {
         Some(want.to_string().as_str()),
         "{q}; prometheus said:\n{log}"
     );
+    assert!(hwant > 0);
+    assert_eq!(
+        hgot.as_deref(),
+        Some(hwant.to_string().as_str()),
+        "{hq}; prometheus said:\n{log}"
+    );
     let _ = writeln!(
         std::io::stderr(),
-        "{TEST}: prometheus answered {q} = {want}, the router's count"
+        "{TEST}: prometheus answered {q} = {want} and {hq} = {hwant}, the router's counts"
     );
 }

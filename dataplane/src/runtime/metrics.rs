@@ -20,13 +20,14 @@
 //! backlog) exist for interfaces with an `sfb` table; the heavy-flow,
 //! Icarus and multicast metrics for the stages that are on.
 //!
-//! **Latency** is held as percentiles, not buckets ([`super::LatencyReport`]), so
-//! it is exported as a summary (quantiles 0.5, 0.9, 0.99, 0.999 and 1, the
-//! largest; `_count`; `_sum` = mean x count), not as a histogram: no bucket
-//! counts are made up. prometheus-client 0.24 has no summary type, so
-//! [`encode`] writes the three summary families itself after the
-//! collector's. Summed over workers each quantile is the largest worker's
-//! (an upper bound; see [`Stats::latency`]).
+//! **Latency** is exported as three histograms (`le` buckets from 1 us to
+//! 10 s in 1-2.5-5 steps, `+Inf`, `_count`, `_sum`), read at each tick off
+//! each worker's HdrHistogram ([`super::stats::LatencyBuckets`]: one pass
+//! over its recorded values, no histogram copied) and summed over workers
+//! at scrape time, exactly (buckets add up; percentiles would not).
+//! prometheus-client 0.24 encodes histograms it observes itself, not
+//! counts a collector already has, so [`encode`] writes the three
+//! histogram families after the collector's.
 //!
 //! **Two formats.** A scraper that asks for OpenMetrics (`Accept:
 //! application/openmetrics-text`, as Prometheus does) gets it; any other
@@ -50,7 +51,7 @@ use prometheus_client::encoding::{
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::stats::{Latency, Stats};
+use super::stats::{LATENCY_BUCKETS_NS, LatencyBuckets, Stats};
 use crate::pipeline::DropReason;
 use crate::stage::sfb::SFB_MAX_PROB;
 use crate::wire::Malformed;
@@ -68,15 +69,6 @@ pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Reads one figure of a report.
 type Field<T> = fn(&T) -> u64;
 
-/// The quantiles of a latency summary: (label, the [`Latency`] field).
-const QUANTILES: [(&str, Field<Latency>); 5] = [
-    ("0.5", |l| l.p50),
-    ("0.9", |l| l.p90),
-    ("0.99", |l| l.p99),
-    ("0.999", |l| l.p999),
-    ("1", |l| l.max),
-];
-
 /// The OpenMetrics text exposition of `stats` (ends with `# EOF`).
 pub fn encode(stats: &Stats) -> String {
     let mut registry = Registry::with_prefix(PREFIX);
@@ -85,41 +77,43 @@ pub fn encode(stats: &Stats) -> String {
     // Writing to a String cannot fail, and the collector only fails when
     // its writer does.
     let _ = encode_registry(&mut out, &registry);
+    let b = &stats.latency_buckets;
     for (name, help, l) in [
         (
             "processing_latency",
             "Time to take a packet's batch to its verdicts (wall clock, per packet).",
-            &stats.latency.processing,
+            &b.processing,
         ),
         (
             "sojourn_latency",
             "Time a queued copy spent in its egress queue.",
-            &stats.latency.sojourn,
+            &b.sojourn,
         ),
         (
             "through_latency",
             "Time from a packet's arrival to its copy's departure.",
-            &stats.latency.through,
+            &b.through,
         ),
     ] {
-        encode_summary(&mut out, name, help, l);
+        encode_histogram(&mut out, name, help, l);
     }
     let _ = encode_eof(&mut out);
     out
 }
 
-/// A summary family `PREFIX_{name}_seconds` of `l` (nanoseconds).
-fn encode_summary(out: &mut String, name: &str, help: &str, l: &Latency) {
+/// A histogram family `PREFIX_{name}_seconds` of `l` (bounds of
+/// [`LATENCY_BUCKETS_NS`], cumulative, then `+Inf`).
+fn encode_histogram(out: &mut String, name: &str, help: &str, l: &LatencyBuckets) {
     let full = format!("{PREFIX}_{name}_seconds");
     let _ = writeln!(out, "# HELP {full} {help}");
-    let _ = writeln!(out, "# TYPE {full} summary");
+    let _ = writeln!(out, "# TYPE {full} histogram");
     let _ = writeln!(out, "# UNIT {full} seconds");
-    if l.count > 0 {
-        for (q, f) in QUANTILES {
-            let _ = writeln!(out, "{full}{{quantile=\"{q}\"}} {:e}", f(l) as f64 / 1e9);
-        }
+    for (i, bound) in LATENCY_BUCKETS_NS.iter().enumerate() {
+        let n = l.le.get(i).copied().unwrap_or(0);
+        let _ = writeln!(out, "{full}_bucket{{le=\"{:e}\"}} {n}", *bound as f64 / 1e9);
     }
-    let _ = writeln!(out, "{full}_sum {:e}", l.mean * l.count as f64 / 1e9);
+    let _ = writeln!(out, "{full}_bucket{{le=\"+Inf\"}} {}", l.count);
+    let _ = writeln!(out, "{full}_sum {:e}", l.sum_ns / 1e9);
     let _ = writeln!(out, "{full}_count {}", l.count);
 }
 
@@ -838,15 +832,12 @@ mod tests {
                 ..Default::default()
             },
         }];
-        s.latency.processing = Latency {
-            count: 1000,
-            p50: 1_500,
-            p90: 2_000,
-            p99: 10_000,
-            p999: 50_000,
-            max: 1_000_000,
-            mean: 2_000.0,
-        };
+        // 1,000 processing times: 900 of 1.5 us, 99 of 40 us, one of 1 ms.
+        let mut h = crate::runtime::worker::new_histogram();
+        h.record_n(1_500, 900).unwrap();
+        h.record_n(40_000, 99).unwrap();
+        h.record(1_000_000).unwrap();
+        s.latency_buckets.processing = LatencyBuckets::of(&h, 0);
         s
     }
 
@@ -886,12 +877,15 @@ mod tests {
             "bloomplane_icarus_stripped_total{interface=\"r-b\"} 5\n",
             "bloomplane_multicast_learned_groups{interface=\"r-b\"} 6\n",
             "bloomplane_multicast_members{interface=\"r-b\"} 7\n",
-            "# TYPE bloomplane_processing_latency_seconds summary\n",
-            "bloomplane_processing_latency_seconds{quantile=\"0.5\"} 1.5e-6\n",
-            "bloomplane_processing_latency_seconds{quantile=\"0.999\"} 5e-5\n",
-            "bloomplane_processing_latency_seconds{quantile=\"1\"} 1e-3\n",
-            "bloomplane_processing_latency_seconds_sum 2e-3\n",
+            "# TYPE bloomplane_processing_latency_seconds histogram\n",
+            "bloomplane_processing_latency_seconds_bucket{le=\"1e-6\"} 0\n",
+            "bloomplane_processing_latency_seconds_bucket{le=\"2.5e-6\"} 900\n",
+            "bloomplane_processing_latency_seconds_bucket{le=\"2.5e-5\"} 900\n",
+            "bloomplane_processing_latency_seconds_bucket{le=\"5e-5\"} 999\n",
+            "bloomplane_processing_latency_seconds_bucket{le=\"1e-3\"} 1000\n",
+            "bloomplane_processing_latency_seconds_bucket{le=\"+Inf\"} 1000\n",
             "bloomplane_processing_latency_seconds_count 1000\n",
+            "bloomplane_sojourn_latency_seconds_bucket{le=\"+Inf\"} 0\n",
             "bloomplane_sojourn_latency_seconds_count 0\n",
         ] {
             assert!(text.contains(want), "{want:?} missing from\n{text}");
@@ -902,10 +896,17 @@ mod tests {
             .find_map(|l| l.strip_prefix("bloomplane_sfb_maxprob{interface=\"r-b\"} "))
             .unwrap();
         assert!((maxprob.parse::<f64>().unwrap() - 0.500_007_6).abs() < 1e-6);
-        // No queue on r-a, no quantiles without samples, multicast
-        // counters only when the stage is on.
+        // The sum: 900 x 1.5 us + 99 x 40 us + 1 ms, within HdrHistogram's
+        // 0.1%.
+        let sum: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("bloomplane_processing_latency_seconds_sum "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((sum - 6.31e-3).abs() < 6.31e-6, "{sum}");
+        // No queue on r-a; multicast counters only when the stage is on.
         assert!(!text.contains("sfb_marked_total{interface=\"r-a\"}"));
-        assert!(!text.contains("bloomplane_sojourn_latency_seconds{"));
         assert!(!text.contains("bloomplane_multicast_joins"));
         assert!(text.ends_with("# EOF\n"));
         assert_eq!(text.matches("# EOF").count(), 1);
@@ -921,7 +922,7 @@ mod tests {
         ));
         assert!(text.contains("bloomplane_pipeline_dropped_total{reason=\"no_route\"} 0\n"));
         assert!(text.contains("# TYPE bloomplane_queue_backlog_bytes gauge\n"));
-        assert!(text.contains("# TYPE bloomplane_processing_latency_seconds summary\n"));
+        assert!(text.contains("# TYPE bloomplane_processing_latency_seconds histogram\n"));
         assert!(!text.contains("# UNIT") && !text.contains("# EOF"));
     }
 }

@@ -154,6 +154,124 @@ impl Latency {
     }
 }
 
+/// The bounds of the latency histograms exported to Prometheus, ns: 1 us
+/// to 10 s in 1-2.5-5 steps (the `+Inf` bucket follows).
+pub const LATENCY_BUCKETS_NS: [u64; 22] = [
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+
+/// A latency distribution as Prometheus histogram buckets, read off the
+/// worker's HdrHistogram: how many values lie at or below each bound of
+/// [`LATENCY_BUCKETS_NS`] (cumulative; a value counts by the lowest value
+/// its HdrHistogram bucket stands for, within 0.1%), all of them, and
+/// their sum. Unlike percentiles, buckets of several workers add up.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LatencyBuckets {
+    /// Values at or below each bound, cumulative.
+    pub le: Vec<u64>,
+    /// Values.
+    pub count: u64,
+    /// Their sum, ns.
+    pub sum_ns: f64,
+}
+
+impl LatencyBuckets {
+    /// `h`'s buckets, with `zeros` more values of 0 (copies sent at once).
+    pub fn of(h: &Histogram<u64>, zeros: u64) -> Self {
+        let mut le = vec![0u64; LATENCY_BUCKETS_NS.len()];
+        let mut sum_ns = 0.0;
+        for v in h.iter_recorded() {
+            let n = v.count_at_value();
+            let value = h.lowest_equivalent(v.value_iterated_to());
+            sum_ns += h.median_equivalent(value) as f64 * n as f64;
+            if let Some(x) = le.get_mut(LATENCY_BUCKETS_NS.partition_point(|&b| b < value)) {
+                *x += n;
+            }
+        }
+        if let Some(x) = le.first_mut() {
+            *x += zeros;
+        }
+        for i in 1..le.len() {
+            le[i] += le[i - 1];
+        }
+        LatencyBuckets {
+            le,
+            count: h.len() + zeros,
+            sum_ns,
+        }
+    }
+
+    /// Adds another worker's buckets.
+    pub fn merge(&mut self, o: &LatencyBuckets) {
+        if self.le.len() < o.le.len() {
+            self.le.resize(o.le.len(), 0);
+        }
+        for (a, b) in self.le.iter_mut().zip(&o.le) {
+            *a += b;
+        }
+        self.count += o.count;
+        self.sum_ns += o.sum_ns;
+    }
+}
+
+/// The three distributions of [`Latencies`] as [`LatencyBuckets`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LatencyHistograms {
+    /// See [`Latencies::processing`].
+    pub processing: LatencyBuckets,
+    /// See [`Latencies::sojourn`].
+    pub sojourn: LatencyBuckets,
+    /// See [`Latencies::through`].
+    pub through: LatencyBuckets,
+}
+
+impl LatencyHistograms {
+    /// The buckets of `l` (through: the sojourn's plus the copies sent at
+    /// once, without building that histogram).
+    pub fn of(l: &Latencies) -> Self {
+        let sojourn = LatencyBuckets::of(&l.sojourn, 0);
+        let mut through = sojourn.clone();
+        // Cumulative: a zero is at or below every bound.
+        for x in &mut through.le {
+            *x += l.direct;
+        }
+        through.count += l.direct;
+        LatencyHistograms {
+            processing: LatencyBuckets::of(&l.processing, 0),
+            sojourn,
+            through,
+        }
+    }
+
+    /// Adds another worker's.
+    pub fn merge(&mut self, o: &LatencyHistograms) {
+        self.processing.merge(&o.processing);
+        self.sojourn.merge(&o.sojourn);
+        self.through.merge(&o.through);
+    }
+}
+
 /// The three distributions of [`Latencies`], as percentiles.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct LatencyReport {
@@ -276,6 +394,10 @@ pub struct Stats {
     /// histograms, [`Stats::set_latency`]; otherwise each percentile is the
     /// largest worker's, an upper bound).
     pub latency: LatencyReport,
+    /// The same distributions as histogram buckets (Prometheus), which add
+    /// up exactly over workers.
+    #[serde(skip)]
+    pub latency_buckets: LatencyHistograms,
 }
 
 impl Stats {
@@ -322,12 +444,14 @@ impl Stats {
             icarus: chain.icarus().map(|i| *i.counters()),
             heavy: chain.heavy().map(|h| *h.counters()),
             latency: LatencyReport::of(w.latency()),
+            latency_buckets: LatencyHistograms::of(w.latency()),
         }
     }
 
     /// Sets the latency percentiles from merged histograms.
     pub fn set_latency(&mut self, l: &Latencies) {
         self.latency = LatencyReport::of(l);
+        self.latency_buckets = LatencyHistograms::of(l);
     }
 
     /// Replaces the port queues' backlog and SFB figures with `queues`
@@ -378,6 +502,7 @@ impl Stats {
             if let Some(c) = &s.multicast {
                 m.multicast.get_or_insert_with(Default::default).merge(c);
             }
+            m.latency_buckets.merge(&s.latency_buckets);
             for (a, b) in [
                 (&mut m.latency.processing, &s.latency.processing),
                 (&mut m.latency.sojourn, &s.latency.sojourn),
