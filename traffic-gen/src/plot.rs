@@ -71,6 +71,21 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
+/// The legend of a chart's labelled series, top left.
+fn draw_legend<'a, X, Y>(
+    c: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+) -> Result<(), DrawingAreaErrorKind<std::io::Error>>
+where
+    X: Ranged,
+    Y: Ranged,
+{
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+}
+
 /// Draws `latencies` (name, histogram in ns) and `queues` (port name,
 /// samples) into an SVG at `path`, titled `title`.
 ///
@@ -129,12 +144,7 @@ pub fn plot_svg(
                 .label(*name)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         }
-        c.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut c).map_err(|e| err(&e))?;
     }
     for (name, samples) in queues {
         let t0 = samples.first().map_or(0, |s| s.t_ns);
@@ -197,12 +207,7 @@ pub fn plot_svg(
             .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         }
-        c.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut c).map_err(|e| err(&e))?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
