@@ -115,6 +115,97 @@ fn stop_router(lab: &mut Lab, err_path: &Path, report: &Path) -> (String, serde_
     (err, report)
 }
 
+/// The router's `/metrics` port inside its namespace.
+const METRICS_PORT: u16 = 19464;
+
+/// Prometheus's own port inside the router's namespace.
+const PROMETHEUS_PORT: u16 = 19090;
+
+/// `GET path` from `127.0.0.1:port` inside namespace `ns`: the body.
+fn http_get_in(ns: &str, port: u16, path: String) -> Option<String> {
+    in_netns(ns, move || {
+        use std::io::Read as _;
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        write!(c, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+        let mut out = String::new();
+        c.read_to_string(&mut out).ok()?;
+        out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+    })
+}
+
+/// Starts Debian's `prometheus` in the router's namespace (1 s scrapes of
+/// the router's `/metrics`, storage in the lab's scratch directory) and
+/// queries `q` until it answers `want` (60 s at most); returns the last
+/// answer, or `None` (with a printed reason) where prometheus is absent.
+fn prometheus_scrape(lab: &Lab, q: &str, want: u64) -> Option<u64> {
+    let bin = Path::new("/usr/bin/prometheus");
+    if !bin.exists() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "prometheus phase skipped: /usr/bin/prometheus not found"
+        );
+        return None;
+    }
+    let config = lab.dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: router\n    static_configs:\n      - targets: ['127.0.0.1:{METRICS_PORT}']\n"
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(lab.dir.join("prometheus.log")).unwrap();
+    let mut child = std::process::Command::new("ip")
+        .args(["netns", "exec", &lab.ns("r")])
+        .arg(bin)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            lab.dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}"))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let encoded: String = q
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut got = None;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        let Some(body) = http_get_in(
+            &lab.ns("r"),
+            PROMETHEUS_PORT,
+            format!("/api/v1/query?query={encoded}"),
+        ) else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        got = v["data"]["result"][0]["value"][1]
+            .as_str()
+            .and_then(|s| s.parse::<u64>().ok());
+        if got == Some(want) {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(lab.dir.join("prometheus.log")).unwrap_or_default();
+    assert_eq!(got, Some(want), "{q} from Prometheus; it said:\n{log}");
+    let _ = writeln!(
+        std::io::stderr(),
+        "prometheus scraped the running router: {q} = {want}"
+    );
+    got
+}
+
 /// The labs of the two tests run one after the other (the ECN phase
 /// measures a rate; two routers on two cores would disturb it).
 static ONE_LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -180,6 +271,9 @@ node_id = {NODE_ID}
 [heavy]
 threshold = {{ packets = 100 }}
 epoch_ms = 500
+
+[telemetry]
+listen = "127.0.0.1:{METRICS_PORT}"
 {io}"#,
             io = io_section(backend)
         ),
@@ -254,9 +348,28 @@ epoch_ms = 500
     let (got, _) = collect(&rx_loop, LOOPING, Duration::from_millis(500));
     assert_eq!(got, 0, "looping packets must not reach B");
 
+    // Debian's Prometheus scrapes the running router (pnet run only: one
+    // scrape test is enough) until the loop drops are in.
+    let scraped = (backend == "pnet")
+        .then(|| {
+            prometheus_scrape(
+                &lab,
+                "bloomplane_pipeline_dropped_total{reason=\"loop\"}",
+                u64::from(LOOPING),
+            )
+        })
+        .flatten();
+
     // 4. SIGTERM: drain, final report, exit 0.
     let (_, report) = stop_router(&mut lab, &stderr_path, &final_path);
     let total = &report["total"];
+    if let Some(v) = scraped {
+        assert_eq!(
+            v,
+            u(&total["pipeline"]["drops"]["loop"]),
+            "Prometheus's answer is the router's final count"
+        );
+    }
     let (ra, rb, rc_) = (
         interface(total, "r-a"),
         interface(total, "r-b"),
