@@ -248,9 +248,9 @@ impl Exporter {
             .parse()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{to}: {e}")))?;
         let bind: SocketAddr = if to.is_ipv4() {
-            "0.0.0.0:0".parse().map_err(io::Error::other)?
+            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
         } else {
-            "[::]:0".parse().map_err(io::Error::other)?
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
         };
         let sock = UdpSocket::bind(bind)?;
         Ok(Exporter {

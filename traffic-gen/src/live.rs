@@ -1046,11 +1046,14 @@ impl Transmitter<'_> {
         u64::try_from(t.duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Paces, then sends `frame` (capture time `ts`, hash `key`).
-    #[inline]
     /// Waits until `due` unless the operator stops the run first or
-    /// `--duration` ends before it (each noted; `None` then).
+    /// `--duration` ends before it (each noted; `None` then). A paced run's
+    /// progress moves here, so it shows at low rates without an update
+    /// per frame at high ones.
     fn wait_due(&mut self, due: Instant) -> Option<Instant> {
+        if let Some(p) = self.progress {
+            p.set_position(self.attempted);
+        }
         let deadline = self.limits.deadline(self.start);
         let until = deadline.map_or(due, |d| d.min(due));
         match wait_until_or_stop(until, self.interrupt) {
@@ -1066,6 +1069,8 @@ impl Transmitter<'_> {
         }
     }
 
+    /// Paces, then sends `frame` (capture time `ts`, hash `key`).
+    #[inline]
     fn emit(&mut self, ts: u64, frame: &[u8], key: u64) -> Result<()> {
         if self.limit_reached.is_none() {
             self.limit_reached = self.limits.reached(self.attempted, self.start);
@@ -1097,7 +1102,7 @@ impl Transmitter<'_> {
             }
         }
         self.attempted += 1;
-        if (self.attempted & 0xfff == 0 || self.schedule.is_paced())
+        if self.attempted & 0xfff == 0
             && let Some(p) = self.progress
         {
             p.set_position(self.attempted);
@@ -1183,7 +1188,7 @@ impl Transmitter<'_> {
             self.send_gathered(b)?;
         }
         self.attempted += 1;
-        if (self.attempted & 0xfff == 0 || self.schedule.is_paced())
+        if self.attempted & 0xfff == 0
             && let Some(p) = self.progress
         {
             p.set_position(self.attempted);

@@ -129,12 +129,6 @@ impl Schedule {
         self
     }
 
-    /// Whether packets wait for their due time (not top speed): progress
-    /// is then worth showing packet by packet.
-    pub fn is_paced(&self) -> bool {
-        self.pacing != Pacing::TopSpeed
-    }
-
     /// Gaps longer than the maximum that were cut to it so far.
     pub fn capped_gaps(&self) -> u64 {
         self.capped

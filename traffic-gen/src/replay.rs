@@ -819,6 +819,11 @@ impl Dispatcher<'_> {
         let target = self.start + std::time::Duration::from_nanos(offset);
         if target > Instant::now() {
             self.flush_all()?;
+            // A paced run's progress moves where it waits: it shows at low
+            // rates without an update per packet at high ones.
+            if let Some(p) = self.progress {
+                p.set_position(self.sent);
+            }
             // A wait never outlasts --duration.
             let deadline = self.limits.deadline(self.start);
             let until = deadline.map_or(target, |d| d.min(target));
@@ -860,7 +865,7 @@ impl Dispatcher<'_> {
         self.sent += 1;
         self.bytes += u64::from(orig_len.max(data.len() as u32));
         if let Some(p) = self.progress
-            && (self.sent.is_multiple_of(4096) || self.schedule.is_paced())
+            && self.sent.is_multiple_of(4096)
         {
             p.set_position(self.sent);
         }

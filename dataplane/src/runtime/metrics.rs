@@ -837,7 +837,7 @@ mod tests {
         h.record_n(1_500, 900).unwrap();
         h.record_n(40_000, 99).unwrap();
         h.record(1_000_000).unwrap();
-        s.latency_buckets.processing = LatencyBuckets::of(&h, 0);
+        s.latency_buckets.processing = LatencyBuckets::of(&h);
         s
     }
 

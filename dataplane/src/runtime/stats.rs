@@ -197,8 +197,8 @@ pub struct LatencyBuckets {
 }
 
 impl LatencyBuckets {
-    /// `h`'s buckets, with `zeros` more values of 0 (copies sent at once).
-    pub fn of(h: &Histogram<u64>, zeros: u64) -> Self {
+    /// `h`'s buckets.
+    pub fn of(h: &Histogram<u64>) -> Self {
         let mut le = vec![0u64; LATENCY_BUCKETS_NS.len()];
         let mut sum_ns = 0.0;
         for v in h.iter_recorded() {
@@ -209,15 +209,12 @@ impl LatencyBuckets {
                 *x += n;
             }
         }
-        if let Some(x) = le.first_mut() {
-            *x += zeros;
-        }
         for i in 1..le.len() {
             le[i] += le[i - 1];
         }
         LatencyBuckets {
             le,
-            count: h.len() + zeros,
+            count: h.len(),
             sum_ns,
         }
     }
@@ -250,7 +247,7 @@ impl LatencyHistograms {
     /// The buckets of `l` (through: the sojourn's plus the copies sent at
     /// once, without building that histogram).
     pub fn of(l: &Latencies) -> Self {
-        let sojourn = LatencyBuckets::of(&l.sojourn, 0);
+        let sojourn = LatencyBuckets::of(&l.sojourn);
         let mut through = sojourn.clone();
         // Cumulative: a zero is at or below every bound.
         for x in &mut through.le {
@@ -258,7 +255,7 @@ impl LatencyHistograms {
         }
         through.count += l.direct;
         LatencyHistograms {
-            processing: LatencyBuckets::of(&l.processing, 0),
+            processing: LatencyBuckets::of(&l.processing),
             sojourn,
             through,
         }
