@@ -195,6 +195,12 @@ pub fn partitioned(backend: Backend, pairs: &[HashPair], layout: Partitioned, ou
             // SAFETY: `checked` proved AVX2 is available; `out` is long enough.
             unsafe { arch::x86_64::avx2::partitioned(pairs, layout, out) }
         }
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx512 => {
+            // SAFETY: `checked` proved AVX-512F is available; `out` is long
+            // enough.
+            unsafe { arch::x86_64::avx512::partitioned(pairs, layout, out) }
+        }
         #[cfg(target_arch = "aarch64")]
         Backend::Neon => arch::aarch64::neon::partitioned(pairs, layout, out),
         _ => arch::scalar::partitioned(pairs, layout, out),
@@ -232,6 +238,12 @@ pub fn blocked(
             // SAFETY: `checked` proved AVX2 is available; lengths checked above.
             unsafe { arch::x86_64::avx2::blocked(pairs, layout, blocks, bits) }
         }
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx512 => {
+            // SAFETY: `checked` proved AVX-512F is available; lengths
+            // checked above.
+            unsafe { arch::x86_64::avx512::blocked(pairs, layout, blocks, bits) }
+        }
         #[cfg(target_arch = "aarch64")]
         Backend::Neon => arch::aarch64::neon::blocked(pairs, layout, blocks, bits),
         _ => arch::scalar::blocked(pairs, layout, blocks, bits),
@@ -254,9 +266,9 @@ pub fn split_block_contains(
 ) {
     match checked(backend) {
         #[cfg(target_arch = "x86_64")]
-        Backend::Avx2 => {
-            // SAFETY: `checked` proved AVX2 is available; the callee checks
-            // the lengths.
+        Backend::Avx2 | Backend::Avx512 => {
+            // SAFETY: `checked` proved AVX2 is available (the AVX-512
+            // backend requires it too); the callee checks the lengths.
             unsafe { arch::x86_64::avx2::split_block_contains(pairs, layout, blocks, out) }
         }
         #[cfg(target_arch = "aarch64")]
@@ -279,9 +291,9 @@ pub fn split_block_insert(
 ) {
     match checked(backend) {
         #[cfg(target_arch = "x86_64")]
-        Backend::Avx2 => {
-            // SAFETY: `checked` proved AVX2 is available; the callee checks
-            // the length.
+        Backend::Avx2 | Backend::Avx512 => {
+            // SAFETY: `checked` proved AVX2 is available (the AVX-512
+            // backend requires it too); the callee checks the length.
             unsafe { arch::x86_64::avx2::split_block_insert(pairs, layout, blocks) }
         }
         #[cfg(target_arch = "aarch64")]

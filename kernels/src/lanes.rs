@@ -1,13 +1,15 @@
-//! The one algorithm, written once over a small vector trait.
+//! The index and split-block algorithms, written once over a small vector
+//! trait.
 //!
 //! Each backend implements [`Lanes`] for its register type (`u32` for scalar,
-//! `__m256i` for AVX2, `uint32x4_t` for NEON) and instantiates the generic
-//! bodies below from a thin `#[target_feature]` trampoline. The bodies are
-//! `#[inline(always)]` so they compile inside the trampoline with the
-//! feature enabled.
+//! `__m256i` for AVX2, `__m512i` for AVX-512, `uint32x4_t` for NEON) and
+//! instantiates the generic bodies below from a thin `#[target_feature]`
+//! trampoline. The bodies are `#[inline(always)]` so they compile inside the
+//! trampoline with the feature enabled. (The hash is AES rounds, one key per
+//! 128-bit lane, so it is written per instruction set instead: see
+//! [`crate::Hasher`].)
 
 use crate::hash::HashPair;
-use crate::seed::HashKey;
 
 /// A vector of `LANES` 32-bit lanes with wrapping arithmetic.
 ///
@@ -27,38 +29,17 @@ pub(crate) trait Lanes: Copy {
     unsafe fn add(self, o: Self) -> Self;
     /// # Safety
     /// The CPU must support the backend.
-    unsafe fn xor(self, o: Self) -> Self;
-    /// # Safety
-    /// The CPU must support the backend.
     unsafe fn or(self, o: Self) -> Self;
     /// Low 32 bits of the product.
     ///
     /// # Safety
     /// The CPU must support the backend.
     unsafe fn mul(self, o: Self) -> Self;
-    /// Logical right shift by a constant `N` in `1..32`.
-    ///
-    /// # Safety
-    /// The CPU must support the backend.
-    unsafe fn shr<const N: i32>(self) -> Self;
     /// Logical right shift by `n`; `n >= 32` gives 0.
     ///
     /// # Safety
     /// The CPU must support the backend.
     unsafe fn shr_var(self, n: u32) -> Self;
-    /// Loads `LANES` consecutive keys and transposes them: element `c` of the
-    /// result holds word `c` of every key, key `j` in lane `j`.
-    ///
-    /// # Safety
-    /// The CPU must support the backend and `keys` must be valid for reads of
-    /// `LANES` keys.
-    unsafe fn load_keys<const W: usize>(keys: *const [u32; W]) -> [Self; W];
-    /// Stores lane `j` of `h1` and `h2` as `out[j]`.
-    ///
-    /// # Safety
-    /// The CPU must support the backend and `out` must be valid for writes of
-    /// `LANES` pairs.
-    unsafe fn store_pairs(h1: Self, h2: Self, out: *mut HashPair);
     /// Loads `LANES` pairs: lane `j` of the results holds `p[j].h1`, `p[j].h2`.
     ///
     /// # Safety
@@ -73,166 +54,9 @@ pub(crate) trait Lanes: Copy {
     unsafe fn store(self, out: *mut u32);
 }
 
-/// The widest backend's lane count; tails are padded to it on the stack.
-pub(crate) const MAX_LANES: usize = 8;
-
-// Mixing constants. M1 and M2 are odd (so multiplication is a bijection);
-// both chains end in MurmurHash3's fmix32, a bijection with full avalanche.
-// (One finaliser for both keeps two constants fewer live in the AVX2 loop,
-// which measured 3% faster; h1 and h2 stay independent because the chains
-// differ.)
-const M1: u32 = 0x9E37_79B1;
-const M2: u32 = 0x85EB_CA77;
-const WIDTH_MIX: u32 = 0x27D4_EB2F;
-const F1A: u32 = 0x85EB_CA6B;
-const F1B: u32 = 0xC2B2_AE35;
-
-/// Per-call constants, broadcast once outside the loop.
-struct Consts<V, const W: usize> {
-    k: [V; W],
-    a0: V,
-    b0: V,
-    m1: V,
-    m2: V,
-    f1a: V,
-    f1b: V,
-}
-
-impl<V: Lanes, const W: usize> Consts<V, W> {
-    #[inline(always)]
-    unsafe fn new(key: &HashKey) -> Self {
-        // A loop, not `array::from_fn`: closures do not inherit the caller's
-        // target features, so the splat would not inline.
-        // SAFETY: the caller guarantees the CPU supports the backend, which
-        // is all `splat` needs.
-        let zero = unsafe { V::splat(0) };
-        let mut k = [zero; W];
-        for (kv, &kw) in k.iter_mut().zip(&key.k) {
-            // SAFETY: as above.
-            *kv = unsafe { V::splat(kw) };
-        }
-        // SAFETY: as above.
-        unsafe {
-            Consts {
-                k,
-                a0: V::splat(key.a ^ (W as u32).wrapping_mul(WIDTH_MIX)),
-                b0: V::splat(key.b),
-                m1: V::splat(M1),
-                m2: V::splat(M2),
-                f1a: V::splat(F1A),
-                f1b: V::splat(F1B),
-            }
-        }
-    }
-}
-
-/// The hash of `LANES` keys, as the pair `(h1, h2)`.
-///
-/// Per key `w[0..W]` with secret `a`, `b`, `k[0..W]`:
-///
-/// ```text
-/// a = a ^ (W * 0x27D4EB2F);  b = b
-/// for c in 0..W:
-///     x = w[c] ^ k[c]
-///     a = (a ^ x) * M1;  if c < W - 1: a ^= a >> 15
-///     b = (b + x) * M2
-/// h1 = fmix32(a);  h2 = fmix32(b)
-/// ```
-///
-/// Two independent 32-bit chains with different structure (xor vs add,
-/// different multipliers), each closed by a full-avalanche finaliser. The
-/// xorshift in the `a` chain stops differences in the top bit of one word
-/// from being cancelled by the next word; the `b` chain goes without it
-/// (it would cost a fifth of the hash), so a pair of keys that `b` cannot
-/// tell apart still differs in `h1`. All arithmetic is wrapping 32-bit, the
-/// same in every lane.
-#[inline(always)]
-unsafe fn mix<V: Lanes, const W: usize>(c: &Consts<V, W>, w: &[V; W]) -> (V, V) {
-    // SAFETY: the caller guarantees the CPU supports the backend; the lane
-    // operations touch no memory.
-    unsafe {
-        let mut a = c.a0;
-        let mut b = c.b0;
-        for (wi, ki) in w[..W - 1].iter().zip(&c.k[..W - 1]) {
-            let x = wi.xor(*ki);
-            a = a.xor(x).mul(c.m1);
-            a = a.xor(a.shr::<15>());
-            b = b.add(x).mul(c.m2);
-        }
-        // The last word's xorshift would be followed at once by fmix32's own
-        // `a ^= a >> 16`; it is skipped there.
-        let x = w[W - 1].xor(c.k[W - 1]);
-        a = a.xor(x).mul(c.m1);
-        b = b.add(x).mul(c.m2);
-        a = a.xor(a.shr::<16>()).mul(c.f1a);
-        a = a.xor(a.shr::<13>()).mul(c.f1b);
-        a = a.xor(a.shr::<16>());
-        b = b.xor(b.shr::<16>()).mul(c.f1a);
-        b = b.xor(b.shr::<13>()).mul(c.f1b);
-        b = b.xor(b.shr::<16>());
-        (a, b)
-    }
-}
-
-/// Hashes every key of `keys` into `out[..keys.len()]`.
-///
-/// # Safety
-/// The CPU must support `V`'s backend; `out.len() >= keys.len()`.
-#[inline(always)]
-pub(crate) unsafe fn hash<V: Lanes, const W: usize>(
-    key: &HashKey,
-    keys: &[[u32; W]],
-    out: &mut [HashPair],
-) {
-    debug_assert!(out.len() >= keys.len());
-    // SAFETY: backend support is the caller's promise.
-    let c = unsafe { Consts::<V, W>::new(key) };
-    let n = keys.len();
-    let mut i = 0;
-    // Two independent vectors per step on SIMD backends: one vector's
-    // dependency chain (~40 cycles on AVX2) is far longer than its issue
-    // time, so interleaving two keeps the multipliers busy.
-    if V::LANES > 1 {
-        while i + 2 * V::LANES <= n {
-            // SAFETY: `i + 2 * LANES <= n <= out.len()`: 2 * LANES keys are
-            // readable at `keys[i]` and as many pairs writable at `out[i]`.
-            unsafe {
-                let w0 = V::load_keys(keys.as_ptr().add(i));
-                let w1 = V::load_keys(keys.as_ptr().add(i + V::LANES));
-                let (a0, b0) = mix(&c, &w0);
-                let (a1, b1) = mix(&c, &w1);
-                V::store_pairs(a0, b0, out.as_mut_ptr().add(i));
-                V::store_pairs(a1, b1, out.as_mut_ptr().add(i + V::LANES));
-            }
-            i += 2 * V::LANES;
-        }
-    }
-    while i + V::LANES <= n {
-        // SAFETY: `i + LANES <= n <= out.len()`, so LANES keys are readable
-        // at `keys[i]` and LANES pairs writable at `out[i]`.
-        unsafe {
-            let w = V::load_keys(keys.as_ptr().add(i));
-            let (h1, h2) = mix(&c, &w);
-            V::store_pairs(h1, h2, out.as_mut_ptr().add(i));
-        }
-        i += V::LANES;
-    }
-    let rem = n - i;
-    if rem > 0 {
-        // Pad the tail to a whole vector on the stack, so tails take the same
-        // code path as full vectors.
-        let mut kbuf = [[0u32; W]; MAX_LANES];
-        let mut obuf = [HashPair::default(); MAX_LANES];
-        kbuf[..rem].copy_from_slice(&keys[i..]);
-        // SAFETY: both buffers hold MAX_LANES >= LANES elements.
-        unsafe {
-            let w = V::load_keys(kbuf.as_ptr());
-            let (h1, h2) = mix(&c, &w);
-            V::store_pairs(h1, h2, obuf.as_mut_ptr());
-        }
-        out[i..n].copy_from_slice(&obuf[..rem]);
-    }
-}
+/// The widest backend's lane count (AVX-512); tails are padded to it on the
+/// stack.
+pub(crate) const MAX_LANES: usize = 16;
 
 /// Stores one vector of indices at `out[at..at + LANES]`, or only its first
 /// `valid` lanes when the vector is a padded tail.

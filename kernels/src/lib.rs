@@ -61,10 +61,11 @@ pub mod cms;
 mod hash;
 pub mod index;
 mod lanes;
+pub mod platform;
 mod seed;
 pub mod sfb;
 
-pub use backend::{Backend, BackendError};
+pub use backend::{BACKEND_ENV, Backend, BackendError};
 pub use bloom::params::prefetch;
 pub use hash::{HashPair, Hasher, MAX_WORDS};
 pub use seed::{HashKey, splitmix64};

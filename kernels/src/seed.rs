@@ -3,19 +3,21 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-use crate::hash::MAX_WORDS;
+/// Round keys of the keyed hash: the initial state, one per 16-byte block of
+/// the widest key ([`crate::MAX_WORDS`] words), and the finishing rounds
+/// (see [`crate::Hasher`] for the hash itself).
+pub(crate) const ROUND_KEYS: usize = 1 + crate::hash::MAX_BLOCKS + crate::hash::FINAL_ROUNDS;
 
-/// The expanded secret of the keyed hash: two initial states and one key word
-/// per key position.
+/// The expanded secret of the keyed hash: eight 128-bit AES round keys.
 ///
 /// Built from a 64-bit seed with SplitMix64, so [`HashKey::from_seed`] is
 /// reproducible across runs and machines; [`HashKey::process`] draws one seed
 /// per process from the operating system. `Debug` never prints the secret.
 #[derive(Clone, PartialEq, Eq)]
 pub struct HashKey {
-    pub(crate) a: u32,
-    pub(crate) b: u32,
-    pub(crate) k: [u32; MAX_WORDS],
+    /// Round key `i` as 16 bytes (the byte order of an AES block: byte 0 is
+    /// the low byte of the first 32-bit word on every machine).
+    pub(crate) rk: [[u8; 16]; ROUND_KEYS],
     id: u32,
 }
 
@@ -35,23 +37,16 @@ impl HashKey {
     /// Expands a 64-bit seed. The same seed gives the same key everywhere.
     pub fn from_seed(seed: u64) -> Self {
         let mut s = seed;
-        let ab = splitmix64(&mut s);
-        let mut k = [0u32; MAX_WORDS];
-        for pair in k.chunks_exact_mut(2) {
-            let v = splitmix64(&mut s);
-            pair[0] = v as u32;
-            pair[1] = (v >> 32) as u32;
+        let mut rk = [[0u8; 16]; ROUND_KEYS];
+        for r in &mut rk {
+            r[..8].copy_from_slice(&splitmix64(&mut s).to_le_bytes());
+            r[8..].copy_from_slice(&splitmix64(&mut s).to_le_bytes());
         }
         // A public fingerprint so two parties can check they share a key
         // (transfer forms carry it). It is drawn after the secret words, so it
         // reveals nothing about them beyond what SplitMix64's output does.
         let id = (splitmix64(&mut s) >> 32) as u32;
-        HashKey {
-            a: ab as u32,
-            b: (ab >> 32) as u32,
-            k,
-            id,
-        }
+        HashKey { rk, id }
     }
 
     /// The process-wide key: one seed per process from the operating system's
@@ -60,6 +55,16 @@ impl HashKey {
     pub fn process() -> Self {
         static KEY: OnceLock<HashKey> = OnceLock::new();
         KEY.get_or_init(|| HashKey::from_seed(os_seed())).clone()
+    }
+
+    /// The initial state for keys of `words` words: round key 0 with the
+    /// width folded into its first word, so keys of different widths that
+    /// pad to the same blocks still hash apart.
+    pub(crate) fn initial_state(&self, words: usize) -> [u8; 16] {
+        let mut s = self.rk[0];
+        let w0 = u32::from_le_bytes([s[0], s[1], s[2], s[3]]) ^ words as u32;
+        s[..4].copy_from_slice(&w0.to_le_bytes());
+        s
     }
 
     /// A public 32-bit fingerprint of the key (not the seed): equal keys have

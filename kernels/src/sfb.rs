@@ -205,8 +205,9 @@ impl Kernel {
     pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
         match self.backend {
             #[cfg(target_arch = "x86_64")]
-            Backend::Avx2 => {
-                // SAFETY: `Kernel::new` found AVX2 on this CPU.
+            Backend::Avx2 | Backend::Avx512 => {
+                // SAFETY: `Kernel::new` found AVX2 on this CPU (the AVX-512
+                // backend requires it too).
                 unsafe { arch::x86_64::avx2::with_avx2(f) }
             }
             _ => f(),
@@ -221,8 +222,9 @@ impl Kernel {
     pub fn update_raise(&self, bins: &mut [u32; SLOTS], offs: u64, s: &Steps) -> (u16, u16) {
         match self.backend {
             #[cfg(target_arch = "x86_64")]
-            Backend::Avx2 => {
-                // SAFETY: `Kernel::new` found AVX2 on this CPU.
+            Backend::Avx2 | Backend::Avx512 => {
+                // SAFETY: `Kernel::new` found AVX2 on this CPU (the AVX-512
+                // backend requires it too).
                 unsafe { arch::x86_64::avx2::sfb_update_raise(bins, offs, s) }
             }
             #[cfg(target_arch = "aarch64")]

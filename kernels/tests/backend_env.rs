@@ -20,7 +20,7 @@ fn child(expect: &str) {
             assert!(matches!(err, BackendError::UnknownName(_)));
             assert!(
                 err.to_string()
-                    .contains("expected one of scalar, avx2, neon"),
+                    .contains("expected one of scalar, avx2, avx512, neon"),
                 "{err}"
             );
             // The library falls back to detection; programs reject at start-up.

@@ -1028,3 +1028,44 @@ fn plot_draws_the_run() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--plot /nonexistent/dir/x.svg"));
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn a_kernel_backend_this_cpu_lacks_is_an_error_and_version_names_the_backend() {
+    // The backend the other architecture has: never available here.
+    let missing = if cfg!(target_arch = "aarch64") {
+        "avx2"
+    } else {
+        "neon"
+    };
+    let out = bin()
+        .args(["replay", "-c", "10"])
+        .env("BLOOMPLANE_BACKEND", missing)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "traffic-gen: error: BLOOMPLANE_BACKEND: kernel backend {missing} is not \
+             available on this CPU"
+        )),
+        "{err}"
+    );
+    assert!(
+        !err.contains("warning"),
+        "one error, no fallback warning: {err}"
+    );
+
+    let out = bin()
+        .arg("--version")
+        .env("BLOOMPLANE_BACKEND", "scalar")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.contains("kernels: backend scalar (1 lanes, hash aes-crate;"),
+        "{text}"
+    );
+    assert!(text.contains("built for"), "{text}");
+}

@@ -38,6 +38,10 @@ struct Report {
     /// The CPU the figures come from (`/proc/cpuinfo`'s model name).
     cpu: String,
     backend: String,
+    /// The target features the binary was compiled with.
+    compiled_features: Vec<&'static str>,
+    /// `kernels::platform::summary`: backend, hash instructions, CPU, build.
+    kernels: String,
     figures: Vec<Figure>,
     ratios: Vec<Ratio>,
     /// Heavy-flow recall and precision (area `pipeline`).
@@ -89,60 +93,58 @@ fn main() -> anyhow::Result<()> {
             });
         }
     };
-    speedup(
-        "hash/ipv4 avx2 vs scalar",
-        "hash/ipv4/avx2",
-        "hash/ipv4/scalar",
-        4.0,
-    );
-    speedup(
-        "hash/ipv4 avx2 vs ahash",
-        "hash/ipv4/avx2",
-        "hash/ipv4/ahash",
-        2.0,
-    );
-    speedup(
-        "hash/ipv4 avx2 vs xxh3",
-        "hash/ipv4/avx2",
-        "hash/ipv4/xxh3",
-        2.0,
-    );
-    speedup(
-        "hash/ipv4 neon vs scalar",
-        "hash/ipv4/neon",
-        "hash/ipv4/scalar",
-        2.0,
-    );
-    speedup(
-        "bloom/query avx2 vs sbbf-rs",
-        "bloom/query/avx2",
-        "bloom/query/sbbf-rs",
-        1.5,
-    );
-    speedup(
-        "bloom/query avx2 vs fastbloom",
-        "bloom/query/avx2",
-        "bloom/query/fastbloom",
-        5.0,
-    );
+    // The kernel targets hold for every SIMD backend the CPU has.
+    for b in ["avx2", "avx512", "neon"] {
+        let fig = |area: &str| format!("{area}/{b}");
+        speedup(
+            &format!("hash/ipv4 {b} vs scalar"),
+            &fig("hash/ipv4"),
+            "hash/ipv4/scalar",
+            if b == "neon" { 2.0 } else { 4.0 },
+        );
+        speedup(
+            &format!("hash/ipv4 {b} vs ahash"),
+            &fig("hash/ipv4"),
+            "hash/ipv4/ahash",
+            2.0,
+        );
+        speedup(
+            &format!("hash/ipv4 {b} vs xxh3"),
+            &fig("hash/ipv4"),
+            "hash/ipv4/xxh3",
+            2.0,
+        );
+        speedup(
+            &format!("bloom/query {b} vs sbbf-rs"),
+            &fig("bloom/query"),
+            "bloom/query/sbbf-rs",
+            1.5,
+        );
+        speedup(
+            &format!("bloom/query {b} vs fastbloom"),
+            &fig("bloom/query"),
+            "bloom/query/fastbloom",
+            5.0,
+        );
+        speedup(
+            &format!("cms/cu-update {b} vs count-min-sketch"),
+            &fig("cms/cu-update"),
+            "cms/cu-update/count-min-sketch",
+            3.0,
+        );
+        speedup(
+            &format!("cms/cu-update {b} vs streaming_algorithms"),
+            &fig("cms/cu-update"),
+            "cms/cu-update/streaming_algorithms",
+            3.0,
+        );
+    }
     // t(16 ports) / t(64 ports) >= 1/1.2: 64 ports cost at most 20% more.
     speedup(
         "portfilter 64 vs 16 ports",
         "portfilter/query/64",
         "portfilter/query/16",
         0.833,
-    );
-    speedup(
-        "cms/cu-update avx2 vs count-min-sketch",
-        "cms/cu-update/avx2",
-        "cms/cu-update/count-min-sketch",
-        3.0,
-    );
-    speedup(
-        "cms/cu-update avx2 vs streaming_algorithms",
-        "cms/cu-update/avx2",
-        "cms/cu-update/streaming_algorithms",
-        3.0,
     );
     speedup(
         "heavy/zipf ours vs heavykeeper",
@@ -160,14 +162,28 @@ fn main() -> anyhow::Result<()> {
             });
         }
     };
-    ceiling("hash/ipv4 avx2 ns/key", "hash/ipv4/avx2", 1.0);
-    ceiling(
-        "index/partitioned-k8 avx2 ns/key",
-        "index/partitioned-k8/avx2",
-        0.5,
-    );
-    ceiling("cms/cu-update avx2 ns/key", "cms/cu-update/avx2", 8.0);
-    ceiling("bloom/query avx2 ns/key", "bloom/query/avx2", 2.0);
+    for b in ["avx2", "avx512", "neon"] {
+        ceiling(
+            &format!("hash/ipv4 {b} ns/key"),
+            &format!("hash/ipv4/{b}"),
+            1.0,
+        );
+        ceiling(
+            &format!("index/partitioned-k8 {b} ns/key"),
+            &format!("index/partitioned-k8/{b}"),
+            0.5,
+        );
+        ceiling(
+            &format!("cms/cu-update {b} ns/key"),
+            &format!("cms/cu-update/{b}"),
+            8.0,
+        );
+        ceiling(
+            &format!("bloom/query {b} ns/key"),
+            &format!("bloom/query/{b}"),
+            2.0,
+        );
+    }
     // 15 Mpps on one worker (10GbE line rate of 64-byte frames is 14.88).
     if let Some(&v) = by_name.get("pipeline/heavy/zipf64") {
         ratios.push(Ratio {
@@ -191,7 +207,7 @@ fn main() -> anyhow::Result<()> {
     }
 
     // SFB enqueue+dequeue per packet, batched: at most 20 ns per packet.
-    for b in ["scalar", "avx2", "neon"] {
+    for b in ["scalar", "avx2", "avx512", "neon"] {
         let fig = format!("sfb/enqueue-dequeue/{b}");
         if let Some(&v) = by_name.get(fig.as_str()) {
             ratios.push(Ratio {
@@ -216,8 +232,9 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
-    let cpu = cpu_model();
-    println!("cpu: {cpu}; kernel backend: {}", backend.name());
+    let cpu = kernels::platform::cpu_model();
+    let summary = kernels::platform::summary(backend);
+    println!("{summary}");
     println!("{:<34} {:>10} {:>10}", "benchmark", "ns/item", "M items/s");
     for f in &figures {
         println!(
@@ -255,6 +272,8 @@ fn main() -> anyhow::Result<()> {
     let report = Report {
         cpu,
         backend: backend.name().into(),
+        compiled_features: kernels::platform::compiled_features(),
+        kernels: summary,
         figures,
         ratios,
         accuracy,
@@ -265,31 +284,4 @@ fn main() -> anyhow::Result<()> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
-}
-
-/// The CPU's model name and flags of note, from `/proc/cpuinfo` ("unknown"
-/// elsewhere).
-fn cpu_model() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let field = |k: &str| {
-        info.lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_string())
-    };
-    let model = field("model name")
-        .or_else(|| field("CPU part").map(|p| format!("CPU part {p}")))
-        .unwrap_or_else(|| "unknown".into());
-    let flags = field("flags").unwrap_or_default();
-    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
-    let simd: Vec<&str> = ["avx2", "avx512f", "avx512vl"]
-        .into_iter()
-        .filter(|f| has(f))
-        .collect();
-    let cores = info.lines().filter(|l| l.starts_with("processor")).count();
-    if simd.is_empty() {
-        format!("{model}, {cores} cpus")
-    } else {
-        format!("{model}, {cores} cpus, {}", simd.join(" "))
-    }
 }

@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use dataplane::config::RouterConfig;
 use dataplane::runtime::metrics::MetricsServer;
 use dataplane::runtime::{IntervalRates, Router, RunOptions, Stats};
@@ -81,7 +81,28 @@ fn err_out(text: &str) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let long_version = format!(
+        "{}\n{}",
+        env!("CARGO_PKG_VERSION"),
+        kernels::platform::summary(
+            // Without `Backend::active`'s warning: a bad setting is
+            // reported as an error once the command line is parsed.
+            kernels::Backend::from_env()
+                .ok()
+                .flatten()
+                .unwrap_or_else(kernels::Backend::best)
+        )
+    );
+    let matches = Cli::command().long_version(long_version).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // A forced backend this CPU lacks is an error before any work.
+    if let Err(e) = kernels::Backend::from_env() {
+        err_out(&format!(
+            "dataplane: error: {}: {e}\n",
+            kernels::BACKEND_ENV
+        ));
+        return ExitCode::FAILURE;
+    }
     let res = match cli.command {
         Command::CheckConfig { file } => check(&file),
         Command::Run {

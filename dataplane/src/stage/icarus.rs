@@ -9,9 +9,9 @@
 //!
 //! Every node has a fixed mask of exactly `k` distinct bits out of `m`,
 //! derived from its 64-bit node id with the kernels' keyed hash
-//! ([`kernels::Hasher::hash_one`], scalar, so the same on every machine and
-//! backend) under a domain-wide seed ([`FilterParams::seed`]). Draw `r =
-//! 0, 1, 2, ...` hashes the key `[id_lo, id_hi, m, r]`; each of the two
+//! ([`kernels::Hasher::hash_one`], the same on every machine and backend)
+//! under a domain-wide seed ([`FilterParams::seed`]). Draw `r = 0, 1, 2,
+//! ...` hashes the key `[id_lo, id_hi, m, r]`; each of the two
 //! 32-bit halves of the pair gives one position (its top `log2 m` bits);
 //! a position already taken is re-drawn (skipped), until `k` are distinct.
 //!

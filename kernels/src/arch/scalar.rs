@@ -19,10 +19,6 @@ impl Lanes for u32 {
         self.wrapping_add(o)
     }
     #[inline(always)]
-    unsafe fn xor(self, o: Self) -> Self {
-        self ^ o
-    }
-    #[inline(always)]
     unsafe fn or(self, o: Self) -> Self {
         self | o
     }
@@ -31,22 +27,8 @@ impl Lanes for u32 {
         self.wrapping_mul(o)
     }
     #[inline(always)]
-    unsafe fn shr<const N: i32>(self) -> Self {
-        self >> N
-    }
-    #[inline(always)]
     unsafe fn shr_var(self, n: u32) -> Self {
         self.checked_shr(n).unwrap_or(0)
-    }
-    #[inline(always)]
-    unsafe fn load_keys<const W: usize>(keys: *const [u32; W]) -> [Self; W] {
-        // SAFETY: the caller guarantees one readable key.
-        unsafe { *keys }
-    }
-    #[inline(always)]
-    unsafe fn store_pairs(h1: Self, h2: Self, out: *mut HashPair) {
-        // SAFETY: the caller guarantees one writable pair.
-        unsafe { out.write(HashPair { h1, h2 }) }
     }
     #[inline(always)]
     unsafe fn load_pairs(p: *const HashPair) -> (Self, Self) {
@@ -61,7 +43,9 @@ impl Lanes for u32 {
     }
 }
 
-/// Hashes `keys` into `out[..keys.len()]` (reference implementation).
+/// Hashes `keys` into `out[..keys.len()]` (reference implementation; see
+/// [`crate::Hasher`] for the definition), one key and one
+/// `aes::hazmat::cipher_round` at a time.
 ///
 /// # Panics
 /// If `out` is shorter than `keys`.
@@ -73,8 +57,26 @@ pub fn hash<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPai
         )
     };
     assert!(out.len() >= keys.len(), "hash: output shorter than input");
-    // SAFETY: the scalar lanes need no CPU feature; lengths checked above.
-    unsafe { lanes::hash::<u32, W>(key, keys, out) }
+    let rk = key.rk.map(aes::Block::from);
+    let s0 = aes::Block::from(key.initial_state(W));
+    for (o, words) in out.iter_mut().zip(keys) {
+        let mut s = s0;
+        for (j, block) in words.chunks(4).enumerate() {
+            for (c, w) in block.iter().enumerate() {
+                for (b, x) in w.to_le_bytes().into_iter().enumerate() {
+                    s[4 * c + b] ^= x;
+                }
+            }
+            aes::hazmat::cipher_round(&mut s, &rk[1 + j]);
+        }
+        for k in &rk[1 + crate::hash::MAX_BLOCKS..] {
+            aes::hazmat::cipher_round(&mut s, k);
+        }
+        *o = HashPair {
+            h1: u32::from_le_bytes([s[0], s[1], s[2], s[3]]),
+            h2: u32::from_le_bytes([s[4], s[5], s[6], s[7]]),
+        };
+    }
 }
 
 /// Partitioned indices (reference implementation); see [`crate::index`].

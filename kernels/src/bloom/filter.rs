@@ -250,8 +250,9 @@ impl Bloom {
             self.hasher.hash_batch(keys, pairs);
             match backend {
                 #[cfg(target_arch = "x86_64")]
-                crate::Backend::Avx2 => {
-                    // SAFETY: a `Hasher` holds `Avx2` only if
+                crate::Backend::Avx2 | crate::Backend::Avx512 => {
+                    // SAFETY: a `Hasher` holds `Avx2` (or `Avx512`, which
+                    // requires AVX2 too) only if
                     // `Backend::require` or `Backend::active` found AVX2 on
                     // this CPU when it was built (its invariant).
                     unsafe { arch::x86_64::avx2::split_block_contains(pairs, layout, blocks, out) }
@@ -278,7 +279,7 @@ impl Bloom {
             hasher.hash_batch(keys, pairs);
             match backend {
                 #[cfg(target_arch = "x86_64")]
-                crate::Backend::Avx2 => {
+                crate::Backend::Avx2 | crate::Backend::Avx512 => {
                     // SAFETY: as in `contains_split`: the hasher's backend
                     // was found on this CPU when the hasher was built.
                     unsafe { arch::x86_64::avx2::split_block_insert(pairs, layout, blocks) }

@@ -1,14 +1,19 @@
-//! NEON backend: four 32-bit lanes in a `uint32x4_t`.
+//! NEON backend: four 32-bit lanes in a `uint32x4_t` for the index and
+//! split-block kernels, and the ARMv8 AES instructions for the hash.
 //!
 //! NEON is part of the aarch64 baseline, so the backend is chosen at compile
-//! time and its entry points are safe functions.
+//! time and its index entry points are safe functions; the AES extension is
+//! optional (most aarch64 server and desktop cores have it, the Raspberry Pi
+//! 4's Cortex-A72 does not) and detected at run time: without it the hash
+//! runs the reference code.
 
 use core::arch::aarch64::*;
 
 use crate::hash::HashPair;
+use crate::hash::MAX_BLOCKS;
 use crate::index::{Blocked, Partitioned, SplitBlock, SplitBlockWords};
 use crate::lanes::{self, Block, Lanes, SPLIT_SALTS, SplitLanes};
-use crate::seed::HashKey;
+use crate::seed::{HashKey, ROUND_KEYS};
 
 // NEON is always present on aarch64; the `unsafe` blocks below are needed
 // only for the pointer accesses, and `allow(unused_unsafe)` covers toolchains
@@ -28,11 +33,6 @@ impl Lanes for uint32x4_t {
         unsafe { vaddq_u32(self, o) }
     }
     #[inline(always)]
-    unsafe fn xor(self, o: Self) -> Self {
-        // SAFETY: NEON is baseline on aarch64.
-        unsafe { veorq_u32(self, o) }
-    }
-    #[inline(always)]
     unsafe fn or(self, o: Self) -> Self {
         // SAFETY: NEON is baseline on aarch64.
         unsafe { vorrq_u32(self, o) }
@@ -43,35 +43,10 @@ impl Lanes for uint32x4_t {
         unsafe { vmulq_u32(self, o) }
     }
     #[inline(always)]
-    unsafe fn shr<const N: i32>(self) -> Self {
-        // SAFETY: NEON is baseline on aarch64.
-        unsafe { vshrq_n_u32::<N>(self) }
-    }
-    #[inline(always)]
     unsafe fn shr_var(self, n: u32) -> Self {
         // SAFETY: NEON is baseline. USHL by a negative amount shifts right;
         // by -32 it yields 0, matching the scalar definition.
         unsafe { vshlq_u32(self, vdupq_n_s32(-(n as i32))) }
-    }
-    #[inline(always)]
-    unsafe fn load_keys<const W: usize>(keys: *const [u32; W]) -> [Self; W] {
-        // Transpose through the stack: column c holds word c of keys 0..4.
-        let mut cols = [[0u32; 4]; W];
-        for (j, _) in [(); 4].iter().enumerate() {
-            // SAFETY: the caller guarantees 4 readable keys.
-            let key = unsafe { *keys.add(j) };
-            for c in 0..W {
-                cols[c][j] = key[c];
-            }
-        }
-        // SAFETY: each column is 4 readable words.
-        core::array::from_fn(|c| unsafe { vld1q_u32(cols[c].as_ptr()) })
-    }
-    #[inline(always)]
-    unsafe fn store_pairs(h1: Self, h2: Self, out: *mut HashPair) {
-        // SAFETY: the caller guarantees 4 writable pairs; `HashPair` is
-        // `repr(C)` {h1, h2}, exactly what the interleaving store writes.
-        unsafe { vst2q_u32(out.cast::<u32>(), uint32x4x2_t(h1, h2)) }
     }
     #[inline(always)]
     unsafe fn load_pairs(p: *const HashPair) -> (Self, Self) {
@@ -86,11 +61,86 @@ impl Lanes for uint32x4_t {
     }
 }
 
-/// Hashes `keys` into `out[..keys.len()]` with NEON.
+/// Block `j` of a key of `W` words as 16 bytes, zero-padded past its end.
+#[inline(always)]
+fn block<const W: usize>(key: &[u32; W], j: usize) -> [u32; 4] {
+    let mut b = [0u32; 4];
+    let have = (W - 4 * j).min(4);
+    b[..have].copy_from_slice(&key[4 * j..4 * j + have]);
+    b
+}
+
+/// Keys hashed side by side (independent rounds in flight).
+const INFLIGHT: usize = 8;
+
+/// One AES round as x86's `AESENC` computes it: AESE xors its key operand
+/// first, so `AESMC(AESE(s, b)) ^ k` is `AESENC(s ^ b, k)`.
+///
+/// # Safety
+/// The CPU must have the AES extension (enabled in the caller).
+#[inline(always)]
+unsafe fn round(s: uint8x16_t, b: uint8x16_t, k: uint8x16_t) -> uint8x16_t {
+    // SAFETY: the caller's promise; registers only.
+    unsafe { veorq_u8(vaesmcq_u8(vaeseq_u8(s, b)), k) }
+}
+
+#[target_feature(enable = "neon,aes")]
+unsafe fn hash_aes_body<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
+    // SAFETY: NEON and AES are enabled here (the caller's promise); every
+    // load reads a local 16-byte array and every store one 8-byte pair of
+    // `out` (the caller checked `out.len() >= keys.len()`).
+    unsafe {
+        let mut rk = [vdupq_n_u8(0); ROUND_KEYS];
+        let mut init = key.rk;
+        init[0] = key.initial_state(W);
+        for (v, r) in rk.iter_mut().zip(&init) {
+            *v = vld1q_u8(r.as_ptr());
+        }
+        let zero = vdupq_n_u8(0);
+        let mut chunks = keys.chunks_exact(INFLIGHT);
+        let mut at = 0;
+        for group in &mut chunks {
+            let mut s = [rk[0]; INFLIGHT];
+            for j in 0..W.div_ceil(4) {
+                for (x, k) in s.iter_mut().zip(group) {
+                    let b = vld1q_u8(block(k, j).as_ptr().cast());
+                    *x = round(*x, b, rk[1 + j]);
+                }
+            }
+            for k in &rk[1 + MAX_BLOCKS..] {
+                for x in &mut s {
+                    *x = round(*x, zero, *k);
+                }
+            }
+            for (l, x) in s.iter().enumerate() {
+                vst1_u8(out.as_mut_ptr().add(at + l).cast(), vget_low_u8(*x));
+            }
+            at += INFLIGHT;
+        }
+        for (l, k) in chunks.remainder().iter().enumerate() {
+            let mut x = rk[0];
+            for j in 0..W.div_ceil(4) {
+                x = round(x, vld1q_u8(block(k, j).as_ptr().cast()), rk[1 + j]);
+            }
+            for r in &rk[1 + MAX_BLOCKS..] {
+                x = round(x, zero, *r);
+            }
+            vst1_u8(out.as_mut_ptr().add(at + l).cast(), vget_low_u8(x));
+        }
+    }
+}
+
+/// Hashes `keys` into `out[..keys.len()]` with the ARMv8 AES instructions
+/// (see [`crate::Hasher`]; the low 8 bytes of the state are the pair, as
+/// `HashPair`'s `repr(C)` layout on a little-endian target).
+///
+/// # Safety
+/// The CPU must have the AES extension
+/// (`is_aarch64_feature_detected!("aes")`).
 ///
 /// # Panics
 /// If `out` is shorter than `keys`.
-pub fn hash<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
+pub unsafe fn hash_aes<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
     const {
         assert!(
             W >= 1 && W <= crate::MAX_WORDS,
@@ -98,8 +148,8 @@ pub fn hash<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPai
         )
     };
     assert!(out.len() >= keys.len(), "hash: output shorter than input");
-    // SAFETY: NEON is baseline on aarch64; lengths checked above.
-    unsafe { lanes::hash::<uint32x4_t, W>(key, keys, out) }
+    // SAFETY: AES is the caller's promise; lengths checked above.
+    unsafe { hash_aes_body(key, keys, out) }
 }
 
 /// Partitioned indices with NEON; see [`crate::index`].

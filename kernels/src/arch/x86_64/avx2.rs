@@ -1,4 +1,5 @@
-//! AVX2 backend: eight 32-bit lanes in a `__m256i`.
+//! AVX2 backend: eight 32-bit lanes in a `__m256i` (index kernels, split-block
+//! Bloom filters, SFB bins; the hash is in [`super::aes`]).
 //!
 //! The lane operations are `#[inline(always)]` and carry no target feature;
 //! the public entry points are thin `#[target_feature(enable = "avx2")]`
@@ -10,52 +11,6 @@ use core::arch::x86_64::*;
 use crate::hash::HashPair;
 use crate::index::{Blocked, Partitioned, SplitBlock, SplitBlockWords};
 use crate::lanes::{self, Block, Lanes, SPLIT_SALTS, SplitLanes};
-use crate::seed::HashKey;
-
-/// Up to four words of key `j` starting at word `c`, zero-padded; never
-/// reads past the key (a partial group is copied word by word).
-///
-/// # Safety
-/// SSE2 (baseline); `base` must point at 8 readable keys of `W` words,
-/// `j < 8`, `c < W`.
-#[inline(always)]
-unsafe fn group<const W: usize>(base: *const u32, j: usize, c: usize) -> __m128i {
-    let have = (W - c).min(4);
-    // SAFETY: `c + have <= W`, so the `have` words at `j * W + c` lie inside
-    // key `j`, which the caller guarantees is readable.
-    unsafe {
-        let p = base.add(j * W + c);
-        if have == 4 {
-            _mm_loadu_si128(p.cast())
-        } else {
-            let mut t = [0u32; 4];
-            core::ptr::copy_nonoverlapping(p, t.as_mut_ptr(), have);
-            _mm_loadu_si128(t.as_ptr().cast())
-        }
-    }
-}
-
-/// Rows `[ka | kb]` of four words each (keys 0|1, 2|3, 4|5, 6|7) become word
-/// columns with lanes in key order 0 2 4 6 | 1 3 5 7.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[inline(always)]
-unsafe fn transpose4(r: [__m256i; 4]) -> [__m256i; 4] {
-    // SAFETY: AVX2 is the caller's promise; no memory is touched.
-    unsafe {
-        let t0 = _mm256_unpacklo_epi32(r[0], r[1]); // k0w0 k2w0 k0w1 k2w1 | k1.. k3..
-        let t1 = _mm256_unpacklo_epi32(r[2], r[3]); // k4w0 k6w0 k4w1 k6w1 | k5.. k7..
-        let t2 = _mm256_unpackhi_epi32(r[0], r[1]);
-        let t3 = _mm256_unpackhi_epi32(r[2], r[3]);
-        [
-            _mm256_unpacklo_epi64(t0, t1),
-            _mm256_unpackhi_epi64(t0, t1),
-            _mm256_unpacklo_epi64(t2, t3),
-            _mm256_unpackhi_epi64(t2, t3),
-        ]
-    }
-}
 
 impl Lanes for __m256i {
     const LANES: usize = 8;
@@ -71,11 +26,6 @@ impl Lanes for __m256i {
         unsafe { _mm256_add_epi32(self, o) }
     }
     #[inline(always)]
-    unsafe fn xor(self, o: Self) -> Self {
-        // SAFETY: the caller guarantees AVX2.
-        unsafe { _mm256_xor_si256(self, o) }
-    }
-    #[inline(always)]
     unsafe fn or(self, o: Self) -> Self {
         // SAFETY: the caller guarantees AVX2.
         unsafe { _mm256_or_si256(self, o) }
@@ -86,69 +36,10 @@ impl Lanes for __m256i {
         unsafe { _mm256_mullo_epi32(self, o) }
     }
     #[inline(always)]
-    unsafe fn shr<const N: i32>(self) -> Self {
-        // SAFETY: the caller guarantees AVX2.
-        unsafe { _mm256_srli_epi32::<N>(self) }
-    }
-    #[inline(always)]
     unsafe fn shr_var(self, n: u32) -> Self {
         // SAFETY: the caller guarantees AVX2. VPSRLD with a count of 32 or
         // more yields 0, matching the scalar definition.
         unsafe { _mm256_srl_epi32(self, _mm_cvtsi32_si128(n as i32)) }
-    }
-    #[inline(always)]
-    unsafe fn load_keys<const W: usize>(keys: *const [u32; W]) -> [Self; W] {
-        // Lane order inside the vector is 0 2 4 6 | 1 3 5 7: the transpose
-        // below needs one fewer shuffle per row that way, and
-        // `store_pairs` puts the pairs back in key order.
-        let base = keys.cast::<u32>();
-        // SAFETY: the caller guarantees AVX2 and 8 readable keys of W words.
-        unsafe {
-            if W == 4 {
-                // Four 256-bit loads hold the 8 keys as rows [k0 | k1] ...
-                let p = base.cast::<__m256i>();
-                // No closures anywhere here: a closure would not inherit
-                // AVX2 and the intrinsics inside it would stop inlining.
-                let rows = [
-                    _mm256_loadu_si256(p),
-                    _mm256_loadu_si256(p.add(1)),
-                    _mm256_loadu_si256(p.add(2)),
-                    _mm256_loadu_si256(p.add(3)),
-                ];
-                let cols = transpose4(rows);
-                let mut out = [_mm256_setzero_si256(); W];
-                out.copy_from_slice(&cols[..W]);
-                return out;
-            }
-            let mut out = [_mm256_setzero_si256(); W];
-            let mut c = 0;
-            while c < W {
-                let rows = [
-                    _mm256_set_m128i(group::<W>(base, 1, c), group::<W>(base, 0, c)),
-                    _mm256_set_m128i(group::<W>(base, 3, c), group::<W>(base, 2, c)),
-                    _mm256_set_m128i(group::<W>(base, 5, c), group::<W>(base, 4, c)),
-                    _mm256_set_m128i(group::<W>(base, 7, c), group::<W>(base, 6, c)),
-                ];
-                let cols = transpose4(rows);
-                let take = (W - c).min(4);
-                out[c..c + take].copy_from_slice(&cols[..take]);
-                c += 4;
-            }
-            out
-        }
-    }
-    #[inline(always)]
-    unsafe fn store_pairs(h1: Self, h2: Self, out: *mut HashPair) {
-        // SAFETY: the caller guarantees AVX2 and 8 writable pairs (64 bytes);
-        // `HashPair` is `repr(C)` {h1, h2}, so interleaving h1/h2 lanes gives
-        // its memory layout. Lanes arrive in the order 0 2 4 6 | 1 3 5 7.
-        unsafe {
-            let lo = _mm256_unpacklo_epi32(h1, h2); // pairs 0 2 | 1 3
-            let hi = _mm256_unpackhi_epi32(h1, h2); // pairs 4 6 | 5 7
-            let p = out.cast::<__m256i>();
-            _mm256_storeu_si256(p, _mm256_permute4x64_epi64::<0b11_01_10_00>(lo));
-            _mm256_storeu_si256(p.add(1), _mm256_permute4x64_epi64::<0b11_01_10_00>(hi));
-        }
     }
     #[inline(always)]
     unsafe fn load_pairs(p: *const HashPair) -> (Self, Self) {
@@ -173,12 +64,6 @@ impl Lanes for __m256i {
 }
 
 #[target_feature(enable = "avx2")]
-unsafe fn hash_avx2<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
-    // SAFETY: AVX2 is enabled here; the caller checked the lengths.
-    unsafe { lanes::hash::<__m256i, W>(key, keys, out) }
-}
-
-#[target_feature(enable = "avx2")]
 unsafe fn partitioned_avx2(pairs: &[HashPair], rows: usize, log2_width: u32, out: &mut [u32]) {
     // SAFETY: AVX2 is enabled here; the caller checked the lengths.
     unsafe { lanes::partitioned::<__m256i>(pairs, rows, log2_width, out) }
@@ -195,25 +80,6 @@ unsafe fn blocked_avx2(
 ) {
     // SAFETY: AVX2 is enabled here; the caller checked the lengths.
     unsafe { lanes::blocked::<__m256i>(pairs, log2_blocks, log2_block_bits, k, blocks, bits) }
-}
-
-/// Hashes `keys` into `out[..keys.len()]` with AVX2.
-///
-/// # Safety
-/// The CPU must support AVX2 (check with `Backend::Avx2.is_available()`).
-///
-/// # Panics
-/// If `out` is shorter than `keys`.
-pub unsafe fn hash<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
-    const {
-        assert!(
-            W >= 1 && W <= crate::MAX_WORDS,
-            "key width must be 1..=MAX_WORDS"
-        )
-    };
-    assert!(out.len() >= keys.len(), "hash: output shorter than input");
-    // SAFETY: AVX2 support is the caller's promise; lengths checked above.
-    unsafe { hash_avx2(key, keys, out) }
 }
 
 /// Partitioned indices with AVX2; see [`crate::index`].
