@@ -310,3 +310,22 @@ proptest! {
         }
     }
 }
+
+/// On aarch64 the NEON backend hashes with the AES instructions when the
+/// core has them (so the comparisons above check them against the `aes`
+/// crate's software rounds, which it uses on aarch64 by default).
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn neon_hashes_with_the_aes_extension_where_present() {
+    let h = Hasher::with_seed(1).on_backend(Backend::Neon).unwrap();
+    if std::arch::is_aarch64_feature_detected!("aes") {
+        assert_eq!(h.hash_instructions(), "neon-aes");
+    } else {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "this core has no AES extension: the NEON backend hashes with the reference"
+        );
+        assert_eq!(h.hash_instructions(), "aes-crate");
+    }
+}

@@ -74,14 +74,13 @@ fn block<const W: usize>(key: &[u32; W], j: usize) -> [u32; 4] {
 const INFLIGHT: usize = 8;
 
 /// One AES round as x86's `AESENC` computes it: AESE xors its key operand
-/// first, so `AESMC(AESE(s, b)) ^ k` is `AESENC(s ^ b, k)`.
-///
-/// # Safety
-/// The CPU must have the AES extension (enabled in the caller).
-#[inline(always)]
-unsafe fn round(s: uint8x16_t, b: uint8x16_t, k: uint8x16_t) -> uint8x16_t {
-    // SAFETY: the caller's promise; registers only.
-    unsafe { veorq_u8(vaesmcq_u8(vaeseq_u8(s, b)), k) }
+/// first, so `AESMC(AESE(s, b)) ^ k` is `AESENC(s ^ b, k)`. A macro, not an
+/// `#[inline(always)]` function: the intrinsics inline only into code
+/// compiled with the AES feature, which the caller has.
+macro_rules! round {
+    ($s:expr, $b:expr, $k:expr) => {
+        veorq_u8(vaesmcq_u8(vaeseq_u8($s, $b)), $k)
+    };
 }
 
 #[target_feature(enable = "neon,aes")]
@@ -104,12 +103,12 @@ unsafe fn hash_aes_body<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &
             for j in 0..W.div_ceil(4) {
                 for (x, k) in s.iter_mut().zip(group) {
                     let b = vld1q_u8(block(k, j).as_ptr().cast());
-                    *x = round(*x, b, rk[1 + j]);
+                    *x = round!(*x, b, rk[1 + j]);
                 }
             }
             for k in &rk[1 + MAX_BLOCKS..] {
                 for x in &mut s {
-                    *x = round(*x, zero, *k);
+                    *x = round!(*x, zero, *k);
                 }
             }
             for (l, x) in s.iter().enumerate() {
@@ -120,10 +119,10 @@ unsafe fn hash_aes_body<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &
         for (l, k) in chunks.remainder().iter().enumerate() {
             let mut x = rk[0];
             for j in 0..W.div_ceil(4) {
-                x = round(x, vld1q_u8(block(k, j).as_ptr().cast()), rk[1 + j]);
+                x = round!(x, vld1q_u8(block(k, j).as_ptr().cast()), rk[1 + j]);
             }
             for r in &rk[1 + MAX_BLOCKS..] {
-                x = round(x, zero, *r);
+                x = round!(x, zero, *r);
             }
             vst1_u8(out.as_mut_ptr().add(at + l).cast(), vget_low_u8(x));
         }
