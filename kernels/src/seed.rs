@@ -60,6 +60,7 @@ impl HashKey {
     /// The initial state for keys of `words` words: round key 0 with the
     /// width folded into its first word, so keys of different widths that
     /// pad to the same blocks still hash apart.
+    #[inline]
     pub(crate) fn initial_state(&self, words: usize) -> [u8; 16] {
         let mut s = self.rk[0];
         let w0 = u32::from_le_bytes([s[0], s[1], s[2], s[3]]) ^ words as u32;

@@ -44,8 +44,11 @@ impl Lanes for u32 {
 }
 
 /// Hashes `keys` into `out[..keys.len()]` (reference implementation; see
-/// [`crate::Hasher`] for the definition), one key and one
-/// `aes::hazmat::cipher_round` at a time.
+/// [`crate::Hasher`] for the definition), eight keys at a time through
+/// `aes::hazmat::cipher_round_par` (the `aes` crate's bit-sliced software
+/// rounds work on eight blocks at once, and one call per round amortises
+/// its dispatch where it uses AES-NI or ARMv8 AES). A short last group is
+/// padded with zero blocks whose results are dropped.
 ///
 /// # Panics
 /// If `out` is shorter than `keys`.
@@ -57,25 +60,33 @@ pub fn hash<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPai
         )
     };
     assert!(out.len() >= keys.len(), "hash: output shorter than input");
-    let rk = key.rk.map(aes::Block::from);
+    let mut rk = [aes::Block8::default(); crate::seed::ROUND_KEYS];
+    for (wide, k) in rk.iter_mut().zip(&key.rk) {
+        wide.fill(aes::Block::from(*k));
+    }
     let s0 = aes::Block::from(key.initial_state(W));
-    for (o, words) in out.iter_mut().zip(keys) {
-        let mut s = s0;
-        for (j, block) in words.chunks(4).enumerate() {
-            for (c, w) in block.iter().enumerate() {
-                for (b, x) in w.to_le_bytes().into_iter().enumerate() {
-                    s[4 * c + b] ^= x;
+    for (keys, out) in keys.chunks(8).zip(out.chunks_mut(8)) {
+        let mut s = aes::Block8::default();
+        s.fill(s0);
+        for j in 0..W.div_ceil(4) {
+            for (state, words) in s.iter_mut().zip(keys) {
+                for (c, w) in words[4 * j..W.min(4 * j + 4)].iter().enumerate() {
+                    for (b, x) in w.to_le_bytes().into_iter().enumerate() {
+                        state[4 * c + b] ^= x;
+                    }
                 }
             }
-            aes::hazmat::cipher_round(&mut s, &rk[1 + j]);
+            aes::hazmat::cipher_round_par(&mut s, &rk[1 + j]);
         }
         for k in &rk[1 + crate::hash::MAX_BLOCKS..] {
-            aes::hazmat::cipher_round(&mut s, k);
+            aes::hazmat::cipher_round_par(&mut s, k);
         }
-        *o = HashPair {
-            h1: u32::from_le_bytes([s[0], s[1], s[2], s[3]]),
-            h2: u32::from_le_bytes([s[4], s[5], s[6], s[7]]),
-        };
+        for (o, state) in out.iter_mut().zip(s.iter()) {
+            *o = HashPair {
+                h1: u32::from_le_bytes([state[0], state[1], state[2], state[3]]),
+                h2: u32::from_le_bytes([state[4], state[5], state[6], state[7]]),
+            };
+        }
     }
 }
 
