@@ -124,6 +124,28 @@ pub(crate) unsafe fn partitioned<V: Lanes>(
     unsafe {
         let one = V::splat(1);
         let mut i = 0;
+        // Four vectors of keys at a time, row by row: each row's stores are
+        // then one contiguous run (4 vectors), rather than one vector in
+        // each of `rows` rows. Interleaving rows per vector measured up to
+        // 2.4x slower depending on where the output lies relative to the
+        // pairs (0.38-0.92 ns per key for eight rows on the same build).
+        while i + 4 * V::LANES <= n {
+            let mut g = [one; 4];
+            let mut step = [one; 4];
+            for v in 0..4 {
+                let (h1, h2) = V::load_pairs(pairs.as_ptr().add(i + v * V::LANES));
+                g[v] = h1;
+                step[v] = h2.or(one);
+            }
+            for r in 0..rows {
+                let row = out.as_mut_ptr().add(r * n + i);
+                for v in 0..4 {
+                    g[v].shr_var(shift).store(row.add(v * V::LANES));
+                    g[v] = g[v].add(step[v]);
+                }
+            }
+            i += 4 * V::LANES;
+        }
         while i + V::LANES <= n {
             let (h1, h2) = V::load_pairs(pairs.as_ptr().add(i));
             let (step, mut g) = (h2.or(one), h1);
@@ -213,9 +235,28 @@ pub(crate) unsafe fn blocked<V: Lanes>(
     let bit_shift = 32 - log2_block_bits;
     let mut buf = [HashPair::default(); MAX_LANES];
     // SAFETY: as in `partitioned`: every store stays inside `blocks[..n]`
-    // and `bits[..k * n]`.
+    // and `bits[..k * n]` (a four-vector step writes `i .. i + 4 LANES <= n`
+    // of each).
     unsafe {
         let mut i = 0;
+        // Four vectors at a time, position by position, as in `partitioned`.
+        while i + 4 * V::LANES <= n {
+            let mut h2 = [V::splat(0); 4];
+            for (v, h) in h2.iter_mut().enumerate() {
+                let (a, b) = V::load_pairs(pairs.as_ptr().add(i + v * V::LANES));
+                a.shr_var(block_shift)
+                    .store(blocks.as_mut_ptr().add(i + v * V::LANES));
+                *h = b;
+            }
+            for (j, &salt) in SALTS[..k].iter().enumerate() {
+                let salt = V::splat(salt);
+                let row = bits.as_mut_ptr().add(j * n + i);
+                for (v, h) in h2.iter().enumerate() {
+                    h.mul(salt).shr_var(bit_shift).store(row.add(v * V::LANES));
+                }
+            }
+            i += 4 * V::LANES;
+        }
         while i < n {
             let (h1, h2, valid) = load_pair_vector::<V>(pairs, i, &mut buf);
             store_some(h1.shr_var(block_shift), blocks, i, valid);
