@@ -138,3 +138,32 @@ fn check_config_prints_every_error() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_kernel_backend_this_cpu_lacks_stops_the_router_before_any_work() {
+    let missing = if cfg!(target_arch = "aarch64") {
+        "avx2"
+    } else {
+        "neon"
+    };
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/router.toml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["check-config", example])
+        .env("BLOOMPLANE_BACKEND", missing)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "dataplane: error: BLOOMPLANE_BACKEND: kernel backend {missing} is not available \
+             on this CPU (available: {})",
+            kernels::Backend::available_list()
+                .iter()
+                .map(|b| b.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    );
+}

@@ -78,6 +78,18 @@ pub fn summary(backend: Backend) -> String {
     )
 }
 
+/// `--version`'s long text for a binary of version `version`: the version,
+/// then [`summary`] for the backend `BLOOMPLANE_BACKEND` asks for (the best
+/// one where it is unset or cannot run here; programs report a bad setting
+/// as an error of their own, and this prints no warning).
+pub fn long_version(version: &str) -> String {
+    let backend = Backend::from_env()
+        .ok()
+        .flatten()
+        .unwrap_or_else(Backend::best);
+    format!("{version}\n{}", summary(backend))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1191,24 +1191,10 @@ fn run_live_replay(
     Ok(Outcome::of_replay(interrupted, &report.input_errors))
 }
 
-/// `--version`: the version, then the kernels' backend, CPU and build.
-fn long_version() -> String {
-    format!(
-        "{}\n{}",
-        env!("CARGO_PKG_VERSION"),
-        kernels::platform::summary(
-            // Without `Backend::active`'s warning: a bad setting is
-            // reported as an error once the command line is parsed.
-            kernels::Backend::from_env()
-                .ok()
-                .flatten()
-                .unwrap_or_else(kernels::Backend::best)
-        )
-    )
-}
-
 fn run() -> Result<Outcome> {
-    let matches = Cli::command().long_version(long_version()).get_matches();
+    let matches = Cli::command()
+        .long_version(kernels::platform::long_version(env!("CARGO_PKG_VERSION")))
+        .get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A backend forced through the environment that this CPU lacks (or an
     // unknown name) is an error here, before any work, not a silent

@@ -81,19 +81,9 @@ fn err_out(text: &str) {
 }
 
 fn main() -> ExitCode {
-    let long_version = format!(
-        "{}\n{}",
-        env!("CARGO_PKG_VERSION"),
-        kernels::platform::summary(
-            // Without `Backend::active`'s warning: a bad setting is
-            // reported as an error once the command line is parsed.
-            kernels::Backend::from_env()
-                .ok()
-                .flatten()
-                .unwrap_or_else(kernels::Backend::best)
-        )
-    );
-    let matches = Cli::command().long_version(long_version).get_matches();
+    let matches = Cli::command()
+        .long_version(kernels::platform::long_version(env!("CARGO_PKG_VERSION")))
+        .get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A forced backend this CPU lacks is an error before any work.
     if let Err(e) = kernels::Backend::from_env() {
