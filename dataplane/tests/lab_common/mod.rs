@@ -236,6 +236,11 @@ impl Lab {
             err.contains("== all workers"),
             "final stats printed:\n{err}"
         );
+        // Workers that stop on the signal are not reported as failures.
+        assert!(
+            !err.contains("exited unexpectedly"),
+            "a clean stop reported as a crash:\n{err}"
+        );
         let report: serde_json::Value =
             serde_json::from_slice(&std::fs::read(report).expect("final report written")).unwrap();
         (err, report, took)
