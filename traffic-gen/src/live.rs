@@ -817,7 +817,7 @@ fn interface_mtu(fd: RawFd, name: &str) -> io::Result<u32> {
     // SAFETY: `fd` is an open socket; `req` is a live ifreq whose name is
     // NUL-terminated (checked length, zeroed rest), and SIOCGIFMTU writes
     // only the MTU inside it.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) };
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU as _, &mut req) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -1666,7 +1666,7 @@ impl RxBatch {
                 fd,
                 self.hdrs.as_mut_ptr(),
                 RX_BATCH as libc::c_uint,
-                libc::MSG_DONTWAIT,
+                libc::MSG_DONTWAIT as _,
                 std::ptr::null_mut(),
             )
         };
