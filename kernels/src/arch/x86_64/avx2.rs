@@ -37,9 +37,11 @@ impl Lanes for __m256i {
     }
     #[inline(always)]
     unsafe fn shr_var(self, n: u32) -> Self {
-        // SAFETY: the caller guarantees AVX2. VPSRLD with a count of 32 or
-        // more yields 0, matching the scalar definition.
-        unsafe { _mm256_srl_epi32(self, _mm_cvtsi32_si128(n as i32)) }
+        // SAFETY: the caller guarantees AVX2. VPSRLVD with a count of 32 or
+        // more yields 0, matching the scalar definition. The per-lane form:
+        // one micro-op on Intel cores, where the shift by an xmm count is two
+        // (on Zen 4 both are one); the count's broadcast is hoisted.
+        unsafe { _mm256_srlv_epi32(self, _mm256_set1_epi32(n as i32)) }
     }
     #[inline(always)]
     unsafe fn load_pairs(p: *const HashPair) -> (Self, Self) {
