@@ -187,15 +187,19 @@ fn avx2_detected() -> bool {
 }
 
 /// AVX-512 F, BW and VL (the 512-bit lanes and the 256-bit AVX2 code the
-/// backend shares), AVX2, AES-NI and VAES (the hash).
+/// backend shares), AVX2, AES-NI and VAES (the hash). Decided once: the
+/// index functions check their backend on every batch.
 #[cfg(target_arch = "x86_64")]
 fn avx512_detected() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512vl")
-        && std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("aes")
-        && std::arch::is_x86_feature_detected!("vaes")
+    static DETECTED: OnceLock<bool> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("vaes")
+    })
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -38,9 +38,10 @@
 //!
 //! # Backends
 //!
-//! The scalar backend is the reference: it takes each round from the
-//! RustCrypto `aes` crate (`aes::hazmat::cipher_round`: AES-NI or ARMv8
-//! when present, else its constant-time bit-sliced software). The x86
+//! The scalar backend is the reference: it takes the rounds from the
+//! RustCrypto `aes` crate, eight keys per `aes::hazmat::cipher_round_par`
+//! call (AES-NI or ARMv8 when present, else its constant-time bit-sliced
+//! software). The x86
 //! backends use `VAESENC` on 512-bit vectors (AVX-512 backend: four keys
 //! per instruction), on 256-bit vectors (AVX2 backend on CPUs with VAES:
 //! two keys), or AES-NI on 128-bit vectors (AVX2 backend on older CPUs);
@@ -90,7 +91,7 @@ pub struct Hasher {
 /// The AES code a hasher runs, decided once from its backend and the CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path {
-    /// `aes::hazmat` one key at a time (the reference).
+    /// `aes::hazmat`, eight keys per call (the reference).
     Reference,
     /// x86 AES-NI, 128-bit vectors.
     #[cfg(target_arch = "x86_64")]

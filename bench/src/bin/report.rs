@@ -93,8 +93,14 @@ fn main() -> anyhow::Result<()> {
             });
         }
     };
-    // The kernel targets hold for every SIMD backend the CPU has.
-    for b in ["avx2", "avx512", "neon"] {
+    // The kernel targets hold for every SIMD backend (those the CPU lacks
+    // have no figures, so no ratio).
+    let simd: Vec<&str> = kernels::Backend::ALL
+        .into_iter()
+        .filter(|b| *b != kernels::Backend::Scalar)
+        .map(kernels::Backend::name)
+        .collect();
+    for &b in &simd {
         let fig = |area: &str| format!("{area}/{b}");
         speedup(
             &format!("hash/ipv4 {b} vs scalar"),
@@ -162,7 +168,7 @@ fn main() -> anyhow::Result<()> {
             });
         }
     };
-    for b in ["avx2", "avx512", "neon"] {
+    for &b in &simd {
         ceiling(
             &format!("hash/ipv4 {b} ns/key"),
             &format!("hash/ipv4/{b}"),
@@ -207,7 +213,7 @@ fn main() -> anyhow::Result<()> {
     }
 
     // SFB enqueue+dequeue per packet, batched: at most 20 ns per packet.
-    for b in ["scalar", "avx2", "avx512", "neon"] {
+    for b in kernels::Backend::ALL.map(kernels::Backend::name) {
         let fig = format!("sfb/enqueue-dequeue/{b}");
         if let Some(&v) = by_name.get(fig.as_str()) {
             ratios.push(Ratio {

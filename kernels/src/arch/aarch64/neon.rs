@@ -83,6 +83,10 @@ macro_rules! round {
     };
 }
 
+/// The ARMv8 AES kernel.
+///
+/// # Safety
+/// The CPU must have the AES extension; `out.len() >= keys.len()`.
 #[target_feature(enable = "neon,aes")]
 unsafe fn hash_aes_body<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
     // SAFETY: NEON and AES are enabled here (the caller's promise); every

@@ -12,7 +12,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::hash::{FINAL_ROUNDS, HashPair, MAX_BLOCKS};
+use crate::hash::{HashPair, MAX_BLOCKS};
 use crate::seed::{HashKey, ROUND_KEYS};
 
 /// Vectors kept in flight per group.
@@ -104,6 +104,10 @@ unsafe fn tail<const W: usize>(
     }
 }
 
+/// The AES-NI kernel.
+///
+/// # Safety
+/// The CPU must support AES-NI; `out.len() >= keys.len()`.
 #[target_feature(enable = "aes")]
 unsafe fn aesni_body<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
     // SAFETY: AES-NI is enabled here; the caller checked the lengths, so
@@ -135,6 +139,10 @@ unsafe fn aesni_body<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut
     }
 }
 
+/// The VAES 256-bit kernel.
+///
+/// # Safety
+/// The CPU must support AVX2, AES-NI and VAES; `out.len() >= keys.len()`.
 #[target_feature(enable = "avx2,aes,vaes")]
 unsafe fn vaes256_body<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
     const KEYS: usize = 2 * INFLIGHT;
@@ -182,6 +190,11 @@ unsafe fn vaes256_body<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &m
     }
 }
 
+/// The VAES 512-bit kernel.
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW/VL, AVX2, AES-NI and VAES;
+/// `out.len() >= keys.len()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,aes,vaes")]
 unsafe fn vaes512_body<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
     const KEYS: usize = 4 * INFLIGHT;
@@ -264,7 +277,6 @@ fn check<const W: usize>(keys: usize, out: usize) {
         )
     };
     assert!(out >= keys, "hash: output shorter than input");
-    debug_assert_eq!(1 + MAX_BLOCKS + FINAL_ROUNDS, ROUND_KEYS);
 }
 
 /// Hashes `keys` into `out[..keys.len()]` with AES-NI, 128-bit vectors.

@@ -63,12 +63,17 @@ impl Lanes for __m512i {
     }
 }
 
+/// # Safety
+/// The CPU must support AVX-512F; `out.len() >= rows * pairs.len()`.
 #[target_feature(enable = "avx512f")]
 unsafe fn partitioned_avx512(pairs: &[HashPair], rows: usize, log2_width: u32, out: &mut [u32]) {
     // SAFETY: AVX-512F is enabled here; the caller checked the lengths.
     unsafe { lanes::partitioned::<__m512i>(pairs, rows, log2_width, out) }
 }
 
+/// # Safety
+/// The CPU must support AVX-512F; `blocks.len() >= pairs.len()` and
+/// `bits.len() >= k * pairs.len()`.
 #[target_feature(enable = "avx512f")]
 unsafe fn blocked_avx512(
     pairs: &[HashPair],
