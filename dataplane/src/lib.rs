@@ -46,6 +46,7 @@ pub mod flow;
 pub mod io;
 pub mod ipfix;
 pub mod pipeline;
+pub mod route;
 pub mod runtime;
 pub mod stage;
 pub mod wire;
