@@ -4,6 +4,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn all(c: &mut Criterion) {
+    bench::lpm::register(c);
     bench::pipeline::register(c);
     bench::router::register(c);
     bench::sfb::register(c);

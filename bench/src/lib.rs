@@ -7,6 +7,7 @@ pub mod bloom;
 pub mod cms;
 pub mod hash;
 pub mod inputs;
+pub mod lpm;
 pub mod measure;
 pub mod pipeline;
 pub mod router;

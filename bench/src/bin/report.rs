@@ -18,8 +18,8 @@ struct Args {
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Only these areas (comma separated): hash, bloom, cms, pipeline, sfb,
-    /// stages.
+    /// Only these areas (comma separated): hash, bloom, cms, lpm, pipeline,
+    /// sfb, stages.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -64,6 +64,9 @@ fn main() -> anyhow::Result<()> {
     }
     if want("cms") {
         figures.extend(bench::cms::report());
+    }
+    if want("lpm") {
+        figures.extend(bench::lpm::report());
     }
     let mut accuracy = Vec::new();
     if want("pipeline") {
@@ -158,6 +161,22 @@ fn main() -> anyhow::Result<()> {
         "heavy/zipf/heavykeeper",
         1.5,
     );
+    // Batched longest-prefix match: twice the faster peer's lookups per
+    // second on the 1M-prefix IPv4 table (issue #20).
+    for peer in ["prefix-trie", "ip_network_table"] {
+        speedup(
+            &format!("lpm/ipv4-1M vs {peer}"),
+            "lpm/ipv4-1M/bloomplane",
+            &format!("lpm/ipv4-1M/{peer}"),
+            2.0,
+        );
+        speedup(
+            &format!("lpm/ipv6-200k vs {peer}"),
+            "lpm/ipv6-200k/bloomplane",
+            &format!("lpm/ipv6-200k/{peer}"),
+            1.0,
+        );
+    }
     let mut ceiling = |name: &str, fig: &str, max_ns: f64| {
         if let Some(&v) = by_name.get(fig) {
             ratios.push(Ratio {
