@@ -12,7 +12,7 @@ use kernels::{HashPair, Hasher};
 /// The table hashes a candidate prefix of length `len` as the key
 /// [`Address::key`]: the address's words masked to `len` bits followed by
 /// `len` itself, so equal bits at two lengths are two different keys.
-pub trait Address: Copy + Eq + Ord + Hash + fmt::Debug + Send + Sync + 'static {
+pub trait Address: Copy + Default + Eq + Ord + Hash + fmt::Debug + Send + Sync + 'static {
     /// Bits in an address: 32 or 128.
     const BITS: u8;
     /// The hashed form of a (masked address, length) candidate: `[u32; W]`.

@@ -3,10 +3,10 @@
 
 use std::collections::HashMap;
 
-use hashbrown::HashTable;
 use kernels::{HashPair, Hasher};
 
 use super::addr::{Address, Prefix};
+use super::exact::{Entry, ExactTable};
 use super::filter::PairFilter;
 
 /// Addresses looked up together: one hash call and one filter call per
@@ -51,31 +51,13 @@ fn unslot(s: Slot) -> Option<RouteMatch> {
     })
 }
 
-/// The 64-bit hash the exact tables use: `h1` in the low half (hashbrown
-/// takes the bucket from the low bits), `h2` in the high half (its tag
-/// from the top seven).
-#[inline(always)]
-fn h64(p: HashPair) -> u64 {
-    (u64::from(p.h2) << 32) | u64::from(p.h1)
-}
-
-/// One expanded entry: `prefix` is masked to the stratum's target length;
-/// `len` and `nexthop` are those of the longest route of the stratum that
-/// covers it.
-#[derive(Debug, Clone, Copy)]
-struct Entry<A> {
-    prefix: A,
-    len: u8,
-    nexthop: u32,
-}
-
 /// The lengths `lowest..=target`, expanded to `target`: the exact table of
 /// their expansions and the filter in front of it.
 #[derive(Debug, Clone)]
 struct Stratum<A> {
     target: u8,
     lowest: u8,
-    table: HashTable<Entry<A>>,
+    table: ExactTable<A>,
     filter: PairFilter,
     /// Keys in the filter whose entries were removed since it was built.
     stale: usize,
@@ -140,7 +122,7 @@ impl<A: Address> Lpm<A> {
             .map(|lowest| Stratum {
                 target: (lowest + STRIDE - 1).min(A::BITS),
                 lowest,
-                table: HashTable::new(),
+                table: ExactTable::new(),
                 filter: PairFilter::with_capacity(0, backend),
                 stale: 0,
             })
@@ -211,7 +193,7 @@ impl<A: Address> Lpm<A> {
             let mut n_fresh = 0;
             for e in expansions(prefix, target) {
                 let pair = A::hash_one(hasher, &e.key(target));
-                match st.table.find_mut(h64(pair), |x| x.prefix == e) {
+                match st.table.find_mut(pair, e) {
                     Some(x) => {
                         if x.len <= len {
                             x.len = len;
@@ -219,14 +201,14 @@ impl<A: Address> Lpm<A> {
                         }
                     }
                     None => {
-                        st.table.insert_unique(
-                            h64(pair),
+                        st.table.insert_new(
+                            pair,
                             Entry {
                                 prefix: e,
                                 len,
                                 nexthop,
                             },
-                            |x| h64(A::hash_one(hasher, &x.prefix.key(target))),
+                            |x| A::hash_one(hasher, &x.prefix.key(target)),
                         );
                         fresh[n_fresh] = pair;
                         n_fresh += 1;
@@ -264,21 +246,18 @@ impl<A: Address> Lpm<A> {
             let st = &mut self.strata[si];
             let (target, lowest) = (st.target, st.lowest);
             for e in expansions(prefix, target) {
-                let h = h64(A::hash_one(hasher, &e.key(target)));
-                let Ok(entry) = st.table.find_entry(h, |x| x.prefix == e) else {
-                    continue;
-                };
-                if entry.get().len != len {
+                let pair = A::hash_one(hasher, &e.key(target));
+                if st.table.find(pair, e).is_none_or(|x| x.len != len) {
                     continue;
                 }
                 match covering(routes, e, len, lowest) {
                     Some(m) => {
-                        let x = entry.into_mut();
+                        let x = st.table.find_mut(pair, e).expect("found above");
                         x.len = m.len;
                         x.nexthop = m.nexthop;
                     }
                     None => {
-                        entry.remove();
+                        st.table.remove(pair, e);
                         st.stale += 1;
                     }
                 }
@@ -341,12 +320,19 @@ impl<A: Address> Lpm<A> {
             }
             A::hash_keys(&self.hasher, &keys[..n_live], &mut pairs[..n_live]);
             st.filter.contains(&pairs[..n_live], &mut hit[..n_live]);
+            // Ask for every positive's bucket before probing any.
+            for (p, _) in pairs[..n_live]
+                .iter()
+                .zip(&hit[..n_live])
+                .filter(|(_, h)| **h)
+            {
+                st.table.prefetch(*p);
+            }
             let mut kept = 0;
             for j in 0..n_live {
                 let i = usize::from(live[j]);
-                let want = addrs[i].mask(target);
                 let found = if hit[j] {
-                    st.table.find(h64(pairs[j]), |x| x.prefix == want)
+                    st.table.find(pairs[j], addrs[i].mask(target))
                 } else {
                     None
                 };
@@ -379,7 +365,7 @@ impl<A: Address> Stratum<A> {
         let mut keys = [A::Key::default(); 64];
         let mut pairs = [HashPair::default(); 64];
         let mut n = 0;
-        for e in &self.table {
+        for e in self.table.iter() {
             keys[n] = e.prefix.key(self.target);
             n += 1;
             if n == keys.len() {

@@ -18,8 +18,12 @@
 //!   whose prefixes stop at /24) and at most 28 for IPv6, instead of one
 //!   per length, for at most 8 entries per route (4 per /22, 2 per /23 on
 //!   the BGP table: about 1.6 entries per route).
-//! * Each stratum has an **exact table** (`hashbrown::HashTable`) from the
-//!   expanded prefix to (original length, next hop), and in front of it a
+//! * Each stratum has an **exact table** from the expanded prefix to
+//!   (original length, next hop): open addressing over cache-line buckets
+//!   of four entries, addressed by the same hash pair as the filter, so a
+//!   batch prefetches the bucket of every positive before probing any (a
+//!   general-purpose map has no such call, and its probe is two dependent
+//!   loads: control bytes, then the entry). In front of it a
 //!   **split-block Bloom filter** ([`kernels::index::SplitBlock`]: one
 //!   32-byte block per key, tested with one vector load) sized for the
 //!   stratum's entries at 12 to 24 keys per block (about 0.1-1.5% false
@@ -32,8 +36,9 @@
 //! the candidate keys of the addresses still unresolved (the address masked
 //! to the stratum's length, and the length), hashes them in one
 //! [`kernels::Hasher::hash_batch`] call (the SIMD AES kernels), tests them
-//! in one filter call (prefetching every block first), and probes the exact
-//! table only for the positives, with the same hash pair (no second hash).
+//! in one filter call (prefetching every block first), prefetches the
+//! exact-table bucket of every positive, then probes the exact table for
+//! the positives with the same hash pair (no second hash).
 //! A real match is the answer (every longer stratum already missed), and
 //! the address leaves the batch; a false positive costs one exact probe
 //! that finds nothing, never a wrong route. What no stratum resolves reads
@@ -59,6 +64,7 @@
 //! makes tables shaped like the public BGP table and addresses for them.
 
 mod addr;
+mod exact;
 mod filter;
 mod lpm;
 mod reference;
