@@ -9,9 +9,9 @@ use kernels::index::{self, SplitBlock, SplitBlockWords};
 use kernels::{Backend, HashPair};
 
 /// Keys per 256-bit block at most: 10.7 bits per key or more, a
-/// false-positive rate of at most 1.6% (`kernels::bloom::split_block_fpr`);
+/// false-positive rate of at most 0.95% (`kernels::bloom::split_block_fpr`);
 /// after rounding the block count up to a power of two a filter usually
-/// holds fewer, down to half.
+/// holds fewer, down to half (12 a block: 0.03%).
 pub(crate) const MAX_KEYS_PER_BLOCK: usize = 24;
 
 /// A split-block Bloom filter over precomputed hash pairs.

@@ -26,7 +26,7 @@
 //!   loads: control bytes, then the entry). In front of it a
 //!   **split-block Bloom filter** ([`kernels::index::SplitBlock`]: one
 //!   32-byte block per key, tested with one vector load) sized for the
-//!   stratum's entries at 12 to 24 keys per block (about 0.1-1.5% false
+//!   stratum's entries at 12 to 24 keys per block (0.03-0.95% false
 //!   positives).
 //!
 //! # A lookup
