@@ -38,6 +38,8 @@ pub const V6_ROUTES: usize = 200_000;
 pub trait Family: Address {
     /// The figure's case name: `ipv4-1M` or `ipv6-200k`.
     const CASE: &'static str;
+    /// `n` BGP-shaped routes (`route::synth`).
+    fn bgp(n: usize, seed: u64) -> Vec<(Prefix<Self>, u32)>;
     /// Adds a route to an `ip_network_table`.
     fn table_insert(t: &mut IpNetworkTable<u32>, p: Prefix<Self>, nexthop: u32);
     /// `ip_network_table`'s longest match as (length, next hop).
@@ -46,6 +48,9 @@ pub trait Family: Address {
 
 impl Family for u32 {
     const CASE: &'static str = "ipv4-1M";
+    fn bgp(n: usize, seed: u64) -> Vec<(Prefix<u32>, u32)> {
+        synth::bgp_v4(n, seed)
+    }
     fn table_insert(t: &mut IpNetworkTable<u32>, p: Prefix<u32>, nexthop: u32) {
         let net = Ipv4Network::new(Ipv4Addr::from(p.addr()), p.prefix_len()).expect("masked");
         t.insert(net, nexthop);
@@ -59,6 +64,9 @@ impl Family for u32 {
 
 impl Family for u128 {
     const CASE: &'static str = "ipv6-200k";
+    fn bgp(n: usize, seed: u64) -> Vec<(Prefix<u128>, u32)> {
+        synth::bgp_v6(n, seed)
+    }
     fn table_insert(t: &mut IpNetworkTable<u32>, p: Prefix<u128>, nexthop: u32) {
         let net = Ipv6Network::new(Ipv6Addr::from(p.addr()), p.prefix_len()).expect("masked");
         t.insert(net, nexthop);
@@ -127,23 +135,7 @@ where
     /// Builds the three tables from `routes` routes of the BGP-shaped
     /// generator and the pool, and checks that every case agrees.
     pub fn new(routes: usize, seed: u64) -> Self {
-        let table_routes = if A::BITS == 32 {
-            synth::bgp_v4(routes, seed)
-                .into_iter()
-                .map(|(p, nh)| {
-                    let p = Prefix::new(A::from_u128(p.addr().to_u128()), p.prefix_len());
-                    (p.expect("same width"), nh)
-                })
-                .collect::<Vec<_>>()
-        } else {
-            synth::bgp_v6(routes, seed)
-                .into_iter()
-                .map(|(p, nh)| {
-                    let p = Prefix::new(A::from_u128(p.addr()), p.prefix_len());
-                    (p.expect("same width"), nh)
-                })
-                .collect()
-        };
+        let table_routes = A::bgp(routes, seed);
         let mut ours = Lpm::new();
         let mut trie = PrefixMap::new();
         let mut table = IpNetworkTable::new();

@@ -12,7 +12,11 @@ use kernels::{HashPair, Hasher};
 /// The table hashes a candidate prefix of length `len` as the key
 /// [`Address::key`]: the address's words masked to `len` bits followed by
 /// `len` itself, so equal bits at two lengths are two different keys.
-pub trait Address: Copy + Default + Eq + Ord + Hash + fmt::Debug + Send + Sync + 'static {
+///
+/// Sealed: implemented for `u32` and `u128` only.
+pub trait Address:
+    Copy + Default + Eq + Ord + Hash + fmt::Debug + Send + Sync + sealed::Sealed + 'static
+{
     /// Bits in an address: 32 or 128.
     const BITS: u8;
     /// The hashed form of a (masked address, length) candidate: `[u32; W]`.
@@ -33,6 +37,13 @@ pub trait Address: Copy + Default + Eq + Ord + Hash + fmt::Debug + Send + Sync +
     fn to_u128(self) -> u128;
     /// The inverse of [`Address::to_u128`] (IPv4 keeps the low 32 bits).
     fn from_u128(v: u128) -> Self;
+}
+
+mod sealed {
+    /// Keeps [`Address`](super::Address) to the two address widths.
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for u128 {}
 }
 
 impl Address for u32 {

@@ -2,6 +2,7 @@
 //! tables (see the [module docs](super) for the design).
 
 use std::collections::HashMap;
+use std::fmt;
 
 use kernels::{HashPair, Hasher};
 
@@ -83,7 +84,7 @@ struct Stratum<A> {
 /// fib.remove(Prefix::new(0, 0).unwrap());
 /// assert_eq!(fib.lookup(0x0b00_0001), None);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Lpm<A: Address> {
     hasher: Hasher,
     /// `2^DIRECT_BITS` slots, each the longest route of length at most
@@ -101,6 +102,20 @@ pub struct Lpm<A: Address> {
 pub type Lpm4 = Lpm<u32>;
 /// An IPv6 table.
 pub type Lpm6 = Lpm<u128>;
+
+impl<A: Address> fmt::Debug for Lpm<A> {
+    /// Sizes, not contents (a full table holds millions of entries).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (entries, filter_bytes) = self.footprint();
+        f.debug_struct("Lpm")
+            .field("bits", &A::BITS)
+            .field("routes", &self.count)
+            .field("expanded_entries", &entries)
+            .field("filter_bytes", &filter_bytes)
+            .field("backend", &self.hasher.backend())
+            .finish()
+    }
+}
 
 impl<A: Address> Default for Lpm<A> {
     fn default() -> Self {
