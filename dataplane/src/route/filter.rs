@@ -6,7 +6,7 @@
 
 use aligned_vec::{AVec, ConstAlign};
 use kernels::index::{self, SplitBlock, SplitBlockWords};
-use kernels::{Backend, HashPair};
+use kernels::{Backend, HashPair, prefetch};
 
 /// Keys per 256-bit block at most: 10.7 bits per key or more, a
 /// false-positive rate of at most 0.95% (`kernels::bloom::split_block_fpr`);
@@ -50,6 +50,12 @@ impl PairFilter {
     /// Adds every pair's key.
     pub(crate) fn insert(&mut self, pairs: &[HashPair]) {
         index::split_block_insert(self.backend, pairs, self.layout, &mut self.blocks);
+    }
+
+    /// Asks for the block `pair`'s key falls in.
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, pair: HashPair) {
+        prefetch(&self.blocks, self.layout.block(pair));
     }
 
     /// `out[i]`: whether `pairs[i]`'s key may be in the filter (always

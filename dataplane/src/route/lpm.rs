@@ -22,6 +22,9 @@ pub const DIRECT_BITS: u8 = 16;
 /// stratum's longest length, at most `2^(STRIDE - 1)` entries.
 pub const STRIDE: u8 = 4;
 
+/// Strata of the widest address: IPv6's lengths 17..=128 in fours.
+const MAX_STRATA: usize = (128 - DIRECT_BITS as usize).div_ceil(STRIDE as usize);
+
 /// Exact-table entries removed but still in a filter, at which a filter is
 /// rebuilt if they also outnumber the entries present.
 const MIN_STALE_REBUILD: usize = 1024;
@@ -285,10 +288,52 @@ impl<A: Address> Lpm<A> {
     }
 
     /// The longest route covering `addr`.
+    ///
+    /// One address has no batch to overlap its memory accesses with, so
+    /// it overlaps its own: the candidates of every non-empty stratum are
+    /// hashed in one call and their filter blocks and the direct slot
+    /// asked for at once, then the filters are tested and every positive's
+    /// bucket asked for, and only then are the positives probed, longest
+    /// first. (The batch path instead walks the strata one at a time,
+    /// hashing only what is still unresolved.)
     pub fn lookup(&self, addr: A) -> Option<RouteMatch> {
-        let mut out = [None];
-        self.lookup_chunk(&[addr], &mut out);
-        out[0]
+        let mut keys = [A::Key::default(); MAX_STRATA];
+        let mut which = [0u8; MAX_STRATA];
+        let mut n = 0;
+        for (si, st) in self.strata.iter().enumerate().rev() {
+            if !st.table.is_empty() {
+                keys[n] = addr.key(st.target);
+                which[n] = si as u8;
+                n += 1;
+            }
+        }
+        let mut pairs = [HashPair::default(); MAX_STRATA];
+        A::hash_keys(&self.hasher, &keys[..n], &mut pairs[..n]);
+        for (&si, &p) in which[..n].iter().zip(&pairs[..n]) {
+            self.strata[usize::from(si)].filter.prefetch(p);
+        }
+        let slot = addr.top(DIRECT_BITS);
+        kernels::prefetch(&self.direct, slot);
+        let mut hit = [false; MAX_STRATA];
+        for k in 0..n {
+            let st = &self.strata[usize::from(which[k])];
+            st.filter.contains(&pairs[k..=k], &mut hit[k..=k]);
+            if hit[k] {
+                st.table.prefetch(pairs[k]);
+            }
+        }
+        for k in 0..n {
+            if hit[k] {
+                let st = &self.strata[usize::from(which[k])];
+                if let Some(x) = st.table.find(pairs[k], addr.mask(st.target)) {
+                    return Some(RouteMatch {
+                        len: x.len,
+                        nexthop: x.nexthop,
+                    });
+                }
+            }
+        }
+        unslot(self.direct[slot])
     }
 
     /// `out[i] = self.lookup(addrs[i])`, [`BATCH`] addresses at a time.
