@@ -161,8 +161,8 @@ where
         inp
     }
 
-    /// Expanded entries and filter bytes of ours.
-    pub fn footprint(&self) -> (usize, usize) {
+    /// The sizes of our table.
+    pub fn footprint(&self) -> dataplane::route::Footprint {
         self.ours.footprint()
     }
 
@@ -235,11 +235,14 @@ fn family_report<A: Family>(inp: &Inputs<A>) -> Vec<Figure>
 where
     (A, u8): prefix_trie::Prefix,
 {
-    let (entries, filter_bytes) = inp.footprint();
+    let f = inp.footprint();
     eprintln!(
-        "lpm: {}: {entries} expanded entries, {} KiB of filters",
+        "lpm: {}: {} expanded entries; MiB of exact tables {:.1}, filters {:.1}, direct array {:.1}",
         A::CASE,
-        filter_bytes / 1024
+        f.entries,
+        f.table_bytes as f64 / (1 << 20) as f64,
+        f.filter_bytes as f64 / (1 << 20) as f64,
+        f.direct_bytes as f64 / (1 << 20) as f64,
     );
     let mut out = vec![None; CALL];
     Case::ALL

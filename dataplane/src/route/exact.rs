@@ -72,6 +72,11 @@ impl<A: Copy + Default + PartialEq> ExactTable<A> {
         self.live
     }
 
+    /// Bytes of buckets.
+    pub(crate) fn bytes(&self) -> usize {
+        size_of_val(self.buckets.as_slice())
+    }
+
     /// Whether no entry is present.
     pub(crate) fn is_empty(&self) -> bool {
         self.live == 0

@@ -39,6 +39,20 @@ pub struct RouteMatch {
     pub nexthop: u32,
 }
 
+/// The sizes of a table's lookup structures (the routes as given, kept
+/// for updates, are not counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    /// Expanded entries in the exact tables.
+    pub entries: usize,
+    /// Bytes of exact-table buckets.
+    pub table_bytes: usize,
+    /// Bytes of filter bits.
+    pub filter_bytes: usize,
+    /// Bytes of the direct array.
+    pub direct_bytes: usize,
+}
+
 /// A direct-array slot: 0 for no route, else `(len + 1) << 32 | nexthop`.
 type Slot = u64;
 
@@ -109,12 +123,10 @@ pub type Lpm6 = Lpm<u128>;
 impl<A: Address> fmt::Debug for Lpm<A> {
     /// Sizes, not contents (a full table holds millions of entries).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (entries, filter_bytes) = self.footprint();
         f.debug_struct("Lpm")
             .field("bits", &A::BITS)
             .field("routes", &self.count)
-            .field("expanded_entries", &entries)
-            .field("filter_bytes", &filter_bytes)
+            .field("footprint", &self.footprint())
             .field("backend", &self.hasher.backend())
             .finish()
     }
@@ -179,12 +191,20 @@ impl<A: Address> Lpm<A> {
         })
     }
 
-    /// Expanded entries in the exact tables and bytes of filter bits (for
-    /// reports).
-    pub fn footprint(&self) -> (usize, usize) {
-        self.strata.iter().fold((0, 0), |(e, b), s| {
-            (e + s.table.len(), b + s.filter.bytes())
-        })
+    /// Sizes of the lookup structures (for reports).
+    pub fn footprint(&self) -> Footprint {
+        let mut f = Footprint {
+            entries: 0,
+            table_bytes: 0,
+            filter_bytes: 0,
+            direct_bytes: size_of_val(self.direct.as_slice()),
+        };
+        for s in &self.strata {
+            f.entries += s.table.len();
+            f.table_bytes += s.table.bytes();
+            f.filter_bytes += s.filter.bytes();
+        }
+        f
     }
 
     /// Adds or replaces a route; returns the next hop it replaced.

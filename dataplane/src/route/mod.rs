@@ -71,5 +71,5 @@ mod reference;
 pub mod synth;
 
 pub use addr::{Address, Prefix, PrefixLenError};
-pub use lpm::{BATCH, DIRECT_BITS, Lpm, Lpm4, Lpm6, RouteMatch, STRIDE};
+pub use lpm::{BATCH, DIRECT_BITS, Footprint, Lpm, Lpm4, Lpm6, RouteMatch, STRIDE};
 pub use reference::Reference;
