@@ -209,3 +209,11 @@ fn bgp_full_size_tables() {
     bgp_check(&synth::bgp_v4(1_000_000, 1), 4_000_000);
     bgp_check(&synth::bgp_v6(200_000, 2), 1_000_000);
 }
+
+/// Workers share one table read-only.
+#[test]
+fn tables_are_shareable() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Lpm<u32>>();
+    shareable::<Lpm<u128>>();
+}

@@ -48,6 +48,12 @@
 //! resolved address costs one random access to them; the filters are a
 //! few MB and keep the accesses to strata without a match off them.
 //! Batching turns those accesses into independent loads the core overlaps.
+//! That is the difference from a trie (the peers in `bench`'s `lpm` area
+//! are tree-bitmap tries): a trie walk is a chain of dependent loads, one
+//! per level, that no batch can start early; here every address needs a
+//! few independent ones, known as soon as its candidates are hashed.
+//! [`Lpm::lookup`] (one address) overlaps what it can of its own:
+//! all strata's filter blocks together, then all positives' buckets.
 //!
 //! # Updates
 //!
@@ -58,7 +64,8 @@
 //! cannot forget, so a removed entry stays in its filter as a false
 //! positive until the filter is rebuilt: once removed keys pass both 1024
 //! and the entries present, or when a growing stratum passes the filter's
-//! capacity (rebuilt at twice the size).
+//! capacity (rebuilt at twice the size). Updates take `&mut self` and
+//! lookups `&self`: workers can share one table read-only.
 //!
 //! [`Reference`] is the plain table the tests compare with, and [`synth`]
 //! makes tables shaped like the public BGP table and addresses for them.
