@@ -3,7 +3,7 @@
 //! prefixes) and `ipv6-200k` (200,000 IPv6 prefixes), all three tables
 //! built from the same routes and queried with the same addresses (90%
 //! drawn inside a random route of the table, 10% uniform), cycling through
-//! a pool of 2^20 addresses in calls of 256.
+//! a pool of 2^20 addresses in calls of 32 (the router's batch of packets).
 //!
 //! Cases: `bloomplane` ([`Lpm::lookup_batch`]), `bloomplane-single`
 //! ([`Lpm::lookup`] per address), and the peers one address at a time (they
@@ -23,8 +23,8 @@ use prefix_trie::PrefixMap;
 
 use crate::measure::{Figure, figure};
 
-/// Addresses per timed call.
-pub const CALL: usize = 256;
+/// Addresses per timed call: the router's batch of packets.
+pub const CALL: usize = dataplane::pipeline::BATCH_SIZE;
 /// Addresses in the pool the calls cycle through.
 const POOL: usize = 1 << 20;
 /// Share of the addresses drawn inside a route of the table.
