@@ -11,19 +11,28 @@
 //! The case is built (and run once to warm up) before the counted pass;
 //! divide the inclusive count of the second `run` by
 //! [`bench::sfb::PACKETS`]. With `ab`, times 15 passes and prints the
-//! median ns per packet instead.
+//! median ns per packet instead. With `linux` (first or second argument),
+//! SFB runs sch_sfb's rules alone (`profile = "linux"`), not the router's
+//! default.
 
 use std::hint::black_box;
 
 use bench::sfb::{Case, PACKETS};
+use dataplane::stage::sfb::SfbProfile;
 use kernels::Backend;
 
 fn main() {
-    let Some(mut case) = Case::new(Backend::best()) else {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let profile = if args.iter().any(|a| a == "linux") {
+        SfbProfile::Linux
+    } else {
+        SfbProfile::Fair
+    };
+    let Some(mut case) = Case::with_profile(profile, Backend::best()) else {
         eprintln!("no backend");
         return;
     };
-    if std::env::args().nth(1).as_deref() == Some("ab") {
+    if args.iter().any(|a| a == "ab") {
         let mut v: Vec<f64> = (0..15)
             .map(|_| {
                 let t = std::time::Instant::now();

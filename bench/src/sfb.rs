@@ -11,7 +11,7 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput};
 use dataplane::clock::Timestamp;
 use dataplane::stage::egress::EgressConfig;
-use dataplane::stage::sfb::{Arrival, Enqueued, KeyBatch, SfbConfig, SfbQueue};
+use dataplane::stage::sfb::{Arrival, Enqueued, KeyBatch, SfbConfig, SfbProfile, SfbQueue};
 use kernels::{Backend, BackendError, splitmix64};
 
 use crate::measure::{Figure, figure};
@@ -75,16 +75,32 @@ impl BenchWorkload {
     /// [`queue`](Self::queue) hashing on `backend`; an error if this CPU
     /// lacks it.
     pub fn queue_on(&self, backend: Backend) -> Result<SfbQueue<u32>, BackendError> {
-        let mut q = self.queue();
+        self.queue_with(SfbProfile::Fair, backend)
+    }
+
+    /// [`queue_on`](Self::queue_on) with SFB's `profile`.
+    pub fn queue_with(
+        &self,
+        profile: SfbProfile,
+        backend: Backend,
+    ) -> Result<SfbQueue<u32>, BackendError> {
+        let mut q = self.queue_profile(profile);
         let sfb = q.sfb().clone().on_backend(backend)?;
         *q.sfb_mut() = sfb;
         Ok(q)
     }
 
-    /// A queue configured for the workload (seeded, 1 Gbit/s).
+    /// A queue configured for the workload (seeded, 1 Gbit/s, the
+    /// router's default SFB).
     pub fn queue(&self) -> SfbQueue<u32> {
+        self.queue_profile(SfbProfile::Fair)
+    }
+
+    /// [`queue`](Self::queue) with SFB's `profile`.
+    pub fn queue_profile(&self, profile: SfbProfile) -> SfbQueue<u32> {
         let sfb = SfbConfig {
             seed: Some(1),
+            profile,
             ..SfbConfig::default()
         };
         let egress = EgressConfig {
@@ -149,8 +165,13 @@ impl Case {
     /// A case on `backend` (`None` when this CPU lacks it), run once so the
     /// queue is full and the probabilities have settled.
     pub fn new(backend: Backend) -> Option<Self> {
+        Self::with_profile(SfbProfile::Fair, backend)
+    }
+
+    /// [`new`](Self::new) with SFB's `profile`.
+    pub fn with_profile(profile: SfbProfile, backend: Backend) -> Option<Self> {
         let work = bench_workload(PACKETS, FLOWS, 0x5fb);
-        let q = work.queue_on(backend).ok()?;
+        let q = work.queue_with(profile, backend).ok()?;
         let mut c = Case { work, q, t: 0 };
         c.run();
         Some(c)
@@ -177,18 +198,26 @@ pub fn register(c: &mut Criterion) {
 }
 
 /// The headline figures for the report binary: ns per packet per backend.
+/// `sfb/enqueue-dequeue/<backend>` is the router's default SFB (the fair
+/// profile); `sfb/enqueue-dequeue-linux/<backend>` sch_sfb's rules alone,
+/// which shows what the fair-share check costs.
 pub fn report() -> Vec<Figure> {
-    Backend::available_list()
-        .into_iter()
-        .filter_map(|b| {
-            let mut case = Case::new(b)?;
-            Some(figure(
-                format!("sfb/enqueue-dequeue/{}", b.name()),
-                PACKETS,
-                move || case.run(),
-            ))
-        })
-        .collect()
+    let mut figures = Vec::new();
+    for (profile, name) in [
+        (SfbProfile::Fair, "enqueue-dequeue"),
+        (SfbProfile::Linux, "enqueue-dequeue-linux"),
+    ] {
+        for b in Backend::available_list() {
+            if let Some(mut case) = Case::with_profile(profile, b) {
+                figures.push(figure(
+                    format!("sfb/{name}/{}", b.name()),
+                    PACKETS,
+                    move || case.run(),
+                ));
+            }
+        }
+    }
+    figures
 }
 
 #[cfg(test)]

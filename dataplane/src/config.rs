@@ -911,11 +911,12 @@ impl RouterConfig {
                 ));
             }
             if let Some(sfb) = &ifc.sfb
-                && sfb.target >= sfb.max
+                && sfb.target >= sfb.effective_max()
             {
                 w.push(format!(
                     "interfaces[{i}].sfb.target: {} is not below max ({}): bins overflow (bucketdrop) before marking starts",
-                    sfb.target, sfb.max
+                    sfb.target,
+                    sfb.effective_max()
                 ));
             }
         }

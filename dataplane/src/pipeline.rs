@@ -176,6 +176,8 @@ drop_reasons! {
     SfbPenalty => "sfb_penalty",
     /// SFB dropped a packet because one of its bins was full.
     SfbBucket => "sfb_bucket",
+    /// SFB's fair-share check dropped a packet of a flow over its share.
+    SfbRate => "sfb_rate",
     /// The egress queue was full.
     QueueFull => "queue_full",
     /// Still queued when a live router's stop deadline passed.

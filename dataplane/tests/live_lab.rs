@@ -698,14 +698,21 @@ fn ecn_phase(lab: &mut Lab, backend: &str) {
         "bucketdrop",
         "queuedrop",
         "childdrop",
+        "ratedrop",
     ]
     .iter()
     .map(|k| u(&sfb[*k]))
     .sum::<u64>();
-    let pipeline_sfb_drops = ["sfb_early", "sfb_penalty", "sfb_bucket", "queue_full"]
-        .iter()
-        .map(|k| drops.get(*k).map_or(0, u))
-        .sum::<u64>();
+    let pipeline_sfb_drops = [
+        "sfb_early",
+        "sfb_penalty",
+        "sfb_bucket",
+        "sfb_rate",
+        "queue_full",
+    ]
+    .iter()
+    .map(|k| drops.get(*k).map_or(0, u))
+    .sum::<u64>();
     let q = rb;
     assert_eq!(
         u(&pl["received"]),

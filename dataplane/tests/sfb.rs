@@ -21,11 +21,12 @@ fn t(ns: u64) -> Timestamp {
     Timestamp::from_nanos(ns)
 }
 
+/// sch_sfb's rules (`profile = "linux"`): most tests here check them.
 fn cfg() -> SfbConfig {
     SfbConfig {
         seed: Some(7),
         rehash_ms: 0,
-        ..SfbConfig::default()
+        ..SfbConfig::linux()
     }
 }
 
@@ -143,7 +144,7 @@ fn counts_return_to_zero_after_rehash_and_drain() {
         rehash_ms: 100,
         db_ms: 30,
         increment: 0x0800,
-        max: 60,
+        max: Some(60),
         target: 4,
         penalty_rate: 500,
         penalty_burst: 50,
@@ -226,7 +227,7 @@ fn misjudged(
             index,
             increment: 0x1000,
             target: 1,
-            max: 10_000,
+            max: Some(10_000),
             limit: 1 << 20,
             seed: Some(seed),
             ..cfg()
@@ -305,6 +306,65 @@ fn kernel_penalty_admits(rate: u64, burst: u64, arrivals_ms: impl Iterator<Item 
         admitted += 1;
     }
     admitted
+}
+
+/// The fair profile's Blue: an ECN-capable packet of a flow within its
+/// share (here the fair-share check sees no congestion: one flow on an
+/// unshaped port) is marked at any probability, never dropped early nor sent
+/// to the penalty box; other packets as in sch_sfb.
+#[test]
+fn fair_profile_blue_only_marks_ecn_capable_packets_under_the_share() {
+    let cfg = SfbConfig {
+        increment: 0,
+        decrement: 0,
+        seed: Some(7),
+        rehash_ms: 0,
+        ..SfbConfig::default()
+    };
+    let unshaped = EgressConfig {
+        rate_bps: 0,
+        burst_bytes: 0,
+        limit: 1000,
+    };
+    let n = 100_000u32;
+    let flow = [1, 2, 3, 17];
+    for (p, want_plain_drop) in [(SfbConfig::prob(0.75), 0.75), (SFB_MAX_PROB, 1.0)] {
+        let mut q = SfbQueue::<()>::new(cfg, unshaped).unwrap();
+        q.sfb_mut().tick(t(0));
+        q.sfb_mut().force_probability(p);
+        let key = q.sfb().key_one(&flow);
+        let mut count = |ecn: bool| {
+            let (mut marked, mut dropped) = (0u32, 0u32);
+            for _ in 0..n {
+                match q.enqueue(&key, None, ecn, (), 100, t(0)) {
+                    Ok(Enqueued::Mark) => marked += 1,
+                    Ok(Enqueued::Forward) => {}
+                    Err(_) => dropped += 1,
+                }
+                q.drain_until(t(0), |_| {});
+            }
+            (
+                f64::from(marked) / f64::from(n),
+                f64::from(dropped) / f64::from(n),
+            )
+        };
+        let (ecn_mark, ecn_drop) = count(true);
+        let (plain_mark, plain_drop) = count(false);
+        let q = f64::from(p) / 65536.0;
+        let sigma = (q * (1.0 - q) / f64::from(n)).sqrt();
+        assert_eq!(ecn_drop, 0.0, "p {p}");
+        assert!(
+            (ecn_mark - q).abs() <= 4.0 * sigma + 1e-4,
+            "p {p}: {ecn_mark}"
+        );
+        assert_eq!(plain_mark, 0.0);
+        // At p = 1 the plain flow is in the penalty box (10 pps, burst 20):
+        // all but the burst dropped at one instant.
+        assert!(
+            (plain_drop - want_plain_drop).abs() <= 4.0 * sigma + 2e-4,
+            "p {p}: {plain_drop}"
+        );
+    }
 }
 
 #[test]
@@ -574,7 +634,12 @@ fn egress_stage_marks_drops_and_balances_in_the_chain() {
         .count() as u64;
     assert_eq!(ce, sfb.marked, "the marked copies left CE");
     assert_eq!(
-        sfb.earlydrop + sfb.penaltydrop + sfb.bucketdrop + sfb.queuedrop + sfb.childdrop,
+        sfb.earlydrop
+            + sfb.penaltydrop
+            + sfb.bucketdrop
+            + sfb.queuedrop
+            + sfb.childdrop
+            + sfb.ratedrop,
         dropped_port1
     );
     assert!(sfb.marked > 0 && dropped_port1 > 0);

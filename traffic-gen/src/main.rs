@@ -259,12 +259,16 @@ struct SfbScenarioArgs {
     /// Seed (start times, RTTs, SFB's hash keys and coins).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// SFB `target` (bin count from which arrivals raise p_mark; scenario
-    /// default 25, kernel default 20).
+    /// SFB profile: `fair` (the router's default: the fair-share check in
+    /// front of Blue) or `linux` (sch_sfb's rules).
+    #[arg(long, value_parser = ["fair", "linux"])]
+    sfb_profile: Option<String>,
+    /// SFB `target` (bin count from which arrivals raise p_mark; default 20,
+    /// the kernel's).
     #[arg(long)]
     sfb_target: Option<u16>,
-    /// SFB `max` (bin count at which arrivals are dropped; scenario default
-    /// 31, kernel default 25).
+    /// SFB `max` (bin count at which arrivals are dropped; default 22 in the
+    /// fair profile, 25 in the linux profile, the kernel's).
     #[arg(long)]
     sfb_max: Option<u16>,
     /// SFB `increment` as a probability (kernel default 0.001).
@@ -273,11 +277,10 @@ struct SfbScenarioArgs {
     /// SFB `decrement` as a probability (kernel default 0.00017).
     #[arg(long)]
     sfb_decrement: Option<f64>,
-    /// SFB levels L (scenario and kernel default 8).
+    /// SFB levels L (default 8, the kernel's).
     #[arg(long)]
     sfb_levels: Option<usize>,
-    /// SFB bins per level N, a power of two (scenario default 64, kernel 16;
-    /// `--sfb-bins 16 --sfb-target 20 --sfb-max 25` is the kernel's SFB).
+    /// SFB bins per level N, a power of two (default 16, the kernel's).
     #[arg(long)]
     sfb_bins: Option<u32>,
     /// SFB penalty box rate, packets per second (kernel default 10).
@@ -347,10 +350,13 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
     if !(a.rate_mbps.is_finite() && a.rate_mbps > 0.0) {
         bail!("--rate-mbps must be positive, got {}", a.rate_mbps);
     }
-    let d = SfbScenarioConfig::evaluation_sfb();
+    let mut d = SfbScenarioConfig::evaluation_sfb();
+    if a.sfb_profile.as_deref() == Some("linux") {
+        d.profile = dataplane::stage::sfb::SfbProfile::Linux;
+    }
     let sfb = SfbConfig {
         target: a.sfb_target.unwrap_or(d.target),
-        max: a.sfb_max.unwrap_or(d.max),
+        max: a.sfb_max.or(d.max),
         increment: a.sfb_increment.map_or(d.increment, SfbConfig::prob),
         decrement: a.sfb_decrement.map_or(d.decrement, SfbConfig::prob),
         levels: a.sfb_levels.unwrap_or(d.levels),

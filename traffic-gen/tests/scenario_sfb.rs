@@ -1,21 +1,25 @@
-//! `scenario sfb` at a smaller scale, with the scenario's SFB settings
-//! ([`SfbScenarioConfig::evaluation_sfb`]: kernel defaults but 8 x 64 bins,
-//! target 25, max 31).
+//! `scenario sfb` at a smaller scale.
 //!
-//! * **The issue's targets** are asserted at 24 AIMD flows on a 50 Mbit/s
-//!   link (base RTT 50 ms): the same per-flow bandwidth-delay product (about
-//!   8 packets) and flows per bin as the 50-flow, 100 Mbit/s row of the
-//!   README, 20 s simulated. For every seed checked (1-6 here; 1-10 were
-//!   swept) the unresponsive flow, offered 10x its fair share, is held at
-//!   or below 2x (measured 1.36x-1.63x) and the AIMD flows' Jain index is at
-//!   least 0.9 (measured >= 0.97), while drop-tail gives the unresponsive
-//!   flow its whole offered rate.
-//! * **8 AIMD flows** (the unresponsive flow offered 111% of the link): the
-//!   2x target is not reached by SFB under any settings swept (see the
-//!   module docs of `traffic_gen::scenario`); what SFB does do is hold it
-//!   to about half of drop-tail's share, which starves the AIMD flows,
-//!   and keep the AIMD flows fair among themselves.
+//! * **The router's default SFB** (the fair profile) in the model, 24 AIMD
+//!   flows on a 50 Mbit/s link (base RTT 50 ms), 20 s simulated, seeds 1-6:
+//!   the unresponsive flow, offered 10x its fair share, is held under 2.5x
+//!   (measured 1.45x-2.03x), the link stays above 90% busy and the AIMD
+//!   flows' Jain index at least 0.8. On real TCP (flowmix) the same profile
+//!   does much better (under 1x, Jain above 0.9): the model's AIMD senders
+//!   halve their windows on every mark and leave the link 5-7% idle, and the
+//!   fair-share check lets the unresponsive flow have up to twice its share
+//!   of what is idle. The module docs of `traffic_gen::scenario` compare the
+//!   two.
+//! * **sch_sfb's rules** (`profile = "linux"`) with 8 x 64 bins, target 25,
+//!   max 31, the setting the model chose before real TCP was measured: the
+//!   unresponsive flow at or below 2x (measured 1.36x-1.63x) and Jain's
+//!   index at least 0.9, while drop-tail gives the unresponsive flow its
+//!   whole offered rate.
+//! * **8 AIMD flows** (the unresponsive flow offered 111% of the link): SFB
+//!   at least halves drop-tail's share and keeps the AIMD flows fair among
+//!   themselves.
 
+use dataplane::stage::sfb::SfbConfig;
 use traffic_gen::scenario::{QueueKind, QueueResult, SfbScenarioConfig, run_sfb_scenario};
 
 /// 24 AIMD flows at 50 Mbit/s: the 50-flow, 100 Mbit/s design point halved.
@@ -46,9 +50,41 @@ fn aimd_share(r: &QueueResult, rate_bps: u64) -> f64 {
 }
 
 #[test]
-fn sfb_meets_the_issue_targets_at_small_scale() {
+fn fair_profile_holds_the_unresponsive_flow_in_the_model() {
     for seed in 1..=6 {
-        let cfg = small(seed);
+        let rep = run_sfb_scenario(&small(seed)).unwrap();
+        let [sfb, dt] = &rep.results[..] else {
+            panic!("two results expected");
+        };
+        let text = text(&rep);
+        assert!(
+            sfb.unresponsive_share <= 2.5,
+            "seed {seed}: unresponsive {:.3}x fair\n{text}",
+            sfb.unresponsive_share
+        );
+        assert!(sfb.drops.ratedrop > 0 && sfb.marked > 0, "{text}");
+        assert!(sfb.utilisation > 0.9, "{text}");
+        assert!(
+            sfb.jain_aimd >= 0.8,
+            "seed {seed}: Jain {:.4}\n{text}",
+            sfb.jain_aimd
+        );
+        assert!(dt.unresponsive_share > 9.0, "{text}");
+    }
+}
+
+#[test]
+fn linux_profile_with_64_bins_meets_the_targets_at_small_scale() {
+    for seed in 1..=6 {
+        let cfg = SfbScenarioConfig {
+            sfb: SfbConfig {
+                log2_bins: 6,
+                target: 25,
+                max: Some(31),
+                ..SfbConfig::linux()
+            },
+            ..small(seed)
+        };
         let rep = run_sfb_scenario(&cfg).unwrap();
         let [sfb, dt] = &rep.results[..] else {
             panic!("two results expected");
@@ -81,14 +117,9 @@ fn sfb_meets_the_issue_targets_at_small_scale() {
 fn eight_flows_sfb_halves_the_unresponsive_share_and_keeps_aimd_fair() {
     // Eight AIMD flows make Jain's index over a measured window a noisy
     // figure (one flow's unlucky run of early drops shows for seconds), so
-    // it is judged over ten seeds of 30 s: in each, SFB halves drop-tail's
-    // share and the AIMD flows get about half the link; the median index is
-    // at least 0.9 and none falls below 0.8. Measured with the AES hash:
-    // 0.945-0.995, except seed 2 at 0.846, where one AIMD flow ends at 0.1x
-    // its share although its bins are shared with no other flow at any
-    // level (checked from the hash pairs): the model's AIMD dynamics, not
-    // a collision. (With the earlier multiply hash seeds 1-5 gave
-    // 0.950-0.986.)
+    // it is judged over ten seeds of 30 s: in each, SFB at least halves
+    // drop-tail's share and the AIMD flows get at least 40% of the link;
+    // the median index is at least 0.9 and none falls below 0.8.
     let mut jain = Vec::new();
     for seed in 1..=10 {
         let cfg = SfbScenarioConfig {
@@ -106,8 +137,8 @@ fn eight_flows_sfb_halves_the_unresponsive_share_and_keeps_aimd_fair() {
         // Drop-tail: the unresponsive flow takes most of the link.
         assert!(dt.unresponsive_share > 8.0, "{text}");
         assert!(aimd_share(dt, cfg.rate_bps) < 0.02, "{text}");
-        // SFB: about half of drop-tail's share (not the 2x target), the
-        // AIMD flows get about half the link.
+        // SFB: at most half of drop-tail's share, the AIMD flows get at
+        // least 40% of the link.
         assert!(
             sfb.unresponsive_share < 0.55 * dt.unresponsive_share,
             "{text}"

@@ -378,7 +378,7 @@ impl Collector for StatsCollector {
             .filter_map(|i| Some((i.port.name.as_str(), i, i.port.sfb.as_ref()?)))
             .collect();
         type Sfb = crate::stage::egress::SfbSummary;
-        let sfb_counters: [(&str, &str, Field<Sfb>); 6] = [
+        let sfb_counters: [(&str, &str, Field<Sfb>); 8] = [
             ("sfb_marked", "Packets SFB marked CE.", |q| {
                 q.counters.marked
             }),
@@ -406,6 +406,16 @@ impl Collector for StatsCollector {
                 "sfb_childdrop",
                 "Packets SFB admitted and the queue refused.",
                 |q| q.counters.childdrop,
+            ),
+            (
+                "sfb_ratedrop",
+                "Packets SFB's fair-share check dropped (their flow over the fair share).",
+                |q| q.counters.ratedrop,
+            ),
+            (
+                "sfb_ratemark",
+                "Packets SFB's fair-share check marked CE (also in sfb_marked).",
+                |q| q.counters.ratemark,
             ),
         ];
         for (name, help, v) in sfb_counters {

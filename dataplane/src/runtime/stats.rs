@@ -690,8 +690,15 @@ fn render_port(s: &mut String, i: &InterfaceReport) {
     let sc = &sfb.counters;
     let _ = writeln!(
         s,
-        "      earlydrop {} penaltydrop {} bucketdrop {} queuedrop {} childdrop {} marked {}",
-        sc.earlydrop, sc.penaltydrop, sc.bucketdrop, sc.queuedrop, sc.childdrop, sc.marked
+        "      earlydrop {} penaltydrop {} bucketdrop {} queuedrop {} childdrop {} marked {} ratedrop {} ratemark {}",
+        sc.earlydrop,
+        sc.penaltydrop,
+        sc.bucketdrop,
+        sc.queuedrop,
+        sc.childdrop,
+        sc.marked,
+        sc.ratedrop,
+        sc.ratemark
     );
     let _ = writeln!(
         s,

@@ -198,7 +198,8 @@ pub struct PenalisedSummary {
 /// A queue's SFB figures, as `tc -s qdisc show` prints sch_sfb's.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SfbSummary {
-    /// earlydrop, penaltydrop, bucketdrop, queuedrop, childdrop, marked.
+    /// earlydrop, penaltydrop, bucketdrop, queuedrop, childdrop, marked,
+    /// ratedrop, ratemark.
     #[serde(flatten)]
     pub counters: SfbCounters,
     /// Largest bin count.
@@ -1091,7 +1092,7 @@ mod tests {
     fn lenient() -> SfbConfig {
         SfbConfig {
             seed: Some(1),
-            max: 1000,
+            max: Some(1000),
             target: 1000,
             ..SfbConfig::default()
         }

@@ -13,6 +13,7 @@ use crate::pipeline::DropReason;
 use super::config::{BinIndex, SFB_MAX_PROB, SfbConfig, SfbConfigError};
 use super::keys::{SfbKey, SfbTag, field_width, row_index, slices};
 use super::penalty::PenaltyBucket;
+use super::rate::{FairRate, RateVerdict};
 use super::stats::{PenalisedFlow, SfbCounters, SfbStats};
 
 /// Nanoseconds per millisecond.
@@ -75,6 +76,17 @@ pub(super) struct Decision {
     pub(super) sets: u8,
     /// The standby set's index word when `sets` includes it.
     pub(super) standby: u64,
+}
+
+/// What [`Sfb::decide`] knows of an arrival besides its key.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Traits {
+    /// The packet is ECN-capable.
+    pub(super) ecn_capable: bool,
+    /// The fair-share check found its flow within the share.
+    pub(super) under_share: bool,
+    /// Blue only marks it (ECN-capable, its flow within the share).
+    pub(super) marks_only: bool,
 }
 
 /// A multiplicative congruential generator modulo 2^64 (Lehmer) with a
@@ -157,6 +169,10 @@ pub struct Sfb {
     pub(super) generation: u64,
     coins: Coins,
     penalty: PenaltyBucket,
+    /// `cfg.effective_max()`.
+    max: u16,
+    /// The fair-share check (`None`: off, as in Linux).
+    pub(super) rate: Option<FairRate>,
     pub(super) counters: SfbCounters,
     penalised: Vec<PenalisedFlow>,
 }
@@ -201,6 +217,17 @@ impl Sfb {
             generation: 1,
             coins: Coins::new(derive_seed(base_seed, u64::MAX)),
             penalty: PenaltyBucket::new(cfg.penalty_rate, cfg.penalty_burst),
+            max: cfg.effective_max(),
+            rate: match cfg.effective_rate_rows() {
+                0 => None,
+                rows => Some(FairRate::new(
+                    rows,
+                    cfg.rate_log2_bins,
+                    cfg.rate_period_ms,
+                    cfg.rate_shift,
+                    0,
+                )),
+            },
             counters: SfbCounters::default(),
             penalised: Vec::with_capacity(cfg.penalty_flows),
         })
@@ -299,6 +326,9 @@ impl Sfb {
     /// starts the clock (and the penalty bucket, full). Call before hashing
     /// arrivals at `now` (hashes made before a swap are stale).
     pub fn tick(&mut self, now: Timestamp) {
+        if let Some(r) = &mut self.rate {
+            r.tick(now);
+        }
         let start = *self.rehash_time.get_or_insert(now);
         if self.penalty.at.is_none() {
             self.penalty.at = Some(now);
@@ -446,7 +476,12 @@ impl Sfb {
         queue_len: usize,
         now: Timestamp,
     ) -> Admit {
-        match self.decide(key, None, flow, ecn_capable, queue_len, now) {
+        let traits = Traits {
+            ecn_capable,
+            under_share: false,
+            marks_only: false,
+        };
+        match self.decide(key, None, flow, traits, queue_len, now) {
             Ok(d) => Admit::Enqueue {
                 mark: d.mark,
                 tag: SfbTag(SfbKey {
@@ -466,6 +501,10 @@ impl Sfb {
     /// are then raised with the probabilities, and lowered again here when
     /// the packet is dropped. `None`: counts are left to the caller.
     ///
+    /// `traits.under_share`: the fair-share check found the flow within its
+    /// share; a full bin (`max`) then does not drop it (the flows that fill the
+    /// queue are those over their share).
+    ///
     /// [`SfbQueue`]: super::SfbQueue
     #[inline(always)]
     pub(super) fn decide(
@@ -473,10 +512,15 @@ impl Sfb {
         key: &SfbKey,
         fused: Option<u64>,
         flow: Option<&FlowKey>,
-        ecn_capable: bool,
+        traits: Traits,
         queue_len: usize,
         now: Timestamp,
     ) -> Result<Decision, SfbDrop> {
+        let Traits {
+            ecn_capable,
+            under_share,
+            marks_only,
+        } = traits;
         if queue_len >= self.cfg.limit {
             self.counters.queuedrop += 1;
             return Err(SfbDrop::Queue);
@@ -491,14 +535,16 @@ impl Sfb {
         let sets = (a & 1) as u8 + 1;
         // Only the active set is in `sets`: its word in both places.
         let offs = [fused.unwrap_or(0); 2];
-        if minq >= self.cfg.max {
+        if minq >= self.max && !under_share {
             self.counters.bucketdrop += 1;
             if fused.is_some() {
                 self.lower_fused(sets, &offs.map(u64::to_le_bytes));
             }
             return Err(SfbDrop::Bucket);
         }
-        if minp == SFB_MAX_PROB {
+        // With the fair-share check on, an ECN-capable flow within its
+        // share is only marked (see the module docs).
+        if minp == SFB_MAX_PROB && !marks_only {
             // The standby set's bins (`None` when the key has none), not
             // the key: a reference would keep the key in memory on the
             // common path too.
@@ -513,7 +559,7 @@ impl Sfb {
         let r = self.coins.u16();
         let hit = r < minp;
         let over_half = u32::from(r) < u32::from(minp.saturating_sub(HALF)) * 2;
-        let early = hit & (over_half | !ecn_capable);
+        let early = hit & ((over_half & !marks_only) | !ecn_capable);
         let mark = hit & !early;
         self.counters.marked += u64::from(mark);
         if early {
@@ -572,6 +618,40 @@ impl Sfb {
             sets,
             standby,
         })
+    }
+
+    /// The fair-share check's link rate: the shaper's, bits per second (0:
+    /// unshaped, the check then takes what left the queue as the capacity).
+    pub fn set_link_rate(&mut self, bps: u64) {
+        if let Some(r) = &mut self.rate {
+            let c = self.cfg;
+            *r = FairRate::new(
+                c.effective_rate_rows(),
+                c.rate_log2_bins,
+                c.rate_period_ms,
+                c.rate_shift,
+                bps,
+            );
+        }
+    }
+
+    /// The fair-share check, if on.
+    pub fn fair_rate(&self) -> Option<&FairRate> {
+        self.rate.as_ref()
+    }
+
+    /// Runs an arrival through the fair-share check (when on): `word` is
+    /// the flow's packed hash word in the active set. Counts its verdict.
+    #[inline(always)]
+    pub(super) fn rate_check(&mut self, word: u64, len: u32, ecn_capable: bool) -> RateVerdict {
+        let Some(r) = &mut self.rate else {
+            return RateVerdict::OVER;
+        };
+        let coin = self.coins.u16();
+        let v = r.arrive(word, len, ecn_capable, coin);
+        self.counters.ratemark += u64::from(v.mark);
+        self.counters.ratedrop += u64::from(v.drop);
+        v
     }
 
     /// The queue took the packet: count it in its bins.

@@ -6,6 +6,8 @@ use core::fmt;
 
 use serde::Deserialize;
 
+use super::rate::{MAX_RATE_LOG2_BINS, MAX_RATE_ROWS};
+
 /// Probability 1 in Q0.16 (65535/65536, as in the kernel).
 pub const SFB_MAX_PROB: u16 = 0xFFFF;
 
@@ -25,6 +27,19 @@ pub enum BinIndex {
     Slices,
     /// The kernels' partitioned (double-hashing) indices; levels correlate.
     Partitioned,
+}
+
+/// A named set of defaults for the keys a file leaves out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SfbProfile {
+    /// Linux's `sch_sfb` with the fair-share rate check in front (the
+    /// default): Blue keeps the queue short, the check holds every flow to
+    /// its max-min fair share (see [`FairRate`](super::FairRate)).
+    #[default]
+    Fair,
+    /// Linux's `sch_sfb` as it is: no fair-share check (`rate_rows = 0`).
+    Linux,
 }
 
 /// A probability in Q0.16: an integer as it is (0..=65535), a float in
@@ -68,8 +83,9 @@ pub struct SfbConfig {
     pub db_ms: u64,
     /// Hard limit on the queue, packets.
     pub limit: usize,
-    /// Minimum bin count at which a packet is dropped (`bucketdrop`).
-    pub max: u16,
+    /// Minimum bin count at which a packet is dropped (`bucketdrop`);
+    /// unset: 22 under `profile = "fair"`, 25 (the kernel's) under `"linux"`.
+    pub max: Option<u16>,
     /// Bin count from which arrivals raise the bin's probability.
     pub target: u16,
     /// Probability increase per arrival, Q0.16 (66 = 0.1%). In a file, an
@@ -95,6 +111,19 @@ pub struct SfbConfig {
     /// A listed flow leaves the list after this long without a penalised
     /// packet, ms.
     pub penalty_idle_ms: u64,
+    /// The defaults of the keys below: `fair` (the fair-share check on) or
+    /// `linux` (off, as `sch_sfb`).
+    pub profile: SfbProfile,
+    /// Rows of the fair-share check's rate sketch (0 turns it off, at most
+    /// 4); unset: 2 under `profile = "fair"`, 0 under `"linux"`.
+    pub rate_rows: Option<usize>,
+    /// log2 of the counters per row of the rate sketch (1..=16).
+    pub rate_log2_bins: u32,
+    /// The rate counters lose `1/2^rate_shift` every `rate_period_ms` (and
+    /// the fair share is recomputed then), ms.
+    pub rate_period_ms: u64,
+    /// See `rate_period_ms` (1..=16; 3: 1/8 per period).
+    pub rate_shift: u32,
 }
 
 impl Default for SfbConfig {
@@ -106,7 +135,7 @@ impl Default for SfbConfig {
             rehash_ms: 600_000,
             db_ms: 60_000,
             limit: 1000,
-            max: 25,
+            max: None,
             target: 20,
             increment: ((SFB_MAX_PROB as u32 + 500) / 1000) as u16,
             decrement: ((SFB_MAX_PROB as u32 + 3000) / 6000) as u16,
@@ -115,6 +144,11 @@ impl Default for SfbConfig {
             seed: None,
             penalty_flows: 16,
             penalty_idle_ms: 1000,
+            profile: SfbProfile::Fair,
+            rate_rows: None,
+            rate_log2_bins: 12,
+            rate_period_ms: 100,
+            rate_shift: 3,
         }
     }
 }
@@ -134,6 +168,30 @@ impl SfbConfig {
     /// `p` is clamped to `0..=1`.
     pub fn prob(p: f64) -> u16 {
         (p.clamp(0.0, 1.0) * f64::from(SFB_MAX_PROB) + 0.5) as u16
+    }
+
+    /// Linux's `sch_sfb` with the kernel's defaults (`profile = "linux"`).
+    pub fn linux() -> Self {
+        SfbConfig {
+            profile: SfbProfile::Linux,
+            ..SfbConfig::default()
+        }
+    }
+
+    /// The rate sketch's rows in effect (0: the fair-share check is off).
+    pub fn effective_rate_rows(&self) -> usize {
+        self.rate_rows.unwrap_or(match self.profile {
+            SfbProfile::Fair => 2,
+            SfbProfile::Linux => 0,
+        })
+    }
+
+    /// `max` in effect.
+    pub fn effective_max(&self) -> u16 {
+        self.max.unwrap_or(match self.profile {
+            SfbProfile::Fair => 22,
+            SfbProfile::Linux => 25,
+        })
     }
 
     /// Bins per level.
@@ -177,10 +235,34 @@ impl SfbConfig {
         if self.limit == 0 {
             return err("limit", "must be at least 1 packet".into());
         }
-        if self.max == 0 {
+        if self.effective_max() == 0 {
             return err(
                 "max",
                 "0 drops every packet (a bin may hold at most 0): at least 1".into(),
+            );
+        }
+        if self.effective_rate_rows() > MAX_RATE_ROWS {
+            return err(
+                "rate_rows",
+                format!("{} is above {MAX_RATE_ROWS}", self.effective_rate_rows()),
+            );
+        }
+        if !(1..=MAX_RATE_LOG2_BINS).contains(&self.rate_log2_bins) {
+            return err(
+                "rate_log2_bins",
+                format!(
+                    "{} is outside 1..={MAX_RATE_LOG2_BINS}",
+                    self.rate_log2_bins
+                ),
+            );
+        }
+        if self.rate_period_ms == 0 {
+            return err("rate_period_ms", "must be at least 1 ms".into());
+        }
+        if !(1..=16).contains(&self.rate_shift) {
+            return err(
+                "rate_shift",
+                format!("{} is outside 1..=16", self.rate_shift),
             );
         }
         Ok(())
@@ -195,7 +277,7 @@ impl fmt::Display for SfbConfig {
             f,
             "limit {} max {} target {}\n  increment {:.5} decrement {:.5} penalty rate {} burst {} ({}ms {}ms)",
             self.limit,
-            self.max,
+            self.effective_max(),
             self.target,
             p(self.increment),
             p(self.decrement),
@@ -203,7 +285,17 @@ impl fmt::Display for SfbConfig {
             self.penalty_burst,
             self.rehash_ms,
             self.db_ms
-        )
+        )?;
+        match self.effective_rate_rows() {
+            0 => Ok(()),
+            rows => write!(
+                f,
+                "\n  fair-share rows {rows} bins {} period {}ms decay 1/{}",
+                1u32 << self.rate_log2_bins,
+                self.rate_period_ms,
+                1u32 << self.rate_shift
+            ),
+        }
     }
 }
 
@@ -213,10 +305,10 @@ mod tests {
 
     #[test]
     fn defaults_are_the_kernels() {
-        let c = SfbConfig::default();
+        let c = SfbConfig::linux();
         assert_eq!(c.increment, 66);
         assert_eq!(c.decrement, 11);
-        assert_eq!((c.max, c.target, c.limit), (25, 20, 1000));
+        assert_eq!((c.effective_max(), c.target, c.limit), (25, 20, 1000));
         assert_eq!((c.rehash_ms, c.db_ms), (600_000, 60_000));
         assert_eq!((c.penalty_rate, c.penalty_burst), (10, 20));
         assert_eq!(SfbConfig::prob(0.001), 66);

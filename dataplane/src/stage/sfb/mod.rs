@@ -32,6 +32,35 @@
 //! `misjudged_fraction_matches_formula`). Wide count-min rows do not suffer
 //! this, because the carries from 16+ low bits randomise each row.
 //!
+//! # Two profiles
+//!
+//! `profile = "linux"` ([`SfbConfig::linux`]) is Linux's `sch_sfb` rule for
+//! rule, as below. `profile = "fair"`, the default, adds a *fair-share
+//! check* in front of Blue ([`FairRate`]: a count-min sketch of the flows'
+//! arrival rates and the max-min fair share computed from it; its module
+//! docs say why and how) and changes three things:
+//!
+//! * an arrival whose flow sends above the fair share is refused with
+//!   probability `1 - share / rate` (`ratedrop`), or marked CE instead when
+//!   it is ECN-capable and under twice the share (`ratemark`, also counted
+//!   in `marked`), so such a flow gets the share whatever it sends;
+//! * Blue only marks ECN-capable packets, at any probability, and never
+//!   sends them to the penalty box: the check drops ECN-capable flows that
+//!   ignore marks, and a drop costs a small-window TCP flow a retransmission
+//!   timeout where a mark costs it one halving;
+//! * `max` is 22 rather than 25, so that with hundreds of flows a bin full of
+//!   standing windows drops (`bucketdrop`) a little before the queue's delay
+//!   passes sch_sfb's.
+//!
+//! Measured with real CUBIC flows and one unresponsive UDP flow through the
+//! live router (`../shared/tools/flowmix`), the fair profile holds the UDP
+//! flow under its fair share at 8, 50 and 200 flows where sch_sfb's rules
+//! leave it 1-2.7x, with fairer TCP shares and shorter queues; the README's
+//! SFB section has the table.
+//!
+//! The check needs the packet's length and the queue's departures, so it
+//! runs in [`SfbQueue`] (the router's path); [`Sfb::enqueue`] alone is Blue.
+//!
 //! # An arrival ([`Sfb::enqueue`])
 //!
 //! 1. Queue at `limit` packets: drop (`queuedrop`). Nothing else changes.
@@ -96,7 +125,9 @@
 //!
 //! # Defaults
 //!
-//! The kernel's built-in ones (`sfb_default_ops`, used when no options are
+//! Both profiles take the kernel's built-in values for the keys they share
+//! (`fair` differs in `max`, 22, and in the check's keys: `rate_rows` 2,
+//! `rate_log2_bins` 12, `rate_period_ms` 100, `rate_shift` 3). The kernel's built-in ones (`sfb_default_ops`, used when no options are
 //! given): rehash 600 s, db 60 s, max 25, target 20, increment
 //! `(0xFFFF + 500) / 1000 = 66` (0.1%), decrement `(0xFFFF + 3000) / 6000 =
 //! 11` (0.017%), penalty rate 10 pps, burst 20. The kernel's `limit` default
@@ -187,6 +218,7 @@
 // config.rs     SfbConfig, BinIndex, validation, tc-style display
 // algorithm.rs  Sfb: bins, decide / commit / release, tick and swap, coins, snapshot
 // penalty.rs    the penalty box's token bucket
+// rate.rs       the fair-share check: rate sketch, max-min share, verdicts
 // keys.rs       SfbKey, SfbTag, indices from a hash pair, KeyBatch, PortKeys
 // queue.rs      SfbQueue (SFB + the shaped FIFO), Arrival, offer / take, offer_batch
 // stats.rs      SfbCounters, PenalisedFlow, SfbStats
@@ -196,10 +228,14 @@ mod config;
 mod keys;
 mod penalty;
 mod queue;
+mod rate;
 mod stats;
 
 pub use algorithm::{Admit, Bin, Sfb, SfbDrop};
-pub use config::{BinIndex, MAX_LEVELS, MAX_LOG2_BINS, SFB_MAX_PROB, SfbConfig, SfbConfigError};
+pub use config::{
+    BinIndex, MAX_LEVELS, MAX_LOG2_BINS, SFB_MAX_PROB, SfbConfig, SfbConfigError, SfbProfile,
+};
 pub use keys::{KeyBatch, PortKeys, SfbKey, SfbTag, field_width, row_index, slice_index, slices};
 pub use queue::{Arrival, Enqueued, Queued, SfbQueue};
+pub use rate::{FairRate, MAX_RATE_LOG2_BINS, MAX_RATE_ROWS, RateVerdict};
 pub use stats::{PenalisedFlow, SfbCounters, SfbStats};

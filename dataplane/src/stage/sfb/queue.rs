@@ -9,9 +9,10 @@ use crate::flow::FlowKey;
 use crate::pipeline::DropReason;
 use crate::stage::egress::{Departure, EgressConfig, EgressQueue};
 
-use super::algorithm::Sfb;
+use super::algorithm::{Sfb, Traits};
 use super::config::{SfbConfig, SfbConfigError};
 use super::keys::SfbKey;
+use super::rate::RateVerdict;
 
 /// How an admitted packet goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +54,11 @@ impl<T: Copy + Default> SfbQueue<T> {
     /// SFB with `sfb`, draining at `egress`'s rate.
     pub fn new(sfb: SfbConfig, egress: EgressConfig) -> Result<Self, SfbConfigError> {
         Ok(SfbQueue {
-            sfb: Sfb::new(sfb)?,
+            sfb: {
+                let mut s = Sfb::new(sfb)?;
+                s.set_link_rate(egress.rate_bps);
+                s
+            },
             queue: EgressQueue::new(egress),
         })
     }
@@ -94,20 +99,24 @@ impl<T: Copy + Default> SfbQueue<T> {
             len,
             now,
         };
-        if self.sfb.fused {
-            offer::<T, true>(&mut self.sfb, &mut self.queue, &arrival, flow)
-        } else {
-            offer::<T, false>(&mut self.sfb, &mut self.queue, &arrival, flow)
+        let (sfb, queue) = (&mut self.sfb, &mut self.queue);
+        match (sfb.fused, sfb.rate.is_some()) {
+            (true, true) => offer::<T, true, true>(sfb, queue, &arrival, flow),
+            (true, false) => offer::<T, true, false>(sfb, queue, &arrival, flow),
+            (false, true) => offer::<T, false, true>(sfb, queue, &arrival, flow),
+            (false, false) => offer::<T, false, false>(sfb, queue, &arrival, flow),
         }
     }
 
     /// The head packet if the shaper released it by `now`.
     #[inline]
     pub fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
-        if self.sfb.fused {
-            take::<T, true>(&mut self.sfb, &mut self.queue, now)
-        } else {
-            take::<T, false>(&mut self.sfb, &mut self.queue, now)
+        let (sfb, queue) = (&mut self.sfb, &mut self.queue);
+        match (sfb.fused, sfb.rate.is_some()) {
+            (true, true) => take::<T, true, true>(sfb, queue, now),
+            (true, false) => take::<T, true, false>(sfb, queue, now),
+            (false, true) => take::<T, false, true>(sfb, queue, now),
+            (false, false) => take::<T, false, false>(sfb, queue, now),
         }
     }
 
@@ -143,28 +152,31 @@ impl<T: Copy + Default> SfbQueue<T> {
             #[inline(always)]
             || {
                 let arrivals = arrivals.into_iter();
-                if self.sfb.fused {
-                    self.offer_each::<true>(arrivals, &mut verdict, &mut departed);
-                } else {
-                    self.offer_each::<false>(arrivals, &mut verdict, &mut departed);
+                let (v, d) = (&mut verdict, &mut departed);
+                match (self.sfb.fused, self.sfb.rate.is_some()) {
+                    (true, true) => self.offer_each::<true, true>(arrivals, v, d),
+                    (true, false) => self.offer_each::<true, false>(arrivals, v, d),
+                    (false, true) => self.offer_each::<false, true>(arrivals, v, d),
+                    (false, false) => self.offer_each::<false, false>(arrivals, v, d),
                 }
             },
         );
     }
 
-    /// [`offer_batch`](Self::offer_batch)'s loop, on the fused path or not.
+    /// [`offer_batch`](Self::offer_batch)'s loop, on the fused path or not,
+    /// with the fair-share check or not.
     #[inline(always)]
-    fn offer_each<const FUSED: bool>(
+    fn offer_each<const FUSED: bool, const FAIR: bool>(
         &mut self,
         arrivals: impl Iterator<Item = (Arrival<T>, Option<FlowKey>)>,
         verdict: &mut impl FnMut(usize, Result<Enqueued, DropReason>),
         departed: &mut impl FnMut(Departure<T>),
     ) {
         for (k, (a, flow)) in arrivals.enumerate() {
-            while let Some(d) = take::<T, FUSED>(&mut self.sfb, &mut self.queue, a.now) {
+            while let Some(d) = take::<T, FUSED, FAIR>(&mut self.sfb, &mut self.queue, a.now) {
                 departed(d);
             }
-            let v = offer::<T, FUSED>(&mut self.sfb, &mut self.queue, &a, flow.as_ref());
+            let v = offer::<T, FUSED, FAIR>(&mut self.sfb, &mut self.queue, &a, flow.as_ref());
             verdict(k, v);
         }
     }
@@ -188,15 +200,17 @@ pub struct Arrival<T> {
 }
 
 /// [`SfbQueue::enqueue`] on SFB and the queue's FIFO; `FUSED` is
-/// `sfb.fused`, a constant so that each path is compiled without the other.
+/// `sfb.fused` and `FAIR` whether the fair-share check is on, constants so
+/// that each path is compiled without the others' work.
 #[inline(always)]
-fn offer<T: Copy + Default, const FUSED: bool>(
+fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
     sfb: &mut Sfb,
     queue: &mut EgressQueue<Queued<T>>,
     a: &Arrival<T>,
     flow: Option<&FlowKey>,
 ) -> Result<Enqueued, DropReason> {
     debug_assert_eq!(FUSED, sfb.fused);
+    debug_assert_eq!(FAIR, sfb.rate.is_some());
     let set = sfb.active & 1;
     // The active set's bins: offsets on the fused path (whose kernel
     // raises the counts with the update), packed indices otherwise.
@@ -206,11 +220,34 @@ fn offer<T: Copy + Default, const FUSED: bool>(
         a.key.packed(set)
     };
     let offs = FUSED.then_some(word);
-    let (mark, sets, standby) =
-        match sfb.decide(&a.key, offs, flow, a.ecn_capable, queue.len(), a.now) {
-            Ok(d) => (d.mark, d.sets, d.standby),
-            Err(d) => return Err(d.reason()),
-        };
+    let rate = if FAIR {
+        sfb.rate_check(a.key.packed(set), a.len, a.ecn_capable)
+    } else {
+        RateVerdict::OVER
+    };
+    if rate.drop {
+        return Err(DropReason::SfbRate);
+    }
+    let (mut mark, sets, standby) = match sfb.decide(
+        &a.key,
+        offs,
+        flow,
+        Traits {
+            ecn_capable: a.ecn_capable,
+            under_share: rate.under,
+            marks_only: FAIR & a.ecn_capable & rate.under,
+        },
+        queue.len(),
+        a.now,
+    ) {
+        Ok(d) => (d.mark, d.sets, d.standby),
+        Err(d) => return Err(d.reason()),
+    };
+    if FAIR {
+        // Counted once when Blue marked it too.
+        sfb.counters.marked += u64::from(rate.mark & !mark);
+        mark |= rate.mark;
+    }
     // Built in registers: an array written by index and read back whole
     // would miss store-to-load forwarding.
     let words = if set == 0 {
@@ -244,10 +281,10 @@ fn offer<T: Copy + Default, const FUSED: bool>(
     }
 }
 
-/// [`SfbQueue::dequeue`] on SFB and the queue's FIFO (`FUSED` as in
-/// [`offer`]).
+/// [`SfbQueue::dequeue`] on SFB and the queue's FIFO (`FUSED` and `FAIR`
+/// as in [`offer`]).
 #[inline(always)]
-fn take<T: Copy + Default, const FUSED: bool>(
+fn take<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
     sfb: &mut Sfb,
     queue: &mut EgressQueue<Queued<T>>,
     now: Timestamp,
@@ -260,6 +297,9 @@ fn take<T: Copy + Default, const FUSED: bool>(
             sfb.adjust(q.sets, q.words(), false);
         }
     })?;
+    if FAIR && let Some(r) = &mut sfb.rate {
+        r.depart(d.len);
+    }
     Some(Departure {
         item: d.item.item,
         len: d.len,
@@ -273,7 +313,7 @@ mod tests {
     use kernels::{Backend, splitmix64};
 
     use super::*;
-    use crate::stage::sfb::KeyBatch;
+    use crate::stage::sfb::{KeyBatch, SfbProfile};
 
     /// The fused path (offset words, counts raised by the kernel and taken
     /// back on a drop) decides every packet as the general path does and
@@ -282,6 +322,13 @@ mod tests {
     /// backend's kernel.
     #[test]
     fn fused_batched_and_general_paths_agree() {
+        for profile in [SfbProfile::Linux, SfbProfile::Fair] {
+            paths_agree(profile);
+        }
+    }
+
+    /// `fused_batched_and_general_paths_agree` under `profile`.
+    fn paths_agree(profile: SfbProfile) {
         let sfb = SfbConfig {
             seed: Some(7),
             rehash_ms: 40,
@@ -290,7 +337,8 @@ mod tests {
             increment: 1500,
             decrement: 40,
             target: 6,
-            max: 12,
+            max: Some(12),
+            profile,
             ..SfbConfig::default()
         };
         // A queue shorter than SFB's limit: admitted packets are refused.
@@ -381,11 +429,12 @@ mod tests {
                 assert_eq!(batched.queue.stats(), fused.queue.stats());
             }
             let c = fused.sfb.counters;
-            assert!(
-                c.earlydrop > 0 && c.marked > 0 && c.penaltydrop > 0,
-                "{c:?}"
-            );
-            assert!(c.bucketdrop > 0 && c.childdrop > 0, "{c:?}");
+            assert!(c.earlydrop > 0 && c.marked > 0, "{c:?}");
+            assert!(c.childdrop > 0, "{c:?}");
+            match profile {
+                SfbProfile::Linux => assert!(c.penaltydrop > 0 && c.bucketdrop > 0, "{c:?}"),
+                SfbProfile::Fair => assert!(c.ratedrop > 0 && c.ratemark > 0, "{c:?}"),
+            }
             assert!(fused.sfb.generation > 3, "swapped {}", fused.sfb.generation);
             let end = Timestamp::from_nanos(u64::MAX);
             fused.drain_until(end, |_| {});

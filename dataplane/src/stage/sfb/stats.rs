@@ -21,8 +21,12 @@ pub struct SfbCounters {
     pub queuedrop: u64,
     /// Packets admitted by SFB and refused by the queue.
     pub childdrop: u64,
-    /// Packets marked CE.
+    /// Packets marked CE (by Blue or by the fair-share check).
     pub marked: u64,
+    /// Drops by the fair-share check (its flow's rate over the share).
+    pub ratedrop: u64,
+    /// Marks by the fair-share check (also in `marked`).
+    pub ratemark: u64,
 }
 
 impl SfbCounters {
@@ -34,6 +38,8 @@ impl SfbCounters {
         self.queuedrop += o.queuedrop;
         self.childdrop += o.childdrop;
         self.marked += o.marked;
+        self.ratedrop += o.ratedrop;
+        self.ratemark += o.ratemark;
     }
 }
 
@@ -74,8 +80,15 @@ impl fmt::Display for SfbStats {
         let p = |v: u16| f64::from(v) / f64::from(SFB_MAX_PROB);
         writeln!(
             f,
-            "  earlydrop {} penaltydrop {} bucketdrop {} queuedrop {} childdrop {} marked {}",
-            c.earlydrop, c.penaltydrop, c.bucketdrop, c.queuedrop, c.childdrop, c.marked
+            "  earlydrop {} penaltydrop {} bucketdrop {} queuedrop {} childdrop {} marked {} ratedrop {} ratemark {}",
+            c.earlydrop,
+            c.penaltydrop,
+            c.bucketdrop,
+            c.queuedrop,
+            c.childdrop,
+            c.marked,
+            c.ratedrop,
+            c.ratemark
         )?;
         write!(
             f,
@@ -113,7 +126,7 @@ mod tests {
         let s = sfb.stats(Timestamp::ZERO).to_string();
         assert_eq!(
             s,
-            "  earlydrop 0 penaltydrop 0 bucketdrop 0 queuedrop 0 childdrop 0 marked 0\n  \
+            "  earlydrop 0 penaltydrop 0 bucketdrop 0 queuedrop 0 childdrop 0 marked 0 ratedrop 0 ratemark 0\n  \
              maxqlen 0 maxprob 0.00000 avgprob 0.00000"
         );
     }

@@ -1,0 +1,554 @@
+//! The fair-share rate check ([`FairRate`]): a count-min sketch of the
+//! flows' arrival rates with conservative update, the fair share computed
+//! from it, and a drop (or mark) probability for packets of flows above
+//! that share.
+//!
+//! # Why
+//!
+//! Blue raises a bin's probability only while the bin holds `target`
+//! packets. An unresponsive flow whose packets are mostly dropped keeps
+//! short bins, so its probability stops rising below 1 and the penalty box
+//! (which waits for 1) rarely engages: measured with real CUBIC flows
+//! through the router (`../shared/tools/flowmix`), such a flow kept about
+//! 2x its fair share at 50 and 200 flows. Queue occupancy is the wrong
+//! signal for it; its *arrival rate* is the right one, and a sketch gives it
+//! without per-flow state.
+//!
+//! # What
+//!
+//! * **Rates.** `rows` rows of `2^log2_bins` counters, one row index per
+//!   row from the flow's SFB hash word (a multiply-shift per row, so the
+//!   rows are independent of each other whichever [`BinIndex`] makes the
+//!   word). Every arrival, dropped later or not, adds its length with
+//!   conservative update (only the rows at the minimum grow, to the new
+//!   minimum), and the flow's rate is the minimum over its rows: never
+//!   below its true decayed byte count, and above it only when every row
+//!   collides with a heavier flow. Every `period_ms` of packet time all
+//!   counters lose `1/2^shift` (default 1/8 per 100 ms: a mean age of
+//!   about 0.8 s), so a counter is an exponentially weighted byte count.
+//! * **Fair share.** At each period the share `alpha` is computed from the
+//!   first row: flows under half an equal share of the capacity are *light*
+//!   and keep what they send; the capacity they leave is divided equally
+//!   among the others, whose number is the row's busy counters corrected
+//!   for collisions by linear counting. The capacity is the shaper's rate in
+//!   the same decayed units (or, on an unshaped port, the decayed bytes that
+//!   actually left). When the row's demands fit 95% of the capacity there
+//!   is no share and no packet is judged (not 100%: Blue holds responsive
+//!   flows back, so that their demand and an unresponsive flow's can sit
+//!   just under the link's rate with the unresponsive flow taking 40% of
+//!   it, as the closed-loop model showed). This is the share Core-Stateless Fair
+//!   Queueing (Stoica, Shenker, Zhang, SIGCOMM 1998) enforces, taken here
+//!   from the sketch instead of labels carried in packets, and counted per
+//!   competing flow rather than found by water-filling over the arrival
+//!   rates: the TCP flows Blue marks stay below any share, and a
+//!   water-filling share then grows to whatever the unresponsive flow takes
+//!   (measured: 1.5x its fair share at 200 flows). Between periods the
+//!   share is scaled the way a steady flow's counter grows (from `1 -
+//!   1/2^shift` of its peak back to the peak), so a flow is compared at the
+//!   same point of the sawtooth.
+//! * **Verdict.** A packet of a flow whose rate `r` exceeds `alpha` is
+//!   refused with probability `1 - alpha / r`, so that flow's admitted rate
+//!   is `alpha` whatever it sends. An ECN-capable packet under `2 alpha` is
+//!   marked CE instead of dropped (a responsive flow slows down on the
+//!   mark; one that ignores marks climbs past `2 alpha` and is dropped).
+//!
+//! Blue still runs on every admitted packet: it keeps the queue short; this
+//! check keeps the shares fair. The share also grows while a congested
+//! shaped port sends under its rate (see [`FairRate::tick`]), so that the
+//! check never idles the link.
+//!
+//! The rows are indexed from the active bin set's hash word, so a rehash
+//! (every `rehash_ms`, 10 minutes by default) moves every flow to other
+//! counters, which hold other flows' history for the next second or so.
+//!
+//! [`BinIndex`]: super::BinIndex
+
+use crate::clock::Timestamp;
+
+use super::algorithm::NS_PER_MS;
+
+/// Consecutive short periods before the share grows.
+const SHORT_PERIODS: u32 = 8;
+/// The largest multiplier of the share, Q16 (2: a flow held to the share
+/// never gets more than twice an equal share because others idle the link).
+const MAX_GAIN: u64 = 2 << 16;
+
+/// The most rows.
+pub const MAX_RATE_ROWS: usize = 4;
+/// The largest `log2_bins` of the rate sketch.
+pub const MAX_RATE_LOG2_BINS: u32 = 16;
+
+/// Odd multipliers, one per row (from SplitMix64's constants and the golden
+/// ratio): multiply-shift hashing of the SFB word into each row.
+const ROW_MULT: [u64; MAX_RATE_ROWS] = [
+    0x9E37_79B9_7F4A_7C15,
+    0xBF58_476D_1CE4_E5B9,
+    0x94D0_49BB_1331_11EB,
+    0xD6E8_FEB8_6659_FD93,
+];
+
+/// The rate check's verdict on one arrival: computed without branches (a
+/// branch on whether a flow is over its share is mispredicted about as
+/// often as flows sit near it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RateVerdict {
+    /// The flow is within the fair share (or the port is not congested).
+    pub under: bool,
+    /// Over the share, ECN-capable and under twice it: mark CE.
+    pub mark: bool,
+    /// Over the share: drop.
+    pub drop: bool,
+}
+
+impl RateVerdict {
+    /// Within the share.
+    pub const UNDER: RateVerdict = RateVerdict {
+        under: true,
+        mark: false,
+        drop: false,
+    };
+    /// Over the share, passed unmarked.
+    pub const OVER: RateVerdict = RateVerdict {
+        under: false,
+        mark: false,
+        drop: false,
+    };
+    /// Over the share, marked.
+    pub const MARK: RateVerdict = RateVerdict {
+        under: false,
+        mark: true,
+        drop: false,
+    };
+    /// Over the share, dropped.
+    pub const DROP: RateVerdict = RateVerdict {
+        under: false,
+        mark: false,
+        drop: true,
+    };
+}
+
+/// The sketch, the departures, and the fair share of one queue.
+#[derive(Debug, Clone)]
+pub struct FairRate {
+    rows: usize,
+    log2: u32,
+    shift: u32,
+    period_ns: u64,
+    /// `rows << log2` counters, row-major: decayed bytes.
+    counts: Vec<u32>,
+    /// Decayed bytes that left the queue, up to the last period boundary.
+    departed: u64,
+    /// Bytes that left since the last period boundary (not decayed).
+    departed_now: u64,
+    /// Consecutive congested periods in which the port sent under 98% of
+    /// its rate.
+    short_periods: u32,
+    /// How far the decayed counts are from their steady state, Q16: `1 -
+    /// (1 - 2^-shift)^k` after `k` periods (a flow that started with the
+    /// sketch has counted that fraction of what it will hold).
+    warm: u64,
+    /// The share's multiplier, Q16 (1 << 16 = 1): raised while the port
+    /// is congested yet sends below its rate (see [`FairRate::tick`]).
+    gain: u64,
+    /// The shaper's rate in bytes per second (0: unshaped, use `departed`).
+    link_bytes_per_s: u64,
+    /// The next decay, packet time.
+    next: Option<Timestamp>,
+    /// The fair share at the last period's peak (`u32::MAX`: no congestion).
+    alpha_peak: u32,
+    /// `alpha_peak` scaled to now (see the module docs).
+    alpha: u32,
+}
+
+impl FairRate {
+    /// A sketch of `rows` x `2^log2` counters decaying by `1/2^shift` every
+    /// `period_ms`; `link_bps` is the shaper's rate in bits per second (0:
+    /// unshaped).
+    pub fn new(rows: usize, log2: u32, period_ms: u64, shift: u32, link_bps: u64) -> Self {
+        let rows = rows.clamp(1, MAX_RATE_ROWS);
+        let log2 = log2.clamp(1, MAX_RATE_LOG2_BINS);
+        FairRate {
+            rows,
+            log2,
+            shift: shift.clamp(1, 16),
+            period_ns: period_ms.max(1).saturating_mul(NS_PER_MS),
+            counts: vec![0; rows << log2],
+            departed: 0,
+            departed_now: 0,
+            short_periods: 0,
+            warm: 0,
+            gain: 1 << 16,
+            link_bytes_per_s: link_bps / 8,
+            next: None,
+            alpha_peak: u32::MAX,
+            alpha: u32::MAX,
+        }
+    }
+
+    /// The fair share now, in decayed bytes (`u32::MAX`: not congested).
+    pub fn alpha(&self) -> u32 {
+        self.alpha
+    }
+
+    /// The flow's counter indices, one per row.
+    #[inline(always)]
+    fn index(&self, word: u64, row: usize) -> usize {
+        (row << self.log2) | (word.wrapping_mul(ROW_MULT[row]) >> (64 - self.log2)) as usize
+    }
+
+    /// Starts fetching the flow's counters into the cache.
+    #[inline]
+    pub fn prefetch(&self, word: u64) {
+        for r in 0..self.rows {
+            kernels::prefetch(&self.counts, self.index(word, r));
+        }
+    }
+
+    /// The flow's rate now (the minimum of its counters), changing nothing.
+    pub fn estimate(&self, word: u64) -> u32 {
+        (0..self.rows)
+            .map(|r| self.counts[self.index(word, r)])
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Counts an arrival of `len` bytes of the flow whose SFB hash word is
+    /// `word` and judges it; `coin` is a uniform 16-bit draw.
+    #[inline(always)]
+    pub fn arrive(&mut self, word: u64, len: u32, ecn_capable: bool, coin: u16) -> RateVerdict {
+        // The row count as a constant, so that the rows' loops unroll.
+        let rate = match self.rows {
+            1 => self.count::<1>(word, len),
+            2 => self.count::<2>(word, len),
+            3 => self.count::<3>(word, len),
+            _ => self.count::<4>(word, len),
+        };
+        let alpha = u64::from(self.alpha);
+        let rate = u64::from(rate);
+        // Refused with probability 1 - alpha / rate (never when rate <=
+        // alpha): coin / 2^16 < (rate - alpha) / rate.
+        let refuse = u64::from(coin) * rate < rate.saturating_sub(alpha) << 16;
+        let markable = ecn_capable & (rate < 2 * alpha);
+        RateVerdict {
+            under: rate <= alpha,
+            mark: refuse & markable,
+            drop: refuse & !markable,
+        }
+    }
+
+    /// Conservative update of `R` rows by `len`; the flow's new count.
+    /// `R` is `self.rows` ([`arrive`](Self::arrive) dispatches on it).
+    #[inline(always)]
+    fn count<const R: usize>(&mut self, word: u64, len: u32) -> u32 {
+        assert!(R == self.rows);
+        let idx: [usize; R] = core::array::from_fn(|r| self.index(word, r));
+        // Every index is in bounds: `counts` holds `rows << log2` counters
+        // and `index(word, r)` for `r < rows` (`R` is `rows`, asserted
+        // above) is `r << log2` plus a value shifted right by `64 - log2`
+        // bits, so below `2^log2`.
+        let min = idx.iter().fold(u32::MAX, |m, &i| {
+            // SAFETY: `i` is in bounds (see above).
+            m.min(unsafe { *self.counts.get_unchecked(i) })
+        });
+        let rate = min.saturating_add(len);
+        for i in idx {
+            // SAFETY: `i` is in bounds (see above).
+            let c = unsafe { self.counts.get_unchecked_mut(i) };
+            *c = (*c).max(rate);
+        }
+        rate
+    }
+
+    /// A packet of `len` bytes left the queue.
+    #[inline(always)]
+    pub fn depart(&mut self, len: u32) {
+        self.departed_now += u64::from(len);
+    }
+
+    /// Advances packet time to `now`: decays the counters and recomputes the
+    /// fair share at each period boundary passed, and scales the share to
+    /// where `now` is in the period.
+    ///
+    /// The share is work-conserving: on a shaped port that is congested
+    /// (the flows' demands exceed its rate) yet sent less than 98% of its
+    /// rate in each of the last 8 periods, the flows held to the share cannot use the
+    /// rest (Blue's drops come on top of the check's, say), so the share
+    /// grows by 1/16 per period (at most to twice the equal share: the
+    /// flows that idle the link may be responsive ones that Blue holds
+    /// back, and the spare would then all go to the unresponsive flow) until
+    /// the port is full, and shrinks back by 1/64 per period while it is.
+    pub fn tick(&mut self, now: Timestamp) {
+        let next = *self
+            .next
+            .get_or_insert_with(|| now.add_nanos(self.period_ns));
+        if now >= next {
+            let periods = now.nanos_since(next) / self.period_ns + 1;
+            // The decayed departures at their peak, as a counter's.
+            self.departed += self.departed_now;
+            for _ in 0..periods.min(64) {
+                self.warm += ((1 << 16) - self.warm) >> self.shift;
+            }
+            let share = self.fair_share();
+            if share == u32::MAX || self.link_bytes_per_s == 0 {
+                self.gain = 1 << 16;
+                self.short_periods = 0;
+            } else {
+                let due = self
+                    .link_bytes_per_s
+                    .saturating_mul(self.period_ns.saturating_mul(periods))
+                    / 1_000_000_000;
+                if self.departed_now.saturating_mul(100) < due.saturating_mul(98) {
+                    self.short_periods += 1;
+                    if self.short_periods >= SHORT_PERIODS {
+                        self.gain = (self.gain + (self.gain >> 4)).min(MAX_GAIN);
+                    }
+                } else {
+                    self.short_periods = 0;
+                    self.gain = (self.gain - (self.gain >> 6)).max(1 << 16);
+                }
+            }
+            self.departed_now = 0;
+            self.alpha_peak = match share {
+                u32::MAX => u32::MAX,
+                s => ((u64::from(s) * self.gain) >> 16).min(u64::from(u32::MAX - 1)) as u32,
+            };
+            self.decay(periods);
+            self.next = Some(next.add_nanos(periods.saturating_mul(self.period_ns)));
+        }
+        if self.alpha_peak == u32::MAX {
+            self.alpha = u32::MAX;
+            return;
+        }
+        // A steady flow's counter is (1 - 2^-shift) of its peak just after a
+        // decay and grows linearly back to the peak over the period.
+        let left = self
+            .next
+            .map_or(0, |n| n.nanos_since(now))
+            .min(self.period_ns);
+        let frac_done = ((self.period_ns - left) << 16) / self.period_ns;
+        let lost = (1u64 << 16) >> self.shift;
+        let scale = (1u64 << 16) - lost + ((lost * frac_done) >> 16);
+        self.alpha = ((u64::from(self.alpha_peak) * scale) >> 16) as u32;
+    }
+
+    /// Each counter (and the departures) loses `1/2^shift`, `periods` times.
+    fn decay(&mut self, periods: u64) {
+        let s = self.shift;
+        if periods.saturating_mul(u64::from(s)) >= 32 {
+            self.counts.fill(0);
+            self.departed = 0;
+            self.warm = 0;
+            return;
+        }
+        for _ in 0..periods {
+            for c in &mut self.counts {
+                *c -= *c >> s;
+            }
+            self.departed -= self.departed >> s;
+        }
+    }
+
+    /// The capacity in decayed bytes: a steady `link_bytes_per_s` counted
+    /// over every period since the sketch started and decayed as a counter
+    /// is, at its peak.
+    fn capacity(&self) -> u64 {
+        if self.link_bytes_per_s == 0 {
+            return self.departed;
+        }
+        let per_period = self.link_bytes_per_s.saturating_mul(self.period_ns) / 1_000_000_000;
+        ((u128::from(per_period << self.shift) * u128::from(self.warm)) >> 16) as u64
+    }
+
+    /// The fair share over the first row (`u32::MAX` when the demands fit
+    /// 95% of the capacity): the capacity left by the light flows (under half an
+    /// equal share), divided equally among the others, their number
+    /// corrected for collisions by linear counting.
+    fn fair_share(&mut self) -> u32 {
+        let cap = self.capacity();
+        let row = &self.counts[..1 << self.log2];
+        let (mut total, mut busy) = (0u64, 0u64);
+        for &c in row {
+            total += u64::from(c);
+            busy += u64::from(c > 0);
+        }
+        // Congested from 95% of the capacity: responsive flows that an AQM
+        // holds back keep the demand just under the link while an
+        // unresponsive flow takes what it likes.
+        if total.saturating_mul(100) <= cap.saturating_mul(95) || busy == 0 {
+            return u32::MAX;
+        }
+        let light_below = cap / busy / 2;
+        let (mut light, mut heavy) = (0u64, 0u64);
+        for &c in row {
+            let c = u64::from(c);
+            if c > light_below {
+                heavy += 1;
+            } else {
+                light += c;
+            }
+        }
+        let flows = linear_count(heavy, 1 << self.log2);
+        let share = cap.saturating_sub(light) as f64 / flows.max(1.0);
+        share.min(f64::from(u32::MAX - 1)) as u32
+    }
+}
+
+/// Linear counting (Whang, Vander-Zanden, Taylor, 1990): the number of
+/// distinct flows that occupy `used` of `bins` bins.
+fn linear_count(used: u64, bins: u64) -> f64 {
+    let (u, b) = (used as f64, bins as f64);
+    if used >= bins {
+        return b * b.ln();
+    }
+    -b * (1.0 - u / b).ln()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Timestamp {
+        Timestamp::from_nanos(v * NS_PER_MS)
+    }
+
+    /// Flows with fixed rates (bytes per ms) through the check for `secs`;
+    /// returns each flow's admitted bytes per ms.
+    fn run(rates: &[u32], link_bytes_per_ms: u64, secs: u64, ecn: bool) -> Vec<f64> {
+        let mut f = FairRate::new(2, 12, 100, 3, link_bytes_per_ms * 8 * 1000);
+        let mut s = 7u64;
+        let mut admitted = vec![0u64; rates.len()];
+        let words: Vec<u64> = (0..rates.len())
+            .map(|i| kernels::splitmix64(&mut (i as u64 + 1)))
+            .collect();
+        for t in 0..secs * 1000 {
+            f.tick(ms(t));
+            for (i, &r) in rates.iter().enumerate() {
+                // r bytes per ms as 100-byte packets.
+                for _ in 0..r / 100 {
+                    let coin = (kernels::splitmix64(&mut s) >> 48) as u16;
+                    if f.arrive(words[i], 100, ecn, coin) != RateVerdict::DROP && t >= 2000 {
+                        admitted[i] += 100;
+                    }
+                }
+            }
+            // The link sends what it can.
+            f.depart(link_bytes_per_ms as u32);
+        }
+        let measured = (secs * 1000 - 2000) as f64;
+        admitted.iter().map(|&b| b as f64 / measured).collect()
+    }
+
+    #[test]
+    fn demands_that_fit_are_not_judged() {
+        let got = run(&[300, 500, 100], 1000, 4, false);
+        for (g, want) in got.iter().zip([300.0, 500.0, 100.0]) {
+            assert!((g - want).abs() < 1.0, "{got:?}");
+        }
+    }
+
+    #[test]
+    fn flows_over_the_share_get_the_share() {
+        // Link 1000 B/ms. 100 B/ms is light (under half an equal share of
+        // the three flows); the others share the remaining 900: 450 each.
+        // The 300 B/ms flow keeps its 300 (the share is a cap, not a
+        // reservation), the 5000 B/ms flow gets 450.
+        let got = run(&[100, 300, 5000], 1000, 6, false);
+        assert!((got[0] - 100.0).abs() < 2.0, "{got:?}");
+        assert!((got[1] - 300.0).abs() < 3.0, "{got:?}");
+        assert!((got[2] - 450.0).abs() < 0.05 * 450.0, "{got:?}");
+    }
+
+    #[test]
+    fn equal_flows_over_the_link_share_it_equally() {
+        // Five flows of 600 B/ms on 1000 B/ms: 200 each.
+        let got = run(&[600; 5], 1000, 6, false);
+        for g in &got {
+            assert!((g - 200.0).abs() < 0.05 * 200.0, "{got:?}");
+        }
+    }
+
+    #[test]
+    fn the_share_grows_while_the_port_is_short() {
+        // Four flows of 500 B/ms on 1000 B/ms; a fifth of what the check
+        // admits is lost after it (as Blue's drops would be). Held to the
+        // equal share, the port would send 800 B/ms; the share grows until
+        // it is full.
+        let mut f = FairRate::new(2, 12, 100, 3, 1000 * 8 * 1000);
+        let mut s = 11u64;
+        let words: Vec<u64> = (1..=4u64)
+            .map(|i| kernels::splitmix64(&mut { i }))
+            .collect();
+        let (mut sent, mut credit) = (0u64, 0u64);
+        for t in 0..20_000u64 {
+            f.tick(ms(t));
+            for &w in &words {
+                for _ in 0..5 {
+                    let coin = (kernels::splitmix64(&mut s) >> 48) as u16;
+                    let keep = !kernels::splitmix64(&mut s).is_multiple_of(5);
+                    if f.arrive(w, 100, false, coin) != RateVerdict::DROP && keep {
+                        credit += 100;
+                    }
+                }
+            }
+            // The link sends what it was given, up to its rate.
+            let out = credit.min(1000);
+            credit -= out;
+            f.depart(out as u32);
+            if t >= 10_000 {
+                sent += out;
+            }
+        }
+        let use_ = sent as f64 / 10_000.0 / 1000.0;
+        assert!(use_ > 0.95, "link use {use_}");
+    }
+
+    #[test]
+    fn ecn_capable_packets_are_marked_under_twice_the_share() {
+        let mut f = FairRate::new(2, 10, 100, 3, 8_000_000);
+        let w = 0x1234_5678_9abc_def0;
+        // Force a share: 100 bytes, and a flow counted at 150.
+        f.alpha = 100;
+        f.alpha_peak = 100;
+        let mut verdicts = Vec::new();
+        for coin in [0u16, 65535] {
+            let mut g = f.clone();
+            verdicts.push(g.arrive(w, 150, true, coin));
+        }
+        assert_eq!(verdicts, [RateVerdict::MARK, RateVerdict::OVER]);
+        let mut g = f.clone();
+        assert_eq!(g.arrive(w, 250, true, 0), RateVerdict::DROP);
+        let mut g = f.clone();
+        assert_eq!(g.arrive(w, 150, false, 0), RateVerdict::DROP);
+    }
+
+    #[test]
+    fn conservative_update_never_underestimates() {
+        let mut f = FairRate::new(2, 4, 100, 3, 0);
+        let mut truth = std::collections::HashMap::new();
+        let mut s = 3u64;
+        for _ in 0..5000 {
+            let flow = kernels::splitmix64(&mut s) % 40;
+            let w = kernels::splitmix64(&mut (flow + 100));
+            let len = 64 + (kernels::splitmix64(&mut s) % 1400) as u32;
+            f.arrive(w, len, false, u16::MAX);
+            *truth.entry(w).or_insert(0u64) += u64::from(len);
+        }
+        for (&w, &t) in &truth {
+            assert!(u64::from(f.estimate(w)) >= t);
+        }
+    }
+
+    #[test]
+    fn counters_decay_by_the_shift_each_period() {
+        let mut f = FairRate::new(1, 4, 100, 3, 0);
+        f.tick(ms(0));
+        f.arrive(5, 800, false, u16::MAX);
+        f.tick(ms(100));
+        assert_eq!(f.estimate(5), 700);
+        f.tick(ms(300));
+        // Two more periods: 700 -> 613 -> 537.
+        assert_eq!(f.estimate(5), 537);
+        f.tick(ms(10_000));
+        assert_eq!(f.estimate(5), 0, "a long silence forgets everything");
+    }
+}
