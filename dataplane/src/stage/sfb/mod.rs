@@ -37,26 +37,29 @@
 //! `profile = "linux"` ([`SfbConfig::linux`]) is Linux's `sch_sfb` rule for
 //! rule, as below. `profile = "fair"`, the default, adds a *fair-share
 //! check* in front of Blue ([`FairRate`]: a count-min sketch of the flows'
-//! arrival rates and the max-min fair share computed from it; its module
-//! docs say why and how) and changes three things:
+//! arrival rates and the fair share computed from it; its module docs say
+//! why and how) and changes three things:
 //!
 //! * an arrival whose flow sends above the fair share is refused with
 //!   probability `1 - share / rate` (`ratedrop`), or marked CE instead when
-//!   it is ECN-capable and under twice the share (`ratemark`, also counted
-//!   in `marked`), so such a flow gets the share whatever it sends;
-//! * Blue only marks ECN-capable packets, at any probability, and never
-//!   sends them to the penalty box: the check drops ECN-capable flows that
-//!   ignore marks, and a drop costs a small-window TCP flow a retransmission
-//!   timeout where a mark costs it one halving;
-//! * `max` is 22 rather than 25, so that with hundreds of flows a bin full of
-//!   standing windows drops (`bucketdrop`) a little before the queue's delay
-//!   passes sch_sfb's.
+//!   it is ECN-capable (`ratemark`, also counted in `marked`), so such a
+//!   flow gets the share whatever it sends; a flow over twice the share
+//!   (four times if ECN-capable) ignores the check and is held to half of
+//!   it, marks or not;
+//! * for an ECN-capable packet of a flow within its share Blue only marks,
+//!   at any probability, and never sends it to the penalty box: a drop
+//!   costs a small-window TCP flow a retransmission timeout where a mark
+//!   costs it one halving; over the share, sch_sfb's rules apply;
+//! * a full bin (`bucketdrop`) drops only flows over their share, and `max`
+//!   is 22 rather than 25, so that with hundreds of flows the flows with
+//!   more than their share of the standing queue lose packets a little
+//!   before the queue's delay passes sch_sfb's.
 //!
 //! Measured with real CUBIC flows and one unresponsive UDP flow through the
 //! live router (`../shared/tools/flowmix`), the fair profile holds the UDP
-//! flow under its fair share at 8, 50 and 200 flows where sch_sfb's rules
-//! leave it 1-2.7x, with fairer TCP shares and shorter queues; the README's
-//! SFB section has the table.
+//! flow at about half its fair share at 8, 50 and 200 flows where sch_sfb's
+//! rules leave it up to 2.6x, with fairer TCP shares and shorter queues; the
+//! README's SFB section has the table.
 //!
 //! The check needs the packet's length and the queue's departures, so it
 //! runs in [`SfbQueue`] (the router's path); [`Sfb::enqueue`] alone is Blue.
