@@ -844,6 +844,12 @@ rate_bps = {ECN_RATE_BPS}
 burst_bytes = 3000
 limit = 64
 [interfaces.sfb]
+# sch_sfb's rules: this phase measures the shared queue's rate. Under the
+# fair profile 32 constant-rate flows at 3x their share are each held to it
+# and Blue's drops come on top, so the port starts at about 97% of its rate
+# and the share's gain fills it after about a second (longer than the 2 s
+# burst allows for a 2% bound).
+profile = "linux"
 limit = 64
 max = 8
 target = 5

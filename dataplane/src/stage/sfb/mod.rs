@@ -42,10 +42,8 @@
 //!
 //! * an arrival whose flow sends above the fair share is refused with
 //!   probability `1 - share / rate` (`ratedrop`), or marked CE instead when
-//!   it is ECN-capable (`ratemark`, also counted in `marked`), so such a
-//!   flow gets the share whatever it sends; a flow over twice the share
-//!   (four times if ECN-capable) ignores the check and is held to half of
-//!   it, marks or not;
+//!   it is ECN-capable and under twice the share (`ratemark`, also
+//!   counted in `marked`), so such a flow gets the share whatever it sends;
 //! * for an ECN-capable packet of a flow within its share Blue only marks,
 //!   at any probability, and never sends it to the penalty box: a drop
 //!   costs a small-window TCP flow a retransmission timeout where a mark
@@ -57,8 +55,8 @@
 //!
 //! Measured with real CUBIC flows and one unresponsive UDP flow through the
 //! live router (`../shared/tools/flowmix`), the fair profile holds the UDP
-//! flow at about half its fair share at 8, 50 and 200 flows where sch_sfb's
-//! rules leave it up to 2.6x, with fairer TCP shares and shorter queues; the
+//! flow under its fair share at 8, 50 and 200 flows where sch_sfb's rules
+//! leave it up to 2.6x, with fairer TCP shares and shorter queues; the
 //! README's SFB section has the table.
 //!
 //! The check needs the packet's length and the queue's departures, so it
