@@ -65,9 +65,9 @@
 //!
 //! | profile | flows | model: UDP x fair / Jain | real: UDP x fair / Jain |
 //! |---|---:|---|---|
-//! | fair | 8 | 0.49 / 1.000 | 0.50 / 1.000 |
-//! | fair | 50 | 0.50 / 0.995 | 0.49 / 0.994 |
-//! | fair | 200 | 0.35 / 0.971 | 0.36 / 0.921 |
+//! | fair | 8 | 0.90 / 0.998 | 0.97 / 1.000 |
+//! | fair | 50 | 0.93 / 0.995 | 0.99 / 0.998 |
+//! | fair | 200 | 0.69 / 0.973 | 0.72 / 0.928 |
 //! | linux | 8 | 0.73 / 0.992 | 1.21 / 0.948 |
 //! | linux | 50 | 0.91 / 0.782 | 0.64 / 0.930 |
 //! | linux | 200 | 1.39 / 0.907 | 2.60 / 0.833 |
@@ -97,10 +97,10 @@
 //! **Where the model shows the fair profile's weak spot.** With long
 //! windows (24 flows at 50 Mbit/s and 50 ms: 8 packets per flow; 8 flows at
 //! 100 Mbit/s: 46) the model's AIMD senders, which halve on every mark,
-//! leave 5-14% of the link idle and keep the offered load under it. The
+//! leave 2-7% of the link idle and keep the offered load under it. The
 //! check then finds no congestion, or finds the AIMD flows *light* (under
 //! half the share, so not competing), and the unresponsive flow keeps
-//! 1x-5.6x its share (`tests/scenario_sfb.rs`). CUBIC fills the link at
+//! 2x-7.8x its share (`tests/scenario_sfb.rs`). CUBIC fills the link at
 //! flowmix's operating point; whether it does with long windows is not
 //! measured yet. A flow that Blue marks is bottlenecked here whatever its
 //! rate, so the fix is to count marked flows as competing (a mark count per

@@ -4,12 +4,12 @@
 //!   flowmix's operating point (10 Mbit/s, 20 ms base RTT, 8 and 50 AIMD
 //!   flows, 40 s, seeds 1-3), where the model agrees with real TCP: the
 //!   unresponsive flow, offered 10x its fair share, at or below 1x
-//!   (measured 0.44x-0.57x) and Jain's index at least 0.9. Elsewhere the
+//!   (measured 0.83x-0.99x) and Jain's index at least 0.9. Elsewhere the
 //!   model shows the profile's weak spot: at 24 flows on 50 Mbit/s with 50
 //!   ms RTTs (8 packets of window per flow) its AIMD senders, which halve on
 //!   every mark, keep the offered load under the link, the fair-share check
 //!   then finds no congestion (or finds the AIMD flows light) and the
-//!   unresponsive flow keeps 1-5.6x its share (the scenario module docs).
+//!   unresponsive flow keeps 2x-7.8x its share (the scenario module docs).
 //! * **sch_sfb's rules** (`profile = "linux"`) with 8 x 64 bins, target 25,
 //!   max 31, the setting the model chose before real TCP was measured: the
 //!   unresponsive flow at or below 2x (measured 1.36x-1.63x) and Jain's
@@ -18,8 +18,8 @@
 //! * **8 AIMD flows** at 100 Mbit/s and 50 ms (the unresponsive flow
 //!   offered 111% of the link), sch_sfb's rules: SFB at least halves
 //!   drop-tail's share and keeps the AIMD flows fair among themselves. The
-//!   fair profile does no better here in the model (3.1x-4.9x over seeds
-//!   1-10, the link 86-93% busy): the weak spot above, with 46 packets of
+//!   fair profile does no better here in the model (4.2x-5.0x over seeds
+//!   1-10, the link 93-95% busy): the weak spot above, with 46 packets of
 //!   window per AIMD flow.
 
 use dataplane::stage::sfb::SfbConfig;
