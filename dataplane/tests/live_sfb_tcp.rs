@@ -5,14 +5,15 @@
 //! socket, ECN on) and one not-ECT UDP flow at ten times its fair share to
 //! host B, through `dataplane run` whose r-b egress is shaped to 10 Mbit/s
 //! behind SFB with the built-in defaults. After a 5 s warm-up, 10 s are
-//! measured at B: the UDP flow must get less than its fair share (`rate /
-//! (N + 1)`; the issue asked for 1.5x), every TCP flow more than half of it,
-//! Jain's index of the TCP goodputs must be at least 0.9, and the router
-//! must account for every packet. Measured: UDP 0.62x, Jain 0.999. Without
-//! flowmix's 20 ms delay line sch_sfb's rules (`profile = "linux"`) come
-//! close here too (UDP 0.93x, Jain 0.967, measured once) and fail only the
-//! check that the fair-share check dropped the UDP flow's excess; on
-//! flowmix they give the UDP flow 1.1-1.3x at 8 flows. This is the short CI version of
+//! measured at B: the UDP flow must get less than 1.25x its fair share
+//! (`rate / (N + 1)`; the issue asked for 1.5x; the check holds it at the
+//! share, so a bound at 1x would be a coin toss), every TCP flow more than
+//! half of it, Jain's index of the TCP goodputs must be at least 0.9, and
+//! the router must account for every packet. Measured: UDP 0.89x, Jain
+//! 1.000. Without flowmix's 20 ms delay line sch_sfb's rules (`profile =
+//! "linux"`) come close here too (UDP 0.93x, Jain 0.967, measured once) and
+//! fail only the check that the fair-share check dropped the UDP flow's
+//! excess; on flowmix they give the UDP flow 1.1-1.3x at 8 flows. This is the short CI version of
 //! the `../shared/tools/flowmix` scenario (which adds a 20 ms delay line
 //! and runs 8, 50 and 200 flows; the README has its figures).
 
@@ -242,7 +243,9 @@ fn fair_sfb_holds_an_unresponsive_flow_among_real_tcp() {
     let udp_x = udp_frames * UDP_FRAME as f64 * 8.0 / dt / fair_bps;
     let total = &report["total"];
     let sfb = &interface(total, "r-b")["sfb"];
-    eprintln!(
+    // Past the test harness's capture, so that CI logs show the figures.
+    let _ = writeln!(
+        std::io::stderr(),
         "fair SFB, {N_TCP} TCP ({cubic_flows} CUBIC) + 1 UDP at 10x fair over {dt:.1} s: \
          UDP {udp_x:.2}x fair ({udp_sent} sent), TCP goodput Mbit/s {:?}, Jain {:.3}; sfb {sfb}",
         goodput
@@ -251,7 +254,7 @@ fn fair_sfb_holds_an_unresponsive_flow_among_real_tcp() {
             .collect::<Vec<_>>(),
         jain(&goodput)
     );
-    assert!(udp_x < 1.0, "UDP got {udp_x:.2}x its fair share\n{err}");
+    assert!(udp_x < 1.25, "UDP got {udp_x:.2}x its fair share\n{err}");
     assert!(jain(&goodput) >= 0.9, "Jain {:.3}\n{err}", jain(&goodput));
     for (i, g) in goodput.iter().enumerate() {
         assert!(
