@@ -444,7 +444,11 @@ listen = "127.0.0.1:{METRICS_PORT}"
 /// probability by `increment` (12/65536): about 0.33 after the burst's
 /// ~2200 arrivals, so marking starts within a few ms and stays below 1/2,
 /// above which ECN packets would be dropped too. `max` (8) caps the flow's
-/// queue (bucketdrop), which still keeps the shaper busy.
+/// queue (bucketdrop), which still keeps the shaper busy. These are
+/// sch_sfb's rules (`profile = "linux"`): under the default fair profile
+/// the flow, at 3x its share, is over twice it and so dropped rather than
+/// marked by the fair-share check (CE marks through that profile are what
+/// `live_sfb_tcp` sees from real TCP).
 fn ecn_config(backend: &str) -> String {
     format!(
         r#"
@@ -460,6 +464,7 @@ rate_bps = {ECN_RATE_BPS}
 burst_bytes = 3000
 limit = 64
 [interfaces.sfb]
+profile = "linux"
 limit = 64
 max = 8
 target = 5
