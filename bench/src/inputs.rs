@@ -1,26 +1,8 @@
 //! Deterministic benchmark inputs, generated outside the timed sections.
 
-/// A 64-bit mixing generator (SplitMix64) so inputs are identical run to run
-/// without pulling a random-number crate into the timed binary.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a fixed seed.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        kernels::splitmix64(&mut self.0)
-    }
-
-    /// The next 32 random bits.
-    pub fn next_u32(&mut self) -> u32 {
-        (self.next_u64() >> 32) as u32
-    }
-}
+/// SplitMix64 (the route tables' generator), so inputs are identical run to
+/// run without pulling a random-number crate into the timed binary.
+pub use dataplane::route::synth::Rng;
 
 /// An IPv4 5-tuple as the kernels see it (4 words) and as a peer hashing
 /// bytes sees it (the 13 packed bytes).

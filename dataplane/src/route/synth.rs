@@ -90,6 +90,11 @@ impl Rng {
         splitmix64(&mut self.0)
     }
 
+    /// The next 32 random bits (the high half of 64).
+    pub fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+
     /// 128 random bits.
     pub fn next_u128(&mut self) -> u128 {
         (u128::from(self.next_u64()) << 64) | u128::from(self.next_u64())

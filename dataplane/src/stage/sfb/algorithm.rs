@@ -83,10 +83,9 @@ pub(super) struct Decision {
 pub(super) struct Traits {
     /// The packet is ECN-capable.
     pub(super) ecn_capable: bool,
-    /// The fair-share check found its flow within the share.
+    /// The fair-share check found its flow within the share (never true
+    /// with the check off).
     pub(super) under_share: bool,
-    /// Blue only marks it (ECN-capable, its flow within the share).
-    pub(super) marks_only: bool,
 }
 
 /// A multiplicative congruential generator modulo 2^64 (Lehmer) with a
@@ -479,7 +478,6 @@ impl Sfb {
         let traits = Traits {
             ecn_capable,
             under_share: false,
-            marks_only: false,
         };
         match self.decide(key, None, flow, traits, queue_len, now) {
             Ok(d) => Admit::Enqueue {
@@ -519,8 +517,10 @@ impl Sfb {
         let Traits {
             ecn_capable,
             under_share,
-            marks_only,
         } = traits;
+        // An ECN-capable flow within its share is only marked (the module
+        // docs' fair profile).
+        let marks_only = ecn_capable & under_share;
         if queue_len >= self.cfg.limit {
             self.counters.queuedrop += 1;
             return Err(SfbDrop::Queue);
@@ -542,8 +542,6 @@ impl Sfb {
             }
             return Err(SfbDrop::Bucket);
         }
-        // With the fair-share check on, an ECN-capable flow within its
-        // share is only marked (see the module docs).
         if minp == SFB_MAX_PROB && !marks_only {
             // The standby set's bins (`None` when the key has none), not
             // the key: a reference would keep the key in memory on the
@@ -624,14 +622,7 @@ impl Sfb {
     /// unshaped, the check then takes what left the queue as the capacity).
     pub fn set_link_rate(&mut self, bps: u64) {
         if let Some(r) = &mut self.rate {
-            let c = self.cfg;
-            *r = FairRate::new(
-                c.effective_rate_rows(),
-                c.rate_log2_bins,
-                c.rate_period_ms,
-                c.rate_shift,
-                bps,
-            );
+            r.set_link_rate(bps);
         }
     }
 

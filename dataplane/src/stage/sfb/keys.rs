@@ -159,14 +159,6 @@ impl KeyBatch {
                 }
             }
         }
-        // The fair-share check's counters of the whole batch, fetched
-        // while the batch's first packets are judged (they miss L1 often).
-        if let Some(r) = sfb.fair_rate() {
-            let a = sfb.active_set();
-            for k in &self.keys {
-                r.prefetch(k.packed[a]);
-            }
-        }
     }
 
     /// Keys hashed by the last [`hash`](Self::hash).

@@ -235,7 +235,6 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
         Traits {
             ecn_capable: a.ecn_capable,
             under_share: rate.under,
-            marks_only: FAIR & a.ecn_capable & rate.under,
         },
         queue.len(),
         a.now,

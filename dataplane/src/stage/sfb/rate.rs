@@ -192,6 +192,12 @@ impl FairRate {
         }
     }
 
+    /// The shaper's rate, bits per second (0: unshaped, the capacity is
+    /// what left the queue).
+    pub fn set_link_rate(&mut self, bps: u64) {
+        self.link_bytes_per_s = bps / 8;
+    }
+
     /// The fair share now, in decayed bytes (`u32::MAX`: not congested).
     pub fn alpha(&self) -> u32 {
         self.alpha
@@ -201,14 +207,6 @@ impl FairRate {
     #[inline(always)]
     fn index(&self, word: u64, row: usize) -> usize {
         (row << self.log2) | (word.wrapping_mul(ROW_MULT[row]) >> (64 - self.log2)) as usize
-    }
-
-    /// Starts fetching the flow's counters into the cache.
-    #[inline]
-    pub fn prefetch(&self, word: u64) {
-        for r in 0..self.rows {
-            kernels::prefetch(&self.counts, self.index(word, r));
-        }
     }
 
     /// The flow's rate now (the minimum of its counters), changing nothing.
@@ -280,8 +278,9 @@ impl FairRate {
     ///
     /// The share is work-conserving: on a shaped port that is congested
     /// (the flows' demands exceed its rate) yet sent less than 98% of its
-    /// rate in each of the last 8 periods, the flows held to the share cannot use the
-    /// rest (Blue's drops come on top of the check's, say), so the share
+    /// rate in each of the last 8 periods, the flows held to the share
+    /// cannot use the rest (Blue's drops come on top of the check's, say),
+    /// so the share
     /// grows by 1/16 per period (at most to twice the equal share: the
     /// flows that idle the link may be responsive ones that Blue holds
     /// back, and the spare would then all go to the unresponsive flow) until
