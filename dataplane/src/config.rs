@@ -29,6 +29,12 @@
 //!   from `interfaces[i].multicast_groups`. The stage is on when the table is
 //!   present or any interface lists a group; off, multicast follows the wires.
 //!
+//! * routed mode (`config/l3.rs`): `interfaces[i].addresses` (connected
+//!   routes; a port with addresses is routed, one without is a wire port),
+//!   `mac` and `mtu`; `[[routes]]` (static, via a gateway or out of an
+//!   interface); `[[neighbours]]` (static ARP / ND entries); `[router]`
+//!   (ICMP error rate, neighbour resolution);
+//!
 //! * `[io]` — the live port backend: `backend = "pnet"` (default) or
 //!   `"ring"`, and `[io.ring]`'s ring sizes ([`RingConfig`]).
 //!
@@ -49,6 +55,13 @@ use crate::stage::icarus::{FilterParams, IcarusConfig, LoopAction, default_k};
 use crate::stage::multicast::{self, MulticastConfig, MulticastStage};
 use crate::stage::sfb::SfbConfig;
 use crate::wire::icarus::FilterWidth;
+
+mod l3;
+
+pub use l3::{
+    DEFAULT_MTU, InterfaceAddr, IpNet, MAX_HOLD, MAX_MTU, MIN_MTU, MIN_MTU_V6, MacAddr,
+    NeighbourConfig, RouteConfig, RouterSection,
+};
 
 /// Linux's `IFNAMSIZ` less the terminating NUL.
 pub const MAX_IFNAME_LEN: usize = 15;
@@ -327,6 +340,25 @@ pub struct InterfaceConfig {
     /// leave as they come.
     #[serde(default)]
     pub sfb: Option<SfbConfig>,
+    /// The router's addresses on this port, with their connected prefix
+    /// lengths (`"10.1.0.1/24"`); any makes the port routed.
+    #[serde(default)]
+    pub addresses: Vec<InterfaceAddr>,
+    /// The router's MAC on this port (live default: the interface's;
+    /// replay default: [`MacAddr::default_for_port`]).
+    #[serde(default)]
+    pub mac: Option<MacAddr>,
+    /// The port's IP MTU (live default: the interface's; replay default
+    /// [`DEFAULT_MTU`]).
+    #[serde(default)]
+    pub mtu: Option<u32>,
+}
+
+impl InterfaceConfig {
+    /// Whether the port is routed (it has addresses).
+    pub fn is_routed(&self) -> bool {
+        !self.addresses.is_empty()
+    }
 }
 
 /// A port's egress queue: SFB in front of a token-bucket shaped FIFO.
@@ -493,6 +525,15 @@ pub struct RouterConfig {
     /// Unicast forwarding.
     #[serde(default)]
     pub wires: Vec<WireConfig>,
+    /// Static routes (routed ports).
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    /// Static neighbours (routed ports).
+    #[serde(default)]
+    pub neighbours: Vec<NeighbourConfig>,
+    /// The routed ports' shared settings.
+    #[serde(default)]
+    pub router: RouterSection,
     /// Heavy-flow detection; absent: off.
     #[serde(default)]
     pub heavy: Option<HeavySection>,
@@ -1103,6 +1144,9 @@ impl RouterConfig {
             }
         }
 
+        // Routed mode.
+        l3::validate(self, errs);
+
         // Heavy.
         if let Some(h) = &self.heavy {
             let key = |k: &str| format!("heavy.{k}");
@@ -1637,5 +1681,151 @@ bidirectional = true
             "{e}"
         );
         assert!(parse(MIN).unwrap().multicast_config().is_none());
+    }
+
+    const ROUTED: &str = r#"
+[[interfaces]]
+name = "r-a"
+addresses = ["10.1.0.1/24", "2001:db8:1::1/64"]
+mac = "02:00:00:00:0a:01"
+mtu = 1500
+[[interfaces]]
+name = "r-b"
+addresses = ["10.2.0.1/24"]
+[[interfaces]]
+name = "w0"
+[[interfaces]]
+name = "w1"
+[[wires]]
+from = "w0"
+to = "w1"
+[[routes]]
+prefix = "10.9.0.0/16"
+via = "10.2.0.2"
+[[routes]]
+prefix = "2001:db8:9::/48"
+interface = "r-a"
+[[neighbours]]
+address = "10.2.0.2"
+mac = "02:00:00:00:0b:02"
+[router]
+icmp_rate = 100
+"#;
+
+    #[test]
+    fn routed_mode() {
+        let c = parse(ROUTED).unwrap();
+        assert!(c.interfaces[0].is_routed() && !c.interfaces[2].is_routed());
+        assert_eq!(c.interfaces[0].addresses[1].to_string(), "2001:db8:1::1/64");
+        assert_eq!(c.interfaces[0].mac, Some(MacAddr([2, 0, 0, 0, 0x0a, 1])));
+        assert_eq!(c.routes[0].prefix.to_string(), "10.9.0.0/16");
+        assert_eq!((c.router.icmp_rate, c.router.icmp_burst), (100, 50));
+        assert_eq!(
+            c.router,
+            RouterSection {
+                icmp_rate: 100,
+                ..RouterSection::default()
+            }
+        );
+    }
+
+    #[test]
+    fn routed_mode_errors_name_the_key() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "addresses = [\"10.1.0.1/24\", \"2001:db8:1::1/64\"]",
+                "addresses = [\"10.1.0.1/33\"]",
+                "interfaces[0].addresses[0]: \"33\" is not a prefix length of 0..=32",
+            ),
+            (
+                "addresses = [\"10.1.0.1/24\", \"2001:db8:1::1/64\"]",
+                "addresses = [\"10.1.0.0/24\"]",
+                "interfaces[0].addresses[0]: 10.1.0.0/24: the network address",
+            ),
+            (
+                "addresses = [\"10.2.0.1/24\"]",
+                "addresses = [\"10.1.0.9/16\"]",
+                "interfaces[1].addresses[0]: 10.1.0.0/16 overlaps 10.1.0.0/24 of interfaces[0].addresses[0]",
+            ),
+            (
+                "addresses = [\"10.2.0.1/24\"]",
+                "addresses = [\"10.2.0.1/24\", \"10.2.0.1/25\"]",
+                "interfaces[1].addresses[1]: 10.2.0.1 is also interfaces[1].addresses[0]",
+            ),
+            (
+                "mac = \"02:00:00:00:0a:01\"",
+                "mac = \"01:00:5e:00:00:01\"",
+                "interfaces[0].mac: 01:00:5e:00:00:01 is not a unicast MAC address",
+            ),
+            (
+                "mac = \"02:00:00:00:0a:01\"",
+                "mac = \"02:00\"",
+                "interfaces[0].mac: \"02:00\" is not a MAC address",
+            ),
+            (
+                "mtu = 1500",
+                "mtu = 1000",
+                "interfaces[0].mtu: 1000 is outside 1280..=65535",
+            ),
+            (
+                "from = \"w0\"",
+                "from = \"r-a\"",
+                "wires[0].from: \"r-a\" is a routed port",
+            ),
+            (
+                "prefix = \"10.9.0.0/16\"",
+                "prefix = \"10.9.0.1/16\"",
+                "routes[0].prefix: \"10.9.0.1/16\" has host bits set",
+            ),
+            (
+                "via = \"10.2.0.2\"",
+                "via = \"10.3.0.2\"",
+                "routes[0].via: 10.3.0.2 is on no connected prefix",
+            ),
+            (
+                "via = \"10.2.0.2\"",
+                "via = \"2001:db8:1::2\"",
+                "routes[0].via: 2001:db8:1::2 is not of the family of 10.9.0.0/16",
+            ),
+            (
+                "via = \"10.2.0.2\"",
+                "via = \"10.2.0.1\"",
+                "routes[0].via: 10.2.0.1 is one of the router's addresses",
+            ),
+            (
+                "interface = \"r-a\"",
+                "interface = \"w0\"",
+                "routes[1].interface: \"w0\" has no addresses",
+            ),
+            (
+                "interface = \"r-a\"",
+                "interface = \"r-a\"\nvia = \"2001:db8:1::2\"",
+                "routes[1]: give exactly one of `via`",
+            ),
+            (
+                "address = \"10.2.0.2\"",
+                "address = \"10.7.0.2\"",
+                "neighbours[0].address: 10.7.0.2 is on no connected prefix",
+            ),
+            (
+                "icmp_rate = 100",
+                "icmp_burst = 0",
+                "router.icmp_burst: must be at least 1",
+            ),
+            (
+                "icmp_rate = 100",
+                "neighbour_queue = 65",
+                "router.neighbour_queue: 65 is above 64",
+            ),
+        ];
+        for (from, to, want) in cases {
+            assert!(ROUTED.contains(from), "{from}");
+            let t = ROUTED.replacen(from, to, 1);
+            let e = parse(&t).unwrap_err();
+            assert!(
+                e.starts_with(&format!("router.toml: {want}")),
+                "{e}\nwanted {want}"
+            );
+        }
     }
 }

@@ -30,6 +30,19 @@ fn lab_forwarding_toml_is_valid() {
 }
 
 #[test]
+fn router_l3_toml_is_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/router-l3.toml");
+    let cfg = RouterConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.interfaces.len(), 3);
+    assert!(cfg.interfaces.iter().all(|i| i.is_routed()));
+    assert_eq!(cfg.routes.len(), 3);
+    assert_eq!(cfg.neighbours.len(), 1);
+    assert_eq!(cfg.interfaces[2].mtu, Some(1400));
+    let (ok, text) = check_config(&std::fs::read_to_string(&path).unwrap(), "l3");
+    assert!(ok, "{text}");
+}
+
+#[test]
 fn load_names_the_file() {
     let e = RouterConfig::load(Path::new("/nonexistent/router.toml")).unwrap_err();
     assert!(

@@ -1,0 +1,562 @@
+//! The routed-mode keys of the configuration: interface addresses, MAC
+//! and MTU, `[[routes]]`, `[[neighbours]]` and `[router]`.
+//!
+//! A port is **routed** when its `[[interfaces]]` table lists `addresses`
+//! (each gives a connected route), else it is a **wire** port that only
+//! `[[wires]]` may name. The values are typed as they are read (a bad
+//! prefix or MAC is a deserialization error naming its key); the checks
+//! across tables (overlaps, unreachable gateways, wires on routed ports)
+//! are in [`validate`], which the config's validation pass calls.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+use crate::route::Prefix;
+
+use super::RouterConfig;
+
+/// The smallest MTU accepted (IPv4's minimum, RFC 791).
+pub const MIN_MTU: u32 = 68;
+/// The smallest MTU of a port with IPv6 addresses (RFC 8200).
+pub const MIN_MTU_V6: u32 = 1280;
+/// The largest MTU accepted.
+pub const MAX_MTU: u32 = 65_535;
+/// The MTU of a port whose MTU is neither configured nor read from the
+/// interface (replay).
+pub const DEFAULT_MTU: u32 = 1500;
+/// The most packets held per unresolved next hop.
+pub const MAX_HOLD: usize = 64;
+
+/// An Ethernet MAC address, written `02:00:00:00:00:01`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct MacAddr(pub [u8; 6]);
+
+impl MacAddr {
+    /// ff:ff:ff:ff:ff:ff.
+    pub const BROADCAST: MacAddr = MacAddr([0xff; 6]);
+
+    /// Whether the group bit (multicast or broadcast) is set.
+    pub fn is_group(self) -> bool {
+        self.0[0] & 1 != 0
+    }
+
+    /// The replay default for port `port`: a locally administered unicast
+    /// address, `02:62:70:00:00:pp` (`b`, `p` for Bloomplane) with `pp`
+    /// the port plus one.
+    pub fn default_for_port(port: u8) -> MacAddr {
+        MacAddr([0x02, 0x62, 0x70, 0, 0, port.wrapping_add(1)])
+    }
+}
+
+impl fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = self.0;
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    }
+}
+
+impl FromStr for MacAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut out = [0u8; 6];
+        let mut parts = s.split([':', '-']);
+        for b in &mut out {
+            let p = parts.next().unwrap_or("");
+            if p.is_empty() || p.len() > 2 {
+                return Err(format!("\"{s}\" is not a MAC address (02:00:00:00:00:01)"));
+            }
+            *b = u8::from_str_radix(p, 16)
+                .map_err(|_| format!("\"{s}\" is not a MAC address (02:00:00:00:00:01)"))?;
+        }
+        if parts.next().is_some() {
+            return Err(format!("\"{s}\" is not a MAC address (02:00:00:00:00:01)"));
+        }
+        Ok(MacAddr(out))
+    }
+}
+
+impl<'de> Deserialize<'de> for MacAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// An IPv4 or IPv6 prefix, written `10.9.0.0/16` (host bits must be
+/// zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IpNet {
+    /// IPv4.
+    V4(Prefix<u32>),
+    /// IPv6.
+    V6(Prefix<u128>),
+}
+
+impl IpNet {
+    /// The prefix of `addr` of length `len` (host bits cleared);
+    /// `None` when `len` exceeds the address.
+    pub fn of(addr: IpAddr, len: u8) -> Option<IpNet> {
+        match addr {
+            IpAddr::V4(a) => Prefix::new(u32::from(a), len).ok().map(IpNet::V4),
+            IpAddr::V6(a) => Prefix::new(u128::from(a), len).ok().map(IpNet::V6),
+        }
+    }
+
+    /// Whether `addr` lies inside (never for the other family).
+    pub fn contains(&self, addr: IpAddr) -> bool {
+        match (self, addr) {
+            (IpNet::V4(p), IpAddr::V4(a)) => p.contains(u32::from(a)),
+            (IpNet::V6(p), IpAddr::V6(a)) => p.contains(u128::from(a)),
+            _ => false,
+        }
+    }
+
+    /// The prefix length.
+    pub fn prefix_len(&self) -> u8 {
+        match self {
+            IpNet::V4(p) => p.prefix_len(),
+            IpNet::V6(p) => p.prefix_len(),
+        }
+    }
+
+    /// The network address.
+    pub fn addr(&self) -> IpAddr {
+        match self {
+            IpNet::V4(p) => IpAddr::V4(p.addr().into()),
+            IpNet::V6(p) => IpAddr::V6(p.addr().into()),
+        }
+    }
+
+    /// Whether the two share an address (one holds the other).
+    pub fn overlaps(&self, other: &IpNet) -> bool {
+        let (a, b) = if self.prefix_len() <= other.prefix_len() {
+            (self, other)
+        } else {
+            (other, self)
+        };
+        a.contains(b.addr())
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IpNet::V4(p) => p.fmt(f),
+            IpNet::V6(p) => p.fmt(f),
+        }
+    }
+}
+
+/// Splits `a/len` into its address and length.
+fn split_prefix(s: &str) -> Result<(IpAddr, u8), String> {
+    let (a, l) = s
+        .split_once('/')
+        .ok_or_else(|| format!("\"{s}\" has no prefix length (10.1.0.1/24, 2001:db8::1/64)"))?;
+    let addr: IpAddr = a
+        .parse()
+        .map_err(|_| format!("\"{a}\" is not an IP address"))?;
+    let bits = if addr.is_ipv4() { 32 } else { 128 };
+    let len: u8 = l
+        .parse()
+        .ok()
+        .filter(|&n| n <= bits)
+        .ok_or_else(|| format!("\"{l}\" is not a prefix length of 0..={bits}"))?;
+    Ok((addr, len))
+}
+
+impl FromStr for IpNet {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (addr, len) = split_prefix(s)?;
+        let net = IpNet::of(addr, len).ok_or_else(|| format!("bad prefix \"{s}\""))?;
+        if net.addr() != addr {
+            return Err(format!(
+                "\"{s}\" has host bits set past /{len} (the prefix is {net})"
+            ));
+        }
+        Ok(net)
+    }
+}
+
+impl<'de> Deserialize<'de> for IpNet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One of a port's addresses with its connected prefix length, written
+/// `10.1.0.1/24`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InterfaceAddr {
+    /// The router's address.
+    pub addr: IpAddr,
+    /// The connected prefix's length.
+    pub len: u8,
+    net: IpNet,
+}
+
+impl InterfaceAddr {
+    /// `addr/len`; `None` when `len` exceeds the address.
+    pub fn new(addr: IpAddr, len: u8) -> Option<InterfaceAddr> {
+        Some(InterfaceAddr {
+            addr,
+            len,
+            net: IpNet::of(addr, len)?,
+        })
+    }
+
+    /// The connected route.
+    pub fn network(&self) -> IpNet {
+        self.net
+    }
+}
+
+impl fmt::Display for InterfaceAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl FromStr for InterfaceAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (addr, len) = split_prefix(s)?;
+        InterfaceAddr::new(addr, len).ok_or_else(|| format!("bad address \"{s}\""))
+    }
+}
+
+impl<'de> Deserialize<'de> for InterfaceAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A static route: `prefix` via a gateway, or out of an interface with
+/// the destination itself as the next hop.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The destination.
+    pub prefix: IpNet,
+    /// The gateway (a neighbour on a connected prefix).
+    #[serde(default)]
+    pub via: Option<IpAddr>,
+    /// Or the routed interface the prefix is on.
+    #[serde(default)]
+    pub interface: Option<String>,
+}
+
+/// A static neighbour (never expires).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NeighbourConfig {
+    /// Its address, on a connected prefix.
+    pub address: IpAddr,
+    /// Its MAC.
+    pub mac: MacAddr,
+}
+
+fn default_icmp_rate() -> u32 {
+    1000
+}
+fn default_icmp_burst() -> u32 {
+    50
+}
+fn default_hold() -> usize {
+    3
+}
+fn default_resolve_tries() -> u32 {
+    3
+}
+fn default_resolve_interval_ms() -> u64 {
+    1000
+}
+fn default_reachable_ms() -> u64 {
+    30_000
+}
+
+/// `[router]`: the routed ports' shared settings (Linux-like defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RouterSection {
+    /// ICMP errors per second (token bucket rate; 0: no limit, as Linux's
+    /// `icmp_ratelimit = 0`).
+    #[serde(default = "default_icmp_rate")]
+    pub icmp_rate: u32,
+    /// ICMP errors sent back to back at most (the bucket's depth).
+    #[serde(default = "default_icmp_burst")]
+    pub icmp_burst: u32,
+    /// Packets held per next hop while it is being resolved (Linux's
+    /// `unres_qlen` idea); 0 drops them at once.
+    #[serde(default = "default_hold")]
+    pub neighbour_queue: usize,
+    /// ARP requests / neighbour solicitations sent before the held packets
+    /// are dropped (`no_neighbour`).
+    #[serde(default = "default_resolve_tries")]
+    pub resolve_tries: u32,
+    /// Time between two of them, ms.
+    #[serde(default = "default_resolve_interval_ms")]
+    pub resolve_interval_ms: u64,
+    /// How long a learned neighbour stays usable, ms.
+    #[serde(default = "default_reachable_ms")]
+    pub reachable_ms: u64,
+}
+
+impl Default for RouterSection {
+    fn default() -> Self {
+        RouterSection {
+            icmp_rate: default_icmp_rate(),
+            icmp_burst: default_icmp_burst(),
+            neighbour_queue: default_hold(),
+            resolve_tries: default_resolve_tries(),
+            resolve_interval_ms: default_resolve_interval_ms(),
+            reachable_ms: default_reachable_ms(),
+        }
+    }
+}
+
+/// Whether `a` may be a router interface's address.
+fn address_problem(a: &InterfaceAddr) -> Option<String> {
+    let bad = match a.addr {
+        IpAddr::V4(v) => {
+            if v.is_unspecified() || v.is_loopback() || v.is_multicast() || v.is_broadcast() {
+                Some("not a unicast address")
+            } else if a.len == 0 {
+                Some("a /0 connected route covers everything")
+            } else if a.len < 31 && u32::from(v) == u32::from(v) & !(u32::MAX >> a.len) {
+                Some("the network address of its prefix")
+            } else if a.len < 31 && u32::from(v) | (u32::MAX >> a.len) == u32::from(v) {
+                Some("the broadcast address of its prefix")
+            } else {
+                None
+            }
+        }
+        IpAddr::V6(v) => {
+            if v.is_unspecified() || v.is_loopback() || v.is_multicast() {
+                Some("not a unicast address")
+            } else if a.len == 0 {
+                Some("a /0 connected route covers everything")
+            } else {
+                None
+            }
+        }
+    };
+    bad.map(|b| format!("{a}: {b}"))
+}
+
+/// The cross-table checks of the routed-mode keys (see the module docs).
+pub(super) fn validate(cfg: &RouterConfig, errs: &mut Vec<(String, String)>) {
+    // Every address and connected prefix, with its key.
+    let mut addrs: BTreeMap<IpAddr, String> = BTreeMap::new();
+    let mut nets: Vec<(IpNet, usize, String)> = Vec::new();
+    for (i, ifc) in cfg.interfaces.iter().enumerate() {
+        let v6 = ifc.addresses.iter().any(|a| a.addr.is_ipv6());
+        if let Some(m) = ifc.mtu {
+            let min = if v6 { MIN_MTU_V6 } else { MIN_MTU };
+            if !(min..=MAX_MTU).contains(&m) {
+                errs.push((
+                    format!("interfaces[{i}].mtu"),
+                    format!(
+                        "{m} is outside {min}..={MAX_MTU}{}",
+                        if v6 { " (IPv6 needs 1280)" } else { "" }
+                    ),
+                ));
+            }
+        }
+        if let Some(m) = ifc.mac
+            && (m.is_group() || m == MacAddr::default())
+        {
+            errs.push((
+                format!("interfaces[{i}].mac"),
+                format!("{m} is not a unicast MAC address"),
+            ));
+        }
+        for (j, a) in ifc.addresses.iter().enumerate() {
+            let key = format!("interfaces[{i}].addresses[{j}]");
+            if let Some(p) = address_problem(a) {
+                errs.push((key, p));
+                continue;
+            }
+            if let Some(k) = addrs.insert(a.addr, key.clone()) {
+                errs.push((key, format!("{} is also {k}", a.addr)));
+                continue;
+            }
+            let net = a.network();
+            if let Some((other, _, k)) = nets
+                .iter()
+                .find(|(n, port, _)| *port != i && n.overlaps(&net))
+            {
+                errs.push((
+                    key,
+                    format!("{net} overlaps {other} of {k} (another interface)"),
+                ));
+                continue;
+            }
+            nets.push((net, i, key));
+        }
+    }
+    let routed = |name: &str| {
+        cfg.interfaces
+            .iter()
+            .find(|i| i.name == name)
+            .is_some_and(|i| !i.addresses.is_empty())
+    };
+    for (i, w) in cfg.wires.iter().enumerate() {
+        for (k, n) in [("from", &w.from), ("to", &w.to)] {
+            if routed(n) {
+                errs.push((
+                    format!("wires[{i}].{k}"),
+                    format!(
+                        "\"{n}\" is a routed port (it has addresses): wires join ports without addresses"
+                    ),
+                ));
+            }
+        }
+    }
+    let reaches = |a: IpAddr| nets.iter().find(|(n, _, _)| n.contains(a));
+    let mut prefixes = BTreeMap::new();
+    for (i, r) in cfg.routes.iter().enumerate() {
+        let key = |k: &str| format!("routes[{i}].{k}");
+        if let Some(j) = prefixes.insert(r.prefix, i) {
+            errs.push((
+                key("prefix"),
+                format!("{} is already routes[{j}]", r.prefix),
+            ));
+        }
+        match (&r.via, &r.interface) {
+            (Some(_), Some(_)) | (None, None) => errs.push((
+                format!("routes[{i}]"),
+                "give exactly one of `via` (a gateway) and `interface`".into(),
+            )),
+            (Some(v), None) => {
+                if v.is_ipv4() != matches!(r.prefix, IpNet::V4(_)) {
+                    errs.push((
+                        key("via"),
+                        format!("{v} is not of the family of {}", r.prefix),
+                    ));
+                } else if addrs.contains_key(v) {
+                    errs.push((key("via"), format!("{v} is one of the router's addresses")));
+                } else if reaches(*v).is_none() {
+                    errs.push((
+                        key("via"),
+                        format!(
+                            "{v} is on no connected prefix (no interface's addresses reach it)"
+                        ),
+                    ));
+                }
+            }
+            (None, Some(n)) => {
+                if cfg.port_of(n).is_none() {
+                    errs.push((key("interface"), format!("unknown interface \"{n}\"")));
+                } else if !routed(n) {
+                    errs.push((
+                        key("interface"),
+                        format!("\"{n}\" has no addresses (a wire port routes nothing)"),
+                    ));
+                }
+            }
+        }
+    }
+    let mut seen = BTreeMap::new();
+    for (i, n) in cfg.neighbours.iter().enumerate() {
+        let key = format!("neighbours[{i}].address");
+        if let Some(j) = seen.insert(n.address, i) {
+            errs.push((key, format!("{} is already neighbours[{j}]", n.address)));
+        } else if addrs.contains_key(&n.address) {
+            errs.push((
+                key,
+                format!("{} is one of the router's addresses", n.address),
+            ));
+        } else if reaches(n.address).is_none() {
+            errs.push((key, format!("{} is on no connected prefix", n.address)));
+        }
+        if n.mac.is_group() || n.mac == MacAddr::default() {
+            errs.push((
+                format!("neighbours[{i}].mac"),
+                format!("{} is not a unicast MAC address", n.mac),
+            ));
+        }
+    }
+    let r = &cfg.router;
+    if r.icmp_burst == 0 {
+        errs.push(("router.icmp_burst".into(), "must be at least 1".into()));
+    }
+    if r.neighbour_queue > MAX_HOLD {
+        errs.push((
+            "router.neighbour_queue".into(),
+            format!("{} is above {MAX_HOLD}", r.neighbour_queue),
+        ));
+    }
+    if r.resolve_tries == 0 {
+        errs.push(("router.resolve_tries".into(), "must be at least 1".into()));
+    }
+    if r.resolve_interval_ms == 0 {
+        errs.push((
+            "router.resolve_interval_ms".into(),
+            "must be at least 1 ms".into(),
+        ));
+    }
+    if r.reachable_ms == 0 {
+        errs.push(("router.reachable_ms".into(), "must be at least 1 ms".into()));
+    }
+    let any_routed = cfg.interfaces.iter().any(|i| !i.addresses.is_empty());
+    if !any_routed && (!cfg.routes.is_empty() || !cfg.neighbours.is_empty()) {
+        errs.push((
+            if cfg.routes.is_empty() {
+                "neighbours".into()
+            } else {
+                "routes".into()
+            },
+            "no interface has addresses: routes and neighbours need a routed port".into(),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_values() {
+        assert_eq!(
+            "02:aB:00:00:00:01".parse::<MacAddr>().unwrap(),
+            MacAddr([2, 0xab, 0, 0, 0, 1])
+        );
+        assert!("02:00:00:00:00".parse::<MacAddr>().is_err());
+        assert!("02:00:00:00:00:01:02".parse::<MacAddr>().is_err());
+        assert!("02:00:00:00:00:1g".parse::<MacAddr>().is_err());
+        assert_eq!(
+            "10.9.0.0/16".parse::<IpNet>().unwrap().to_string(),
+            "10.9.0.0/16"
+        );
+        assert!(
+            "10.9.0.1/16"
+                .parse::<IpNet>()
+                .unwrap_err()
+                .contains("host bits")
+        );
+        assert!("10.9.0.0/33".parse::<IpNet>().is_err());
+        assert!("10.9.0.0".parse::<IpNet>().is_err());
+        let a: InterfaceAddr = "2001:db8:1::1/64".parse().unwrap();
+        assert_eq!(a.network().to_string(), "2001:db8:1::/64");
+        assert!(a.network().contains("2001:db8:1::77".parse().unwrap()));
+        assert!(!a.network().contains("10.0.0.1".parse().unwrap()));
+        let n16: IpNet = "10.0.0.0/16".parse().unwrap();
+        let n24: IpNet = "10.0.3.0/24".parse().unwrap();
+        assert!(n16.overlaps(&n24) && n24.overlaps(&n16));
+        assert!(!n24.overlaps(&"10.0.4.0/24".parse().unwrap()));
+    }
+}
