@@ -10,14 +10,17 @@
 //!    node's mask is on a loop and dropped;
 //! 3. **heavy flows** ([`HeavyStage`]): bytes and packets per flow into the
 //!    sketch and the flow memory, epochs closed on time;
-//! 4. **wires** ([`Wires`]): unicast egress ports from the config's wires;
-//! 5. **multicast** ([`MulticastStage`]): IGMP/MLD learned and consumed,
+//! 4. **forward** ([`Forward`]): on routed ports (those with addresses),
+//!    the IP router: longest-prefix match, TTL, neighbour MACs;
+//! 5. **wires** ([`Wires`]): on the other ports, unicast egress ports
+//!    from the config's wires;
+//! 6. **multicast** ([`MulticastStage`]): IGMP/MLD learned and consumed,
 //!    multicast data given the ports whose filters hold its group;
-//! 6. **egress** ([`Egress`]): every copy out of its port, through the
+//! 7. **egress** ([`Egress`]): every copy out of its port, through the
 //!    port's SFB queue and shaper when it has one, Icarus stripped on
 //!    stripping edges, handed to a [`Transmit`];
-//! 7. **count** ([`crate::pipeline::count_verdicts`]): `received ==
-//!    forwarded + dropped` by reason.
+//! 8. **count** ([`crate::pipeline::count_verdicts`]): `received ==
+//!    forwarded + local + dropped + held` (dropped by reason).
 //!
 //! A stage the config leaves out is `None` and costs one branch per
 //! batch. Every stage takes `now` (the batch's time) from the caller:
@@ -34,6 +37,7 @@ use crate::pipeline::{
     Batch, PipelineConfig, PipelineCounters, PortSet, Stage, count_verdicts, parse_batch,
 };
 use crate::stage::egress::{Egress, PortConfigError, PortSpec, Transmit};
+use crate::stage::forward::Forward;
 use crate::stage::heavy::HeavyStage;
 use crate::stage::icarus::IcarusStage;
 use crate::stage::multicast::{MulticastError, MulticastStage};
@@ -60,6 +64,7 @@ pub struct Chain {
     parse: PipelineConfig,
     icarus: Option<IcarusStage>,
     heavy: Option<HeavyStage>,
+    forward: Option<Forward>,
     wires: Wires,
     multicast: Option<MulticastStage>,
     egress: Egress,
@@ -72,6 +77,7 @@ impl fmt::Debug for Chain {
         f.debug_struct("Chain")
             .field("icarus", &self.icarus.is_some())
             .field("heavy", &self.heavy.is_some())
+            .field("forward", &self.forward.is_some())
             .field("multicast", &self.multicast.is_some())
             .field("ports", &self.egress.ports())
             .field("counters", &self.counters)
@@ -108,6 +114,14 @@ impl Chain {
             .collect();
         let egress = Egress::new(specs)?;
         let multicast = cfg.multicast_config();
+        let forward = cfg
+            .interfaces
+            .iter()
+            .any(|i| i.is_routed())
+            .then(|| Forward::new(cfg, strip, multicast.is_some()));
+        let routed = forward
+            .as_ref()
+            .map_or(PortSet::EMPTY, Forward::routed_ports);
         Ok(Chain {
             parse: PipelineConfig {
                 default_egress: PortSet::EMPTY,
@@ -115,7 +129,8 @@ impl Chain {
             },
             icarus: icarus.map(IcarusStage::new),
             heavy: cfg.heavy_config().map(HeavyStage::new),
-            wires: Wires::new(cfg.unicast_routes(), multicast.is_some()),
+            forward,
+            wires: Wires::new(cfg.unicast_routes(), multicast.is_some()).skipping(routed),
             multicast: multicast.as_ref().map(MulticastStage::new).transpose()?,
             egress,
             counters: PipelineCounters::default(),
@@ -143,6 +158,9 @@ impl Chain {
         }
         if let Some(s) = &mut self.heavy {
             Stage::process(s, batch, now);
+        }
+        if let Some(s) = &mut self.forward {
+            s.process(batch, now);
         }
         self.wires.process(batch);
         if let Some(s) = &mut self.multicast {
@@ -201,6 +219,11 @@ impl Chain {
     /// The heavy-flow stage, writable (to take its reports).
     pub fn heavy_mut(&mut self) -> Option<&mut HeavyStage> {
         self.heavy.as_mut()
+    }
+
+    /// The forwarding stage, when a port is routed.
+    pub fn forward(&self) -> Option<&Forward> {
+        self.forward.as_ref()
     }
 
     /// The wires.

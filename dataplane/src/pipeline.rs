@@ -13,10 +13,15 @@
 //! * `forwarded` — every packet whose final verdict is [`Verdict::Forward`]
 //!   or [`Verdict::Mark`] (a marked packet is forwarded with ECN CE set);
 //! * `marked` — the subset of `forwarded` that was marked;
-//! * `dropped` — per [`DropReason`].
+//! * `dropped` — per [`DropReason`];
+//! * `local` — packets addressed to the router itself and consumed by it
+//!   ([`Verdict::Local`]: ARP, neighbour discovery, pings; the answers are
+//!   frames the router originates, not counted here);
+//! * `held` — packets waiting for their next hop's MAC ([`Verdict::Held`]),
+//!   a gauge: each leaves it later, forwarded or dropped, in a later batch.
 //!
-//! The invariant `received == forwarded + dropped` holds after every call
-//! ([`PipelineCounters::is_consistent`]).
+//! The invariant `received == forwarded + local + dropped + held` holds
+//! after every call ([`PipelineCounters::is_consistent`]).
 //!
 //! A frame that fails to parse is counted by its [`Malformed`] reason in
 //! [`PipelineCounters::malformed`] whatever the [`MalformedPolicy`]; with
@@ -47,6 +52,12 @@ use crate::wire::{LinkType, Malformed, MalformedCounters, Parsed, parse_into};
 
 /// The most packets a [`Batch`] holds.
 pub const BATCH_SIZE: usize = 32;
+
+/// The ingress port of a frame the router itself made (an ICMP error, an
+/// ARP request): no port, so the egress stage sends it out of any port of
+/// its verdict, the one a reply came in on included, while a forwarded
+/// packet never goes back out of its ingress port (counted `hairpin`).
+pub const NO_INGRESS: u8 = u8::MAX;
 
 /// Initial capacity of each slot's buffer (a full Ethernet frame with tags).
 const SLOT_CAPACITY: usize = 2048;
@@ -182,6 +193,19 @@ drop_reasons! {
     QueueFull => "queue_full",
     /// Still queued when a live router's stop deadline passed.
     EgressShutdown => "egress_shutdown",
+    /// The TTL / hop limit would reach 0 at this hop (routed ports).
+    TtlExpired => "ttl_expired",
+    /// The next hop's MAC is unknown and could not be resolved, or its
+    /// hold queue was full (routed ports).
+    NoNeighbour => "no_neighbour",
+    /// Larger than the egress port's MTU (routed ports; the router does
+    /// not fragment).
+    TooBig => "too_big",
+    /// Addressed at layer 2 to another host: a routed port takes frames
+    /// to its MAC and to group addresses only.
+    OtherHost => "other_host",
+    /// Neither IPv4, IPv6 nor ARP over Ethernet, on a routed port.
+    NotRoutable => "not_routable",
 }
 
 impl fmt::Display for DropReason {
@@ -199,13 +223,31 @@ pub enum Verdict {
     Mark(PortSet),
     /// Discard.
     Drop(DropReason),
+    /// Addressed to the router and consumed by it (ARP, neighbour
+    /// discovery, pings): not forwarded, not dropped. Whatever the router
+    /// answers leaves as a frame it originates.
+    Local,
+    /// Held by the forwarding stage until its next hop's MAC is known; it
+    /// leaves later (forwarded) or is dropped with
+    /// [`DropReason::NoNeighbour`].
+    Held,
 }
 
 impl Verdict {
-    /// Forwarded (possibly marked) rather than dropped.
+    /// Forwarded (possibly marked): still on its way out, so stages after
+    /// the one that decided may look at it.
     #[inline]
     pub fn is_forwarded(self) -> bool {
-        !matches!(self, Verdict::Drop(_))
+        matches!(self, Verdict::Forward(_) | Verdict::Mark(_))
+    }
+
+    /// The egress ports of a forwarded packet (empty for any other).
+    #[inline]
+    pub fn ports(self) -> PortSet {
+        match self {
+            Verdict::Forward(p) | Verdict::Mark(p) => p,
+            _ => PortSet::EMPTY,
+        }
     }
 }
 
@@ -279,7 +321,7 @@ impl Packet {
             Verdict::Forward(ps) | Verdict::Mark(ps) => {
                 PortSet::from_mask(ps.mask() & !PortSet::single(port).mask())
             }
-            Verdict::Drop(_) => return,
+            _ => return,
         };
         self.verdict = match self.verdict {
             _ if rest.is_empty() => Verdict::Drop(reason),
@@ -391,6 +433,34 @@ impl Batch {
         slot.parsed = None;
         slot.malformed = None;
         slot.verdict = Verdict::Forward(PortSet::EMPTY);
+        self.len += 1;
+        true
+    }
+
+    /// Builds a frame in the next slot: `build` writes it into the slot's
+    /// (cleared) buffer and says whether it made one. The frame is then
+    /// parsed and given the verdict `Forward(to)`. `false` (nothing added)
+    /// when the batch is full or `build` made nothing.
+    pub fn push_with(
+        &mut self,
+        ts: Timestamp,
+        ingress: u8,
+        to: PortSet,
+        build: impl FnOnce(&mut Vec<u8>) -> bool,
+    ) -> bool {
+        let Some(slot) = self.slots.get_mut(self.len) else {
+            return false;
+        };
+        slot.data.clear();
+        if !build(&mut slot.data) {
+            return false;
+        }
+        slot.ts = ts;
+        slot.orig_len = u32::try_from(slot.data.len()).unwrap_or(u32::MAX);
+        slot.link_type = LinkType::Ethernet;
+        slot.ingress = ingress;
+        slot.malformed = parse_into(LinkType::Ethernet, &slot.data, None, &mut slot.parsed).err();
+        slot.verdict = Verdict::Forward(to);
         self.len += 1;
         true
     }
@@ -554,6 +624,11 @@ pub struct PipelineCounters {
     pub marked: u64,
     /// Dropped packets by reason.
     pub dropped: DropCounters,
+    /// Packets addressed to the router and consumed ([`Verdict::Local`]).
+    pub local: u64,
+    /// Packets held now for a next hop being resolved ([`Verdict::Held`]):
+    /// each later leaves this figure for `forwarded` or `dropped`.
+    pub held: u64,
     /// Frames that did not parse, by reason, whatever the policy.
     pub malformed: MalformedCounters,
     /// Frames that parsed but carry no IP (ARP, PPPoE, MPLS, ...).
@@ -565,9 +640,15 @@ pub struct PipelineCounters {
 }
 
 impl PipelineCounters {
-    /// `received == forwarded + dropped` and `marked <= forwarded`.
+    /// `received == forwarded + local + dropped + held` and
+    /// `marked <= forwarded`.
     pub fn is_consistent(&self) -> bool {
-        self.received == self.forwarded.saturating_add(self.dropped.total())
+        self.received
+            == self
+                .forwarded
+                .saturating_add(self.local)
+                .saturating_add(self.dropped.total())
+                .saturating_add(self.held)
             && self.marked <= self.forwarded
     }
 
@@ -576,6 +657,8 @@ impl PipelineCounters {
         self.received = self.received.saturating_add(other.received);
         self.forwarded = self.forwarded.saturating_add(other.forwarded);
         self.marked = self.marked.saturating_add(other.marked);
+        self.local = self.local.saturating_add(other.local);
+        self.held = self.held.saturating_add(other.held);
         self.non_ip = self.non_ip.saturating_add(other.non_ip);
         self.cut_by_capture = self.cut_by_capture.saturating_add(other.cut_by_capture);
         self.dropped.merge(&other.dropped);
@@ -618,8 +701,8 @@ pub fn parse_batch(cfg: &PipelineConfig, batch: &mut Batch, c: &mut PipelineCoun
 }
 
 /// The last step of every batch: counts each packet's final verdict
-/// (`forwarded`, `marked`, `dropped` by reason), which keeps
-/// `received == forwarded + dropped`.
+/// (`forwarded`, `marked`, `dropped` by reason, `local`, `held`), which
+/// keeps `received == forwarded + local + dropped + held`.
 pub fn count_verdicts(batch: &Batch, c: &mut PipelineCounters) {
     for p in batch.packets() {
         match p.verdict {
@@ -629,6 +712,8 @@ pub fn count_verdicts(batch: &Batch, c: &mut PipelineCounters) {
                 c.marked = c.marked.saturating_add(1);
             }
             Verdict::Drop(r) => c.dropped.record(r),
+            Verdict::Local => c.local = c.local.saturating_add(1),
+            Verdict::Held => c.held = c.held.saturating_add(1),
         }
     }
 }

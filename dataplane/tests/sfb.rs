@@ -610,6 +610,7 @@ fn egress_stage_marks_drops_and_balances_in_the_chain() {
                 }
                 Verdict::Forward(_) => {}
                 Verdict::Drop(r) => panic!("port 2 has no SFB, yet dropped: {r}"),
+                v @ (Verdict::Local | Verdict::Held) => panic!("no routed port, yet {v:?}"),
             }
         }
         for s in sink.take_sent() {

@@ -218,6 +218,8 @@ pub fn packet_log(names: Vec<String>) -> PacketLog {
                 Verdict::Forward(set) => format!("forward {}", ports(set)),
                 Verdict::Mark(set) => format!("mark CE, forward {}", ports(set)),
                 Verdict::Drop(r) => format!("drop {r}"),
+                Verdict::Local => "local (to the router)".to_string(),
+                Verdict::Held => "held (resolving the next hop)".to_string(),
             };
             let ingress = names
                 .get(usize::from(p.ingress))

@@ -479,7 +479,7 @@ mod tests {
                         data += 1;
                         let got = match pk.verdict {
                             Verdict::Forward(s) | Verdict::Mark(s) => s.mask(),
-                            Verdict::Drop(_) => 0,
+                            _ => 0,
                         };
                         assert_eq!(got, mask, "packet {i}");
                         nonempty += u64::from(mask != 0);

@@ -12,6 +12,7 @@ use super::worker::{Latencies, Worker};
 use crate::io::port::{Ports, RxCounters};
 use crate::pipeline::PipelineCounters;
 use crate::stage::egress::{PortSummary, QueueSummary};
+use crate::stage::forward::ForwardCounters;
 use crate::stage::heavy::HeavyCounters;
 use crate::stage::icarus::IcarusCounters;
 use crate::stage::multicast::{InterfaceStats, MulticastCounters};
@@ -39,6 +40,12 @@ pub struct PipelineSummary {
     pub marked: u64,
     /// Dropped, all reasons.
     pub dropped: u64,
+    /// Addressed to the router and consumed (routed ports; absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub local: u64,
+    /// Held for a next hop being resolved, now (absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub held: u64,
     /// Drops per reason (non-zero ones).
     pub drops: BTreeMap<String, u64>,
     /// Frames that did not parse, by reason (non-zero ones), whatever
@@ -59,6 +66,8 @@ impl PipelineSummary {
             forwarded: c.forwarded,
             marked: c.marked,
             dropped: c.dropped.total(),
+            local: c.local,
+            held: c.held,
             drops: c
                 .dropped
                 .nonzero()
@@ -80,6 +89,8 @@ impl PipelineSummary {
         self.forwarded += o.forwarded;
         self.marked += o.marked;
         self.dropped += o.dropped;
+        self.local += o.local;
+        self.held += o.held;
         for (k, v) in &o.drops {
             *self.drops.entry(k.clone()).or_default() += v;
         }
@@ -90,10 +101,14 @@ impl PipelineSummary {
         self.cut_by_capture += o.cut_by_capture;
     }
 
-    /// `received == forwarded + dropped`.
+    /// `received == forwarded + local + dropped + held`.
     pub fn is_consistent(&self) -> bool {
-        self.received == self.forwarded + self.dropped
+        self.received == self.forwarded + self.local + self.dropped + self.held
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Percentiles of a latency distribution, held in nanoseconds.
@@ -376,6 +391,9 @@ pub struct Stats {
     pub batches: u64,
     /// Forwarded packets whose port set was empty (nothing sent).
     pub no_egress: u64,
+    /// The forwarding stage, when a port is routed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward: Option<ForwardCounters>,
     /// The wires stage.
     pub wires: WiresCounters,
     /// The multicast stage, when on.
@@ -435,6 +453,7 @@ impl Stats {
             pipeline: PipelineSummary::from_counters(chain.counters()),
             batches: w.batches(),
             no_egress: chain.egress().no_egress(),
+            forward: chain.forward().map(|f| *f.counters()),
             wires: *chain.wires().counters(),
             multicast: chain.multicast().map(|m| m.counters()),
             multicast_interfaces,
@@ -487,6 +506,9 @@ impl Stats {
             m.pipeline.merge(&s.pipeline);
             m.batches += s.batches;
             m.no_egress += s.no_egress;
+            if let Some(f) = &s.forward {
+                m.forward.get_or_insert_with(Default::default).merge(f);
+            }
             m.wires.routed += s.wires.routed;
             m.wires.no_route += s.wires.no_route;
             m.wires.multicast += s.wires.multicast;
@@ -552,6 +574,9 @@ impl Stats {
                 String::new()
             }
         );
+        if pl.local > 0 || pl.held > 0 {
+            let _ = writeln!(s, "    local {} held {}", pl.local, pl.held);
+        }
         for (r, n) in &pl.drops {
             let _ = writeln!(s, "    dropped {r} {n}");
         }
@@ -560,6 +585,21 @@ impl Stats {
         }
         for i in &self.interfaces {
             render_port(&mut s, i);
+        }
+        if let Some(f) = &self.forward {
+            let _ = writeln!(
+                s,
+                "  stage forward forwarded {} local {} multicast {} no_route {} ttl_expired {} too_big {} no_neighbour {} other_host {} not_routable {}",
+                f.forwarded,
+                f.local,
+                f.multicast,
+                f.no_route,
+                f.ttl_expired,
+                f.too_big,
+                f.no_neighbour,
+                f.other_host,
+                f.not_routable
+            );
         }
         let _ = writeln!(
             s,

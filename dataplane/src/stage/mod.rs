@@ -4,6 +4,7 @@
 //! [`crate::pipeline::Stage`], for tests and benches of single stages.
 
 pub mod egress;
+pub mod forward;
 pub mod heavy;
 pub mod icarus;
 pub mod multicast;

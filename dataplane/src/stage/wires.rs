@@ -1,7 +1,9 @@
 //! Wires: unicast forwarding of a bump in the wire.
 //!
 //! A live packet that arrived on port `i` goes out of `routes[i]` (never
-//! `i` itself); none: dropped with [`DropReason::NoRoute`]. With
+//! `i` itself); none: dropped with [`DropReason::NoRoute`]. Packets that
+//! arrived on a routed port (one with addresses: the forwarding stage's)
+//! are left alone. With
 //! `skip_multicast` (the multicast stage is on), IP multicast packets are
 //! left to the multicast stage, which runs next; without it they follow the
 //! wires like any frame (broadcasts and non-IP frames always do). The
@@ -29,6 +31,7 @@ pub struct WiresCounters {
 pub struct Wires {
     routes: Vec<PortSet>,
     skip_multicast: bool,
+    routed: PortSet,
     counters: WiresCounters,
 }
 
@@ -44,8 +47,16 @@ impl Wires {
         Wires {
             routes,
             skip_multicast,
+            routed: PortSet::EMPTY,
             counters: WiresCounters::default(),
         }
+    }
+
+    /// Leaves the packets that arrive on `routed` ports to the forwarding
+    /// stage.
+    pub fn skipping(mut self, routed: PortSet) -> Self {
+        self.routed = routed;
+        self
     }
 
     /// The counters.
@@ -59,7 +70,7 @@ impl Wires {
     /// docs).
     pub fn process(&mut self, batch: &mut Batch) {
         for p in batch.packets_mut() {
-            if !p.is_live() {
+            if !p.is_live() || self.routed.contains(p.ingress) {
                 continue;
             }
             if self.skip_multicast

@@ -161,6 +161,7 @@ fn check_batch(p: &Pipeline, batch: &Batch, cap: u64, forward_link_local: bool) 
                 assert_eq!(want.count(), 0, "a member port got nothing");
             }
             Verdict::Drop(r) => panic!("multicast data dropped for {r}"),
+            v @ (Verdict::Local | Verdict::Held) => panic!("multicast data {v:?} (no routed port)"),
         }
     }
 }

@@ -737,7 +737,7 @@ impl Egress {
         for p in batch.packets() {
             let ports = match p.verdict {
                 Verdict::Forward(ps) | Verdict::Mark(ps) => ps.mask(),
-                Verdict::Drop(_) => continue,
+                _ => continue,
             };
             if ports == 0 {
                 self.no_egress += 1;
@@ -902,7 +902,7 @@ impl Egress {
                         Verdict::Forward(ps) | Verdict::Mark(ps) => {
                             ps.mask() & !this & !PortSet::single(pk.ingress).mask()
                         }
-                        Verdict::Drop(_) => 0,
+                        _ => 0,
                     };
                     let mut flags = if others == 0 { SOLE } else { 0 };
                     if how == Enqueued::Mark {

@@ -229,7 +229,7 @@ impl PortKeys {
         for (i, p) in batch.packets().iter().enumerate() {
             let ports = match p.verdict {
                 Verdict::Forward(ps) | Verdict::Mark(ps) => ps,
-                Verdict::Drop(_) => continue,
+                _ => continue,
             };
             if !ports.contains(port) || (skip_ingress && p.ingress == port) {
                 continue;

@@ -1,0 +1,375 @@
+//! Forwarding: the IP router of the routed ports.
+//!
+//! A port with addresses in the config is routed ([`fib::PortInfo`]); the
+//! wires stage handles the others. For every live packet that arrived on
+//! a routed port:
+//!
+//! 1. **Layer 2.** A frame addressed to another host's MAC is dropped
+//!    (`other_host`: a promiscuous port sees them); only Ethernet frames
+//!    carrying IPv4, IPv6 or ARP are routed (else `not_routable`). ARP is
+//!    consumed ([`Verdict::Local`]). IP multicast is left to the
+//!    multicast stage when it is on, else consumed, as are IPv4 limited
+//!    broadcasts.
+//! 2. **Lookup.** The destinations of the batch are looked up in the
+//!    [`Fib`]'s longest-prefix-match tables, all IPv4 ones in one
+//!    [`Lpm::lookup_batch`](crate::route::Lpm::lookup_batch) call and all
+//!    IPv6 ones in another (the Bloom filters of every stratum probed for
+//!    the batch at once). No route: `no_route`. A route to the router
+//!    itself: consumed.
+//! 3. **Forward.** TTL / hop limit 1 or 0: `ttl_expired`. An IP datagram
+//!    longer than the egress port's MTU: `too_big` (the router does not
+//!    fragment; a datagram that only fits once the egress strips its
+//!    Icarus option passes, and one that an Icarus option inserted at
+//!    ingress pushed over is too big, since insertion runs before this
+//!    stage). The next hop's MAC comes from the neighbour table
+//!    ([`Neighbours`]); unknown: `no_neighbour`. Then the TTL / hop limit
+//!    is decremented (the IPv4 checksum updated incrementally, RFC 1624),
+//!    the Ethernet destination becomes the next hop's MAC and the source
+//!    the egress port's, and the verdict the egress port.
+//!
+//! Everything is done in place on the batch's buffers, with fixed scratch
+//! arrays for the lookups: nothing is allocated per packet.
+
+pub mod fib;
+pub mod neighbour;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::clock::Timestamp;
+use crate::config::{MacAddr, RouterConfig};
+use crate::pipeline::{BATCH_SIZE, Batch, DropReason, Packet, PortSet, Verdict};
+use crate::route::RouteMatch;
+use crate::wire::{EtherType, IpVersion, LinkType, Parsed, checksum, icarus};
+
+pub use fib::{Fib, NextHop, PortInfo};
+pub use neighbour::Neighbours;
+
+/// Counters of the [`Forward`] stage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ForwardCounters {
+    /// Packets routed: TTL decremented, MACs rewritten, an egress port
+    /// given.
+    pub forwarded: u64,
+    /// Packets to the router itself, consumed (ARP, pings, ...).
+    pub local: u64,
+    /// IP multicast left to the multicast stage.
+    pub multicast: u64,
+    /// Dropped: no route.
+    pub no_route: u64,
+    /// Dropped: TTL / hop limit expired.
+    pub ttl_expired: u64,
+    /// Dropped: larger than the egress MTU.
+    pub too_big: u64,
+    /// Dropped: next hop's MAC unknown.
+    pub no_neighbour: u64,
+    /// Dropped: addressed to another host's MAC.
+    pub other_host: u64,
+    /// Dropped: not IP or ARP over Ethernet.
+    pub not_routable: u64,
+}
+
+impl ForwardCounters {
+    /// Adds another worker's counters.
+    pub fn merge(&mut self, o: &ForwardCounters) {
+        self.forwarded += o.forwarded;
+        self.local += o.local;
+        self.multicast += o.multicast;
+        self.no_route += o.no_route;
+        self.ttl_expired += o.ttl_expired;
+        self.too_big += o.too_big;
+        self.no_neighbour += o.no_neighbour;
+        self.other_host += o.other_host;
+        self.not_routable += o.not_routable;
+    }
+}
+
+/// The forwarding stage (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Forward {
+    fib: Fib,
+    neighbours: Neighbours,
+    /// Ports with addresses.
+    routed: u64,
+    /// Leave IP multicast to the multicast stage.
+    multicast: bool,
+    counters: ForwardCounters,
+    /// Batch scratch: the packets whose destination is looked up, their
+    /// destinations, and the answers.
+    idx4: [u8; BATCH_SIZE],
+    dst4: [u32; BATCH_SIZE],
+    out4: [Option<RouteMatch>; BATCH_SIZE],
+    idx6: [u8; BATCH_SIZE],
+    dst6: [u128; BATCH_SIZE],
+    out6: [Option<RouteMatch>; BATCH_SIZE],
+    /// A copy of a frame too big as it is, to see whether it fits once the
+    /// egress strips its Icarus option.
+    scratch: Vec<u8>,
+}
+
+impl Forward {
+    /// The stage for `cfg`'s routed ports; `strip` is the Icarus strip
+    /// mask, `multicast` whether the multicast stage is on.
+    pub fn new(cfg: &RouterConfig, strip: u64, multicast: bool) -> Forward {
+        let neighbours = Neighbours::new(
+            cfg.neighbours.iter().map(|n| (n.address, n.mac)),
+            cfg.router.reachable_ms.saturating_mul(1_000_000),
+        );
+        Forward::with_fib(Fib::build(cfg, strip), neighbours, multicast)
+    }
+
+    /// The stage over a table built elsewhere (tests, benches).
+    pub fn with_fib(fib: Fib, neighbours: Neighbours, multicast: bool) -> Forward {
+        let routed = fib
+            .ports
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.routed)
+            .fold(0u64, |m, (i, _)| {
+                m | 1u64.checked_shl(i as u32).unwrap_or(0)
+            });
+        Forward {
+            fib,
+            neighbours,
+            routed,
+            multicast,
+            counters: ForwardCounters::default(),
+            idx4: [0; BATCH_SIZE],
+            dst4: [0; BATCH_SIZE],
+            out4: [None; BATCH_SIZE],
+            idx6: [0; BATCH_SIZE],
+            dst6: [0; BATCH_SIZE],
+            out6: [None; BATCH_SIZE],
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The ports it routes.
+    pub fn routed_ports(&self) -> PortSet {
+        PortSet::from_mask(self.routed)
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &ForwardCounters {
+        &self.counters
+    }
+
+    /// The routes and ports.
+    pub fn fib(&self) -> &Fib {
+        &self.fib
+    }
+
+    /// The neighbour table.
+    pub fn neighbours(&self) -> &Neighbours {
+        &self.neighbours
+    }
+
+    /// Routes every live packet of `batch` that arrived on a routed port
+    /// (see the module docs); `now` is the batch's time.
+    pub fn process(&mut self, batch: &mut Batch, now: Timestamp) {
+        let (mut n4, mut n6) = (0usize, 0usize);
+        for (i, p) in batch.packets_mut().iter_mut().enumerate() {
+            if !p.is_live() || !PortSet::from_mask(self.routed).contains(p.ingress) {
+                continue;
+            }
+            match self.classify(p) {
+                Some(IpAddr::V4(d)) => {
+                    self.idx4[n4] = i as u8;
+                    self.dst4[n4] = u32::from(d);
+                    n4 += 1;
+                }
+                Some(IpAddr::V6(d)) => {
+                    self.idx6[n6] = i as u8;
+                    self.dst6[n6] = u128::from(d);
+                    n6 += 1;
+                }
+                None => {}
+            }
+        }
+        if n4 > 0 {
+            self.fib
+                .v4
+                .lookup_batch(&self.dst4[..n4], &mut self.out4[..n4]);
+        }
+        if n6 > 0 {
+            self.fib
+                .v6
+                .lookup_batch(&self.dst6[..n6], &mut self.out6[..n6]);
+        }
+        let packets = batch.packets_mut();
+        for k in 0..n4 {
+            let hop = self.out4[k].and_then(|m| self.fib.hops.get(m.nexthop as usize).copied());
+            let dst = IpAddr::V4(Ipv4Addr::from(self.dst4[k]));
+            if let Some(p) = packets.get_mut(usize::from(self.idx4[k])) {
+                self.route(p, dst, hop, now);
+            }
+        }
+        for k in 0..n6 {
+            let hop = self.out6[k].and_then(|m| self.fib.hops.get(m.nexthop as usize).copied());
+            let dst = IpAddr::V6(Ipv6Addr::from(self.dst6[k]));
+            if let Some(p) = packets.get_mut(usize::from(self.idx6[k])) {
+                self.route(p, dst, hop, now);
+            }
+        }
+    }
+
+    /// Step 1 of the module docs: the destination to look up, or `None`
+    /// when the packet was dealt with (dropped, consumed, left to the
+    /// multicast stage).
+    fn classify(&mut self, p: &mut Packet) -> Option<IpAddr> {
+        let c = &mut self.counters;
+        let port = self.fib.ports.get(usize::from(p.ingress))?;
+        let Some(x) = p.parsed.filter(|_| p.link_type == LinkType::Ethernet) else {
+            c.not_routable += 1;
+            p.drop_for(DropReason::NotRoutable);
+            return None;
+        };
+        let l2_dst = p.data().get(0..6).unwrap_or(&[0; 6]);
+        if l2_dst[0] & 1 == 0 && l2_dst != port.mac.0 {
+            c.other_host += 1;
+            p.drop_for(DropReason::OtherHost);
+            return None;
+        }
+        if x.ethertype == EtherType::Arp {
+            c.local += 1;
+            p.verdict = Verdict::Local;
+            return None;
+        }
+        let dst = match x.ip_version {
+            Some(v) => ip_dst(p.data(), x.l3_offset, v)?,
+            None => {
+                c.not_routable += 1;
+                p.drop_for(DropReason::NotRoutable);
+                return None;
+            }
+        };
+        if x.dst_multicast || dst == IpAddr::V4(Ipv4Addr::BROADCAST) {
+            if self.multicast && x.dst_multicast {
+                c.multicast += 1;
+            } else {
+                c.local += 1;
+                p.verdict = Verdict::Local;
+            }
+            return None;
+        }
+        Some(dst)
+    }
+
+    /// Steps 2 and 3 of the module docs for one looked-up packet.
+    fn route(&mut self, p: &mut Packet, dst: IpAddr, hop: Option<NextHop>, now: Timestamp) {
+        let Some(x) = p.parsed else { return };
+        let Some(hop) = hop else {
+            self.counters.no_route += 1;
+            p.drop_for(DropReason::NoRoute);
+            return;
+        };
+        let Some((port, via)) = hop.resolve(dst) else {
+            self.counters.local += 1;
+            p.verdict = Verdict::Local;
+            return;
+        };
+        if x.ttl <= 1 {
+            self.counters.ttl_expired += 1;
+            p.drop_for(DropReason::TtlExpired);
+            return;
+        }
+        let Some(out) = self.fib.ports.get(usize::from(port)) else {
+            self.counters.no_route += 1;
+            p.drop_for(DropReason::NoRoute);
+            return;
+        };
+        if !fits(&x, p.data(), out, &mut self.scratch) {
+            self.counters.too_big += 1;
+            p.drop_for(DropReason::TooBig);
+            return;
+        }
+        let Some(mac) = self.neighbours.get(via, now) else {
+            self.counters.no_neighbour += 1;
+            p.drop_for(DropReason::NoNeighbour);
+            return;
+        };
+        let src = out.mac;
+        if rewrite(p, &x, src, mac) {
+            self.counters.forwarded += 1;
+            let to = PortSet::single(port);
+            p.verdict = match p.verdict {
+                Verdict::Mark(_) => Verdict::Mark(to),
+                _ => Verdict::Forward(to),
+            };
+        } else {
+            self.counters.not_routable += 1;
+            p.drop_for(DropReason::NotRoutable);
+        }
+    }
+}
+
+/// The destination address of the IP header at `l3`.
+fn ip_dst(frame: &[u8], l3: usize, v: IpVersion) -> Option<IpAddr> {
+    match v {
+        IpVersion::V4 => {
+            let b: [u8; 4] = frame.get(l3 + 16..l3 + 20)?.try_into().ok()?;
+            Some(IpAddr::V4(b.into()))
+        }
+        IpVersion::V6 => {
+            let b: [u8; 16] = frame.get(l3 + 24..l3 + 40)?.try_into().ok()?;
+            Some(IpAddr::V6(b.into()))
+        }
+    }
+}
+
+/// Whether the datagram fits `out`'s MTU as it will leave: as it is, or,
+/// on a port that strips Icarus, without its option (`scratch` holds the
+/// stripped copy, made only for a datagram too big as it is).
+fn fits(x: &Parsed, frame: &[u8], out: &PortInfo, scratch: &mut Vec<u8>) -> bool {
+    let mtu = out.mtu as usize;
+    if x.ip_total_len <= mtu {
+        return true;
+    }
+    if !out.strip {
+        return false;
+    }
+    scratch.clear();
+    scratch.extend_from_slice(frame);
+    match icarus::strip(scratch, x.l3_offset) {
+        Ok(icarus::Stripped::Removed(n)) => x.ip_total_len.saturating_sub(n) <= mtu,
+        _ => false,
+    }
+}
+
+/// Decrements the TTL / hop limit (IPv4: checksum updated, RFC 1624) and
+/// writes the Ethernet addresses; `false` when the frame is too short for
+/// them (it is then left as it was).
+fn rewrite(p: &mut Packet, x: &Parsed, src: MacAddr, dst: MacAddr) -> bool {
+    let l3 = x.l3_offset;
+    let f = p.data_mut();
+    if f.len() < 12 || l3 < 14 {
+        return false;
+    }
+    match x.ip_version {
+        Some(IpVersion::V4) => {
+            let Some(h) = f.get_mut(l3..l3 + 20) else {
+                return false;
+            };
+            let old = u16::from_be_bytes([h[8], h[9]]);
+            h[8] = h[8].saturating_sub(1);
+            let new = u16::from_be_bytes([h[8], h[9]]);
+            let hc = checksum::update_word(u16::from_be_bytes([h[10], h[11]]), old, new);
+            h[10..12].copy_from_slice(&hc.to_be_bytes());
+        }
+        Some(IpVersion::V6) => {
+            let Some(h) = f.get_mut(l3..l3 + 40) else {
+                return false;
+            };
+            h[7] = h[7].saturating_sub(1);
+        }
+        None => return false,
+    }
+    f[0..6].copy_from_slice(&dst.0);
+    f[6..12].copy_from_slice(&src.0);
+    if let Some(q) = &mut p.parsed {
+        q.ttl = q.ttl.saturating_sub(1);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests;
