@@ -20,7 +20,11 @@
 //!    port's SFB queue and shaper when it has one, Icarus stripped on
 //!    stripping edges, handed to a [`Transmit`];
 //! 8. **count** ([`crate::pipeline::count_verdicts`]): `received ==
-//!    forwarded + local + dropped + held` (dropped by reason).
+//!    forwarded + local + dropped + held` (dropped by reason);
+//! 9. **originated** ([`Originated`]): the frames the forwarding stage
+//!    made during the batch (ICMP, ARP, neighbour discovery) handed to the
+//!    egress stage like the batch's own copies (their ports' counters
+//!    count them; the chain's `received` does not).
 //!
 //! A stage the config leaves out is `None` and costs one branch per
 //! batch. Every stage takes `now` (the batch's time) from the caller:
@@ -37,7 +41,7 @@ use crate::pipeline::{
     Batch, PipelineConfig, PipelineCounters, PortSet, Stage, count_verdicts, parse_batch,
 };
 use crate::stage::egress::{Egress, PortConfigError, PortSpec, Transmit};
-use crate::stage::forward::Forward;
+use crate::stage::forward::{Forward, Originated};
 use crate::stage::heavy::HeavyStage;
 use crate::stage::icarus::IcarusStage;
 use crate::stage::multicast::{MulticastError, MulticastStage};
@@ -65,6 +69,7 @@ pub struct Chain {
     icarus: Option<IcarusStage>,
     heavy: Option<HeavyStage>,
     forward: Option<Forward>,
+    originated: Originated,
     wires: Wires,
     multicast: Option<MulticastStage>,
     egress: Egress,
@@ -130,6 +135,7 @@ impl Chain {
             icarus: icarus.map(IcarusStage::new),
             heavy: cfg.heavy_config().map(HeavyStage::new),
             forward,
+            originated: Originated::new(),
             wires: Wires::new(cfg.unicast_routes(), multicast.is_some()).skipping(routed),
             multicast: multicast.as_ref().map(MulticastStage::new).transpose()?,
             egress,
@@ -159,8 +165,9 @@ impl Chain {
         if let Some(s) = &mut self.heavy {
             Stage::process(s, batch, now);
         }
+        self.originated.clear();
         if let Some(s) = &mut self.forward {
-            s.process(batch, now);
+            s.process(batch, now, &mut self.originated);
         }
         self.wires.process(batch);
         if let Some(s) = &mut self.multicast {
@@ -168,6 +175,9 @@ impl Chain {
         }
         self.egress.process(batch, now, tx);
         count_verdicts(batch, &mut self.counters);
+        if !self.originated.is_empty() {
+            self.egress.process(self.originated.batch_mut(), now, tx);
+        }
         if let Some(log) = &mut self.packet_log {
             log(batch, now);
         }

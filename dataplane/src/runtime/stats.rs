@@ -589,7 +589,7 @@ impl Stats {
         if let Some(f) = &self.forward {
             let _ = writeln!(
                 s,
-                "  stage forward forwarded {} local {} multicast {} no_route {} ttl_expired {} too_big {} no_neighbour {} other_host {} not_routable {}",
+                "  stage forward forwarded {} local {} multicast {} no_route {} ttl_expired {} too_big {} no_neighbour {} other_host {} not_routable {} icmp_errors {} icmp_rate_limited {} echo_replies {} originated_full {}",
                 f.forwarded,
                 f.local,
                 f.multicast,
@@ -598,7 +598,11 @@ impl Stats {
                 f.too_big,
                 f.no_neighbour,
                 f.other_host,
-                f.not_routable
+                f.not_routable,
+                f.icmp_errors,
+                f.icmp_rate_limited,
+                f.echo_replies,
+                f.originated_full
             );
         }
         let _ = writeln!(

@@ -26,23 +26,91 @@
 //!    is decremented (the IPv4 checksum updated incrementally, RFC 1624),
 //!    the Ethernet destination becomes the next hop's MAC and the source
 //!    the egress port's, and the verdict the egress port.
+//! 4. **ICMP.** A packet dropped for `ttl_expired` gets a Time Exceeded
+//!    (IPv4 type 11 / ICMPv6 type 3), one dropped for `too_big` a
+//!    Fragmentation Needed with the next-hop MTU (IPv4 type 3 code 4, when
+//!    DF is set; without DF the packet is dropped, counted, since the
+//!    router does not fragment) / Packet Too Big (ICMPv6 type 2); an echo
+//!    request to one of the router's addresses gets its echo reply. Never
+//!    an error about an ICMP error, a non-first fragment or a packet to a
+//!    group address ([`icmp::may_answer_with_error`]); errors are limited
+//!    by a token bucket in packet time (`router.icmp_rate` a second, burst
+//!    `router.icmp_burst`; one bucket per worker), the ones it refuses
+//!    counted. The source is the router's address on the ingress port.
+//!
+//! # Frames the router originates
+//!
+//! Answers are new frames, not the packet turned around: the packet keeps
+//! its own verdict (dropped by its reason, or [`Verdict::Local`]), so the
+//! chain's accounting stays `received == forwarded + local + dropped +
+//! held`. The stage writes them into an [`Originated`] batch (reused
+//! buffers, at most [`BATCH_SIZE`] frames a batch; a frame that finds it
+//! full is counted and not made), addressed back to the MAC the packet
+//! came from and sent out of the ingress port: their ingress is
+//! [`NO_INGRESS`], which the egress stage never counts as a hairpin. The
+//! chain hands the batch to the egress stage after the packets' own
+//! copies.
 //!
 //! Everything is done in place on the batch's buffers, with fixed scratch
 //! arrays for the lookups: nothing is allocated per packet.
 
 pub mod fib;
+pub mod icmp;
 pub mod neighbour;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::clock::Timestamp;
 use crate::config::{MacAddr, RouterConfig};
-use crate::pipeline::{BATCH_SIZE, Batch, DropReason, Packet, PortSet, Verdict};
+use crate::pipeline::{BATCH_SIZE, Batch, DropReason, NO_INGRESS, Packet, PortSet, Verdict};
 use crate::route::RouteMatch;
 use crate::wire::{EtherType, IpVersion, LinkType, Parsed, checksum, icarus};
 
 pub use fib::{Fib, NextHop, PortInfo};
+pub use icmp::TokenBucket;
 pub use neighbour::Neighbours;
+
+/// The frames the forwarding stage originates during one batch (see the
+/// module docs), with what the chain needs to account for them.
+#[derive(Debug, Clone, Default)]
+pub struct Originated {
+    batch: Batch,
+}
+
+impl Originated {
+    /// An empty set with its buffers allocated.
+    pub fn new() -> Self {
+        Originated {
+            batch: Batch::new(),
+        }
+    }
+
+    /// Empties it for the next batch, keeping the buffers.
+    pub fn clear(&mut self) {
+        self.batch.clear();
+    }
+
+    /// The frames, as a batch for the egress stage.
+    pub fn batch(&self) -> &Batch {
+        &self.batch
+    }
+
+    /// The frames, writable.
+    pub fn batch_mut(&mut self) -> &mut Batch {
+        &mut self.batch
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    /// A frame of the router's own, out of `port`, built by `build`.
+    fn push(&mut self, now: Timestamp, port: u8, build: impl FnOnce(&mut Vec<u8>) -> bool) -> bool {
+        self.batch
+            .push_with(now, NO_INGRESS, PortSet::single(port), build)
+    }
+}
 
 /// Counters of the [`Forward`] stage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -66,6 +134,15 @@ pub struct ForwardCounters {
     pub other_host: u64,
     /// Dropped: not IP or ARP over Ethernet.
     pub not_routable: u64,
+    /// ICMP errors sent (Time Exceeded, Fragmentation Needed / Packet
+    /// Too Big).
+    pub icmp_errors: u64,
+    /// ICMP errors the token bucket refused.
+    pub icmp_rate_limited: u64,
+    /// Echo replies sent.
+    pub echo_replies: u64,
+    /// Frames not made: the batch of originated frames was full.
+    pub originated_full: u64,
 }
 
 impl ForwardCounters {
@@ -80,6 +157,10 @@ impl ForwardCounters {
         self.no_neighbour += o.no_neighbour;
         self.other_host += o.other_host;
         self.not_routable += o.not_routable;
+        self.icmp_errors += o.icmp_errors;
+        self.icmp_rate_limited += o.icmp_rate_limited;
+        self.echo_replies += o.echo_replies;
+        self.originated_full += o.originated_full;
     }
 }
 
@@ -92,6 +173,7 @@ pub struct Forward {
     routed: u64,
     /// Leave IP multicast to the multicast stage.
     multicast: bool,
+    icmp: TokenBucket,
     counters: ForwardCounters,
     /// Batch scratch: the packets whose destination is looked up, their
     /// destinations, and the answers.
@@ -114,7 +196,9 @@ impl Forward {
             cfg.neighbours.iter().map(|n| (n.address, n.mac)),
             cfg.router.reachable_ms.saturating_mul(1_000_000),
         );
-        Forward::with_fib(Fib::build(cfg, strip), neighbours, multicast)
+        let mut f = Forward::with_fib(Fib::build(cfg, strip), neighbours, multicast);
+        f.icmp = TokenBucket::new(cfg.router.icmp_rate, cfg.router.icmp_burst);
+        f
     }
 
     /// The stage over a table built elsewhere (tests, benches).
@@ -132,6 +216,7 @@ impl Forward {
             neighbours,
             routed,
             multicast,
+            icmp: TokenBucket::new(1000, 50),
             counters: ForwardCounters::default(),
             idx4: [0; BATCH_SIZE],
             dst4: [0; BATCH_SIZE],
@@ -164,8 +249,9 @@ impl Forward {
     }
 
     /// Routes every live packet of `batch` that arrived on a routed port
-    /// (see the module docs); `now` is the batch's time.
-    pub fn process(&mut self, batch: &mut Batch, now: Timestamp) {
+    /// (see the module docs); `now` is the batch's time. The frames the
+    /// router makes go to `out`.
+    pub fn process(&mut self, batch: &mut Batch, now: Timestamp, out: &mut Originated) {
         let (mut n4, mut n6) = (0usize, 0usize);
         for (i, p) in batch.packets_mut().iter_mut().enumerate() {
             if !p.is_live() || !PortSet::from_mask(self.routed).contains(p.ingress) {
@@ -200,14 +286,14 @@ impl Forward {
             let hop = self.out4[k].and_then(|m| self.fib.hops.get(m.nexthop as usize).copied());
             let dst = IpAddr::V4(Ipv4Addr::from(self.dst4[k]));
             if let Some(p) = packets.get_mut(usize::from(self.idx4[k])) {
-                self.route(p, dst, hop, now);
+                self.route(p, dst, hop, now, out);
             }
         }
         for k in 0..n6 {
             let hop = self.out6[k].and_then(|m| self.fib.hops.get(m.nexthop as usize).copied());
             let dst = IpAddr::V6(Ipv6Addr::from(self.dst6[k]));
             if let Some(p) = packets.get_mut(usize::from(self.idx6[k])) {
-                self.route(p, dst, hop, now);
+                self.route(p, dst, hop, now, out);
             }
         }
     }
@@ -254,8 +340,15 @@ impl Forward {
         Some(dst)
     }
 
-    /// Steps 2 and 3 of the module docs for one looked-up packet.
-    fn route(&mut self, p: &mut Packet, dst: IpAddr, hop: Option<NextHop>, now: Timestamp) {
+    /// Steps 2 to 4 of the module docs for one looked-up packet.
+    fn route(
+        &mut self,
+        p: &mut Packet,
+        dst: IpAddr,
+        hop: Option<NextHop>,
+        now: Timestamp,
+        out: &mut Originated,
+    ) {
         let Some(x) = p.parsed else { return };
         let Some(hop) = hop else {
             self.counters.no_route += 1;
@@ -265,23 +358,35 @@ impl Forward {
         let Some((port, via)) = hop.resolve(dst) else {
             self.counters.local += 1;
             p.verdict = Verdict::Local;
+            if icmp::is_echo_request(p.data(), &x) {
+                let mac = self.port_mac(p.ingress);
+                if out.push(now, p.ingress, |b| icmp::echo_reply(b, p.data(), &x, mac)) {
+                    self.counters.echo_replies += 1;
+                } else if out.batch.is_full() {
+                    self.counters.originated_full += 1;
+                }
+            }
             return;
         };
         if x.ttl <= 1 {
             self.counters.ttl_expired += 1;
             p.drop_for(DropReason::TtlExpired);
+            self.error(p, &x, IcmpError::TimeExceeded, now, out);
             return;
         }
-        let Some(out) = self.fib.ports.get(usize::from(port)) else {
+        let Some(egress) = self.fib.ports.get(usize::from(port)) else {
             self.counters.no_route += 1;
             p.drop_for(DropReason::NoRoute);
             return;
         };
-        if !fits(&x, p.data(), out, &mut self.scratch) {
+        if !fits(&x, p.data(), egress, &mut self.scratch) {
+            let mtu = egress.mtu;
             self.counters.too_big += 1;
             p.drop_for(DropReason::TooBig);
+            self.error(p, &x, IcmpError::TooBig(mtu), now, out);
             return;
         }
+        let out = egress;
         let Some(mac) = self.neighbours.get(via, now) else {
             self.counters.no_neighbour += 1;
             p.drop_for(DropReason::NoNeighbour);
@@ -298,6 +403,89 @@ impl Forward {
         } else {
             self.counters.not_routable += 1;
             p.drop_for(DropReason::NotRoutable);
+        }
+    }
+}
+
+/// The ICMP errors the stage sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IcmpError {
+    TimeExceeded,
+    /// With the egress MTU.
+    TooBig(u32),
+}
+
+impl Forward {
+    /// The router's MAC on `port`.
+    fn port_mac(&self, port: u8) -> MacAddr {
+        self.fib
+            .ports
+            .get(usize::from(port))
+            .map_or(MacAddr::default_for_port(port), |p| p.mac)
+    }
+
+    /// Sends `e` about `p` back out of its ingress port, if allowed
+    /// (see [`icmp::may_answer_with_error`]) and the bucket has a token.
+    fn error(
+        &mut self,
+        p: &Packet,
+        x: &Parsed,
+        e: IcmpError,
+        now: Timestamp,
+        out: &mut Originated,
+    ) {
+        let frame = p.data();
+        if !icmp::may_answer_with_error(frame, x) {
+            return;
+        }
+        let Some(port) = self.fib.ports.get(usize::from(p.ingress)) else {
+            return;
+        };
+        let mac = port.mac;
+        let made = match x.ip_version {
+            Some(IpVersion::V4) => {
+                let peer = frame
+                    .get(x.l3_offset + 12..x.l3_offset + 16)
+                    .map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3]));
+                let dont_fragment = frame.get(x.l3_offset + 6).is_some_and(|b| b & 0x40 != 0);
+                let (ty, code, rest) = match e {
+                    IcmpError::TimeExceeded => (icmp::V4_TIME_EXCEEDED, 0, 0),
+                    IcmpError::TooBig(_) if !dont_fragment => return,
+                    IcmpError::TooBig(mtu) => (icmp::V4_UNREACHABLE, 4, mtu.min(0xffff)),
+                };
+                let Some(src) = port.v4_for(peer) else { return };
+                if !self.icmp.take(now) {
+                    self.counters.icmp_rate_limited += 1;
+                    return;
+                }
+                out.push(now, p.ingress, |b| {
+                    icmp::v4_error(b, frame, x, mac, src, ty, code, rest)
+                })
+            }
+            Some(IpVersion::V6) => {
+                let peer = frame
+                    .get(x.l3_offset + 8..x.l3_offset + 24)
+                    .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                    .map(Ipv6Addr::from);
+                let (ty, rest) = match e {
+                    IcmpError::TimeExceeded => (icmp::V6_TIME_EXCEEDED, 0),
+                    IcmpError::TooBig(mtu) => (icmp::V6_TOO_BIG, mtu),
+                };
+                let Some(src) = port.v6_for(peer) else { return };
+                if !self.icmp.take(now) {
+                    self.counters.icmp_rate_limited += 1;
+                    return;
+                }
+                out.push(now, p.ingress, |b| {
+                    icmp::v6_error(b, frame, x, mac, src, ty, 0, rest)
+                })
+            }
+            None => return,
+        };
+        if made {
+            self.counters.icmp_errors += 1;
+        } else if out.batch.is_full() {
+            self.counters.originated_full += 1;
         }
     }
 }
@@ -373,3 +561,5 @@ fn rewrite(p: &mut Packet, x: &Parsed, src: MacAddr, dst: MacAddr) -> bool {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_icmp;

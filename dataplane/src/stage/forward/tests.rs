@@ -99,6 +99,22 @@ pub(super) fn v6(dst_mac: [u8; 6], src: &str, dst: &str, hops: u8, payload: usiz
 
 /// One batch of `(ingress, frame)` through the stage (parsed first).
 pub(super) fn run(s: &mut Forward, frames: &[(u8, Vec<u8>)]) -> Batch {
+    run_at(
+        s,
+        frames,
+        Timestamp::from_nanos(1_000_000),
+        &mut Originated::new(),
+    )
+}
+
+/// [`run`] at `now`, the frames the stage makes into `out` (cleared
+/// first).
+pub(super) fn run_at(
+    s: &mut Forward,
+    frames: &[(u8, Vec<u8>)],
+    now: Timestamp,
+    out: &mut Originated,
+) -> Batch {
     let mut b = Batch::new();
     for (port, f) in frames {
         b.push_from(
@@ -113,7 +129,8 @@ pub(super) fn run(s: &mut Forward, frames: &[(u8, Vec<u8>)]) -> Batch {
         p.parsed = parse(LinkType::Ethernet, p.data()).ok();
         p.verdict = Verdict::Forward(PortSet::EMPTY);
     }
-    s.process(&mut b, Timestamp::from_nanos(1_000_000));
+    out.clear();
+    s.process(&mut b, now, out);
     b
 }
 

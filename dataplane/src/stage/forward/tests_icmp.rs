@@ -1,0 +1,267 @@
+//! Tests of the ICMP messages the forwarding stage sends.
+
+use super::tests::{CFG, GW_B, HOST_A, MAC_A, MAC_B, run_at, stage, v4, v4_header_ok, v6};
+use super::*;
+use crate::chain::Chain;
+use crate::io::memory::MemoryPorts;
+use crate::wire::{LinkType, parse};
+
+const T: Timestamp = Timestamp::from_nanos(5_000_000_000);
+
+/// The frames made for one batch.
+fn answers(s: &mut Forward, frames: &[(u8, Vec<u8>)]) -> (Batch, Vec<(Vec<u8>, Verdict, u8)>) {
+    let mut out = Originated::new();
+    let b = run_at(s, frames, T, &mut out);
+    let made = out
+        .batch()
+        .packets()
+        .iter()
+        .map(|p| (p.data().to_vec(), p.verdict, p.ingress))
+        .collect();
+    (b, made)
+}
+
+/// The ICMP message of an IPv4 frame (after a 20-byte header at 14).
+fn icmp4(f: &[u8]) -> &[u8] {
+    let total = usize::from(u16::from_be_bytes([f[16], f[17]]));
+    &f[34..14 + total]
+}
+
+/// The ICMPv6 message of an IPv6 frame (header at 14) and whether its
+/// checksum verifies.
+fn icmp6(f: &[u8]) -> (&[u8], bool) {
+    let plen = usize::from(u16::from_be_bytes([f[18], f[19]]));
+    let msg = &f[54..54 + plen];
+    let src = Ipv6Addr::from(<[u8; 16]>::try_from(&f[22..38]).unwrap());
+    let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&f[38..54]).unwrap());
+    let ok = crate::wire::icmpv6::Packet::new_unchecked(msg).verify_checksum(&src, &dst);
+    (msg, ok)
+}
+
+#[test]
+fn time_exceeded_ipv4_quotes_548_bytes_back_out_of_the_ingress() {
+    let mut s = stage();
+    let orig = v4(MAC_A, [10, 1, 0, 7], [10, 9, 3, 4], 1, 1000, false);
+    let (b, made) = answers(&mut s, &[(0, orig.clone())]);
+    assert_eq!(
+        b.packets()[0].verdict,
+        Verdict::Drop(DropReason::TtlExpired)
+    );
+    assert_eq!(made.len(), 1);
+    let (f, verdict, ingress) = &made[0];
+    assert_eq!(
+        (*verdict, *ingress),
+        (Verdict::Forward(PortSet::single(0)), NO_INGRESS)
+    );
+    assert_eq!(
+        (&f[0..6], &f[6..12], &f[12..14]),
+        (&HOST_A[..], &MAC_A[..], &[8, 0][..])
+    );
+    assert!(v4_header_ok(f, 14));
+    assert_eq!(f[14 + 9], 1, "ICMP");
+    assert_eq!(
+        &f[26..30],
+        &[10, 1, 0, 1],
+        "from the ingress port's address"
+    );
+    assert_eq!(&f[30..34], &[10, 1, 0, 7]);
+    let m = icmp4(f);
+    assert_eq!((m[0], m[1]), (11, 0));
+    assert_eq!(checksum::sum(m), 0xffff, "ICMP checksum");
+    assert_eq!(m.len(), 8 + icmp::V4_QUOTE);
+    assert_eq!(
+        &m[8..],
+        &orig[14..14 + icmp::V4_QUOTE],
+        "the datagram as received"
+    );
+    assert_eq!(s.counters().icmp_errors, 1);
+}
+
+#[test]
+fn time_exceeded_ipv6_quotes_up_to_1280() {
+    let mut s = stage();
+    let small = v6(MAC_A, "2001:db8:1::7", "2001:db8:9::1", 1, 100);
+    let big = v6(MAC_A, "2001:db8:1::7", "2001:db8:9::1", 0, 1400);
+    let (_, made) = answers(&mut s, &[(0, small.clone()), (0, big.clone())]);
+    assert_eq!(made.len(), 2);
+    for ((f, _, _), orig) in made.iter().zip([&small, &big]) {
+        assert_eq!(f.len(), (14 + 40 + 8 + orig.len() - 14).min(14 + 1280));
+        assert_eq!(&f[0..6], &HOST_A);
+        assert_eq!(
+            Ipv6Addr::from(<[u8; 16]>::try_from(&f[22..38]).unwrap()),
+            "2001:db8:1::1".parse::<Ipv6Addr>().unwrap()
+        );
+        let (m, ok) = icmp6(f);
+        assert!(ok, "ICMPv6 checksum");
+        assert_eq!((m[0], m[1]), (3, 0));
+        assert_eq!(&m[8..], &orig[14..14 + m.len() - 8]);
+    }
+}
+
+#[test]
+fn too_big_says_the_next_hop_mtu() {
+    let mut s = stage();
+    let df = v4(MAC_A, [10, 1, 0, 7], [10, 9, 3, 4], 64, 1400, false);
+    let mut no_df = df.clone();
+    no_df[20] = 0;
+    let sum = !checksum::sum(&{
+        let mut h = no_df[14..34].to_vec();
+        h[10..12].fill(0);
+        h
+    });
+    no_df[24..26].copy_from_slice(&sum.to_be_bytes());
+    let six = v6(MAC_A, "2001:db8:1::7", "2001:db8:9::1", 64, 1400);
+    let (b, made) = answers(&mut s, &[(0, df), (0, no_df), (0, six)]);
+    assert!(
+        b.packets()
+            .iter()
+            .all(|p| p.verdict == Verdict::Drop(DropReason::TooBig))
+    );
+    assert_eq!(made.len(), 2, "no error without DF (counted too_big only)");
+    let m = icmp4(&made[0].0);
+    assert_eq!((m[0], m[1], &m[4..8]), (3, 4, &[0, 0, 0x05, 0x78][..]));
+    assert_eq!(checksum::sum(m), 0xffff);
+    let (m, ok) = icmp6(&made[1].0);
+    assert!(ok);
+    assert_eq!((m[0], m[1], &m[4..8]), (2, 0, &1400u32.to_be_bytes()[..]));
+    assert_eq!(s.counters().too_big, 3);
+}
+
+/// An echo request frame (IPv4 when `to` parses as one, else IPv6).
+fn ping(from: &str, to: &str, ttl: u8) -> Vec<u8> {
+    let mut f = if to.contains(':') {
+        v6(MAC_A, from, to, ttl, 12)
+    } else {
+        let a = |s: &str| s.parse::<Ipv4Addr>().unwrap().octets();
+        v4(MAC_A, a(from), a(to), ttl, 12, false)
+    };
+    let (l3, v6) = (14, to.contains(':'));
+    let l4 = if v6 { l3 + 40 } else { l3 + 20 };
+    if v6 {
+        f[l3 + 6] = 58;
+    } else {
+        f[l3 + 9] = 1;
+        f[l3 + 10..l3 + 12].fill(0);
+        let sum = !checksum::sum(&f[l3..l3 + 20]);
+        f[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
+    }
+    // type, code, checksum, ident 0x1234, seq 7, then the 12 bytes.
+    f[l4..l4 + 8].copy_from_slice(&[if v6 { 128 } else { 8 }, 0, 0, 0, 0x12, 0x34, 0, 7]);
+    f
+}
+
+#[test]
+fn echo_replies_ipv4_and_ipv6() {
+    let mut s = stage();
+    let frames = vec![
+        (0, ping("10.1.0.7", "10.1.0.1", 1)),
+        (0, ping("10.1.0.7", "10.2.0.1", 64)),
+        (0, ping("2001:db8:1::7", "2001:db8:1::1", 64)),
+    ];
+    let (b, made) = answers(&mut s, &frames);
+    assert!(b.packets().iter().all(|p| p.verdict == Verdict::Local));
+    assert_eq!(made.len(), 3);
+    for (i, (f, v, _)) in made.iter().take(2).enumerate() {
+        assert_eq!(*v, Verdict::Forward(PortSet::single(0)));
+        assert_eq!((&f[0..6], &f[6..12]), (&HOST_A[..], &MAC_A[..]));
+        assert!(v4_header_ok(f, 14));
+        assert_eq!(&f[26..30], &frames[i].1[30..34], "from the address pinged");
+        assert_eq!(&f[30..34], &[10, 1, 0, 7]);
+        let m = icmp4(f);
+        assert_eq!((m[0], m[1]), (0, 0));
+        assert_eq!(checksum::sum(m), 0xffff);
+        assert_eq!(&m[4..], &frames[i].1[38..], "ident, sequence, data");
+    }
+    let f = &made[2].0;
+    let (m, ok) = icmp6(f);
+    assert!(ok);
+    assert_eq!((m[0], m[1]), (129, 0));
+    assert_eq!(&m[4..], &frames[2].1[58..]);
+    assert_eq!(s.counters().echo_replies, 3);
+}
+
+#[test]
+fn no_error_about_errors_fragments_or_group_addresses() {
+    let mut s = stage();
+    // An ICMP time exceeded in transit, its TTL expiring here.
+    let mut err = ping("10.1.0.7", "10.9.0.1", 1);
+    err[34] = 11;
+    // To the broadcast MAC.
+    let mut bcast = v4(MAC_A, [10, 1, 0, 7], [10, 9, 3, 4], 1, 20, false);
+    bcast[0..6].fill(0xff);
+    // A non-first fragment (offset 8 bytes).
+    let mut frag = v4(MAC_A, [10, 1, 0, 7], [10, 9, 3, 4], 1, 20, false);
+    frag[20..22].copy_from_slice(&[0x00, 0x01]);
+    frag[24..26].fill(0);
+    let sum = !checksum::sum(&frag[14..34]);
+    frag[24..26].copy_from_slice(&sum.to_be_bytes());
+    // An echo request passing through is not an error: it gets one.
+    let through = ping("10.1.0.7", "10.9.0.1", 1);
+    let (b, made) = answers(&mut s, &[(0, err), (0, bcast), (0, frag), (0, through)]);
+    assert!(
+        b.packets()
+            .iter()
+            .all(|p| p.verdict == Verdict::Drop(DropReason::TtlExpired)),
+        "{:?}",
+        b.packets().iter().map(|p| p.verdict).collect::<Vec<_>>()
+    );
+    assert_eq!(made.len(), 1);
+    assert_eq!(icmp4(&made[0].0)[0], 11);
+}
+
+#[test]
+fn errors_are_rate_limited_in_packet_time() {
+    let cfg = RouterConfig::from_toml_str(
+        &format!("{CFG}\n[router]\nicmp_rate = 10\nicmp_burst = 3\n"),
+        "t",
+    )
+    .unwrap();
+    let mut s = Forward::new(&cfg, 0, false);
+    let f = v4(MAC_A, [10, 1, 0, 7], [10, 9, 3, 4], 1, 20, false);
+    let five: Vec<_> = (0..5).map(|_| (0u8, f.clone())).collect();
+    let mut out = Originated::new();
+    run_at(&mut s, &five, T, &mut out);
+    assert_eq!(out.batch().len(), 3);
+    run_at(&mut s, &five, T.add_nanos(100_000_000), &mut out);
+    assert_eq!(out.batch().len(), 1, "one token in 100 ms at 10/s");
+    let c = s.counters();
+    assert_eq!(
+        (c.icmp_errors, c.icmp_rate_limited, c.ttl_expired),
+        (4, 6, 10)
+    );
+}
+
+/// Through the whole chain: the error leaves by the ingress port (not a
+/// hairpin), the forwarded packet by its egress, and the chain's
+/// accounting holds.
+#[test]
+fn the_chain_sends_answers_out_of_the_ingress_port() {
+    let cfg = RouterConfig::from_toml_str(CFG, "t").unwrap();
+    let mut chain = Chain::build(&cfg).unwrap();
+    let mut tx = MemoryPorts::new(4).keep_sent(true);
+    let mut b = Batch::new();
+    for f in [
+        v4(MAC_A, [10, 1, 0, 7], [10, 9, 3, 4], 1, 20, false),
+        v4(MAC_A, [10, 1, 0, 7], [10, 9, 3, 4], 9, 20, false),
+        ping("10.1.0.7", "10.1.0.1", 64),
+    ] {
+        b.push_from(T, f.len() as u32, LinkType::Ethernet, 0, &f);
+    }
+    chain.process(&mut b, T, &mut tx);
+    let c = chain.counters();
+    assert_eq!(
+        (c.received, c.forwarded, c.local, c.dropped.total()),
+        (3, 1, 1, 1)
+    );
+    assert!(c.is_consistent());
+    let sent = tx.take_sent();
+    let ports: Vec<u8> = sent.iter().map(|s| s.port).collect();
+    assert_eq!(ports, vec![1, 0, 0]);
+    assert_eq!(&sent[0].frame[0..6], &GW_B);
+    assert_eq!(&sent[0].frame[6..12], &MAC_B);
+    let kinds: Vec<u8> = sent[1..].iter().map(|s| icmp4(&s.frame)[0]).collect();
+    assert_eq!(kinds, vec![11, 0]);
+    let port0 = chain.egress().counters().next().unwrap();
+    assert_eq!((port0.sent, port0.hairpin), (2, 0));
+    assert!(parse(LinkType::Ethernet, &sent[1].frame).is_ok());
+}
