@@ -38,7 +38,8 @@ use std::fmt;
 use crate::clock::Timestamp;
 use crate::config::RouterConfig;
 use crate::pipeline::{
-    Batch, PipelineConfig, PipelineCounters, PortSet, Stage, count_verdicts, parse_batch,
+    Batch, DropReason, PipelineConfig, PipelineCounters, PortSet, Stage, Verdict, count_verdicts,
+    parse_batch,
 };
 use crate::stage::egress::{Egress, PortConfigError, PortSpec, Transmit};
 use crate::stage::forward::{Forward, Originated};
@@ -57,6 +58,31 @@ pub enum ChainError {
     /// An interface's SFB settings.
     #[error("{0}")]
     Sfb(#[from] PortConfigError),
+}
+
+/// Moves the held packets that left the forwarding stage's queues during
+/// the batch from `held` to `forwarded` (or to `dropped`, by the reason
+/// the egress stage gave, or `no_neighbour` for a next hop that never
+/// answered).
+fn count_released(o: &Originated, c: &mut PipelineCounters) {
+    let released = o.released();
+    for (i, p) in o.batch().packets().iter().enumerate() {
+        if released & 1u32.checked_shl(i as u32).unwrap_or(0) == 0 {
+            continue;
+        }
+        c.held = c.held.saturating_sub(1);
+        match p.verdict {
+            Verdict::Forward(_) => c.forwarded = c.forwarded.saturating_add(1),
+            Verdict::Mark(_) => {
+                c.forwarded = c.forwarded.saturating_add(1);
+                c.marked = c.marked.saturating_add(1);
+            }
+            Verdict::Drop(r) => c.dropped.record(r),
+            Verdict::Local | Verdict::Held => {}
+        }
+    }
+    c.held = c.held.saturating_sub(o.failed());
+    c.dropped.record_n(DropReason::NoNeighbour, o.failed());
 }
 
 /// Called with each batch once its verdicts are final, and the batch's
@@ -178,6 +204,7 @@ impl Chain {
         if !self.originated.is_empty() {
             self.egress.process(self.originated.batch_mut(), now, tx);
         }
+        count_released(&self.originated, &mut self.counters);
         if let Some(log) = &mut self.packet_log {
             log(batch, now);
         }

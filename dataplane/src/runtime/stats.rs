@@ -589,7 +589,7 @@ impl Stats {
         if let Some(f) = &self.forward {
             let _ = writeln!(
                 s,
-                "  stage forward forwarded {} local {} multicast {} no_route {} ttl_expired {} too_big {} no_neighbour {} other_host {} not_routable {} icmp_errors {} icmp_rate_limited {} echo_replies {} originated_full {}",
+                "  stage forward forwarded {} local {} multicast {} no_route {} ttl_expired {} too_big {} no_neighbour {} other_host {} not_routable {} icmp_errors {} icmp_rate_limited {} echo_replies {} originated_full {} arp_replies {} arp_requests {} nd_adverts {} nd_solicits {} learned {} held {} released {} resolve_failed {}",
                 f.forwarded,
                 f.local,
                 f.multicast,
@@ -602,7 +602,15 @@ impl Stats {
                 f.icmp_errors,
                 f.icmp_rate_limited,
                 f.echo_replies,
-                f.originated_full
+                f.originated_full,
+                f.arp_replies,
+                f.arp_requests,
+                f.nd_adverts,
+                f.nd_solicits,
+                f.learned,
+                f.held,
+                f.released,
+                f.resolve_failed
             );
         }
         let _ = writeln!(

@@ -123,7 +123,7 @@ pub fn may_answer_with_error(frame: &[u8], x: &Parsed) -> bool {
 
 /// Starts `out` with the link header of `frame` (its first `l3` bytes),
 /// addressed back to `frame`'s source from `mac`.
-fn link_back(out: &mut Vec<u8>, frame: &[u8], l3: usize, mac: MacAddr) -> bool {
+pub(super) fn link_back(out: &mut Vec<u8>, frame: &[u8], l3: usize, mac: MacAddr) -> bool {
     let Some(l2) = frame.get(..l3).filter(|h| h.len() >= 14) else {
         return false;
     };
@@ -135,7 +135,7 @@ fn link_back(out: &mut Vec<u8>, frame: &[u8], l3: usize, mac: MacAddr) -> bool {
 }
 
 /// Pads `out` to the shortest Ethernet frame.
-fn pad(out: &mut Vec<u8>) {
+pub(super) fn pad(out: &mut Vec<u8>) {
     if out.len() < MIN_FRAME {
         out.resize(MIN_FRAME, 0);
     }
@@ -163,7 +163,13 @@ fn ipv4_header(
 }
 
 /// An IPv6 header from `src` to `dst` for `payload` bytes of ICMPv6.
-fn ipv6_header(out: &mut Vec<u8>, src: Ipv6Addr, dst: [u8; 16], payload: usize, hops: u8) {
+pub(super) fn ipv6_header(
+    out: &mut Vec<u8>,
+    src: Ipv6Addr,
+    dst: [u8; 16],
+    payload: usize,
+    hops: u8,
+) {
     out.extend_from_slice(&[0x60, 0, 0, 0]);
     out.extend_from_slice(&(payload as u16).to_be_bytes());
     out.extend_from_slice(&[58, hops]);
@@ -173,7 +179,7 @@ fn ipv6_header(out: &mut Vec<u8>, src: Ipv6Addr, dst: [u8; 16], payload: usize, 
 
 /// Fills the ICMPv6 checksum of the message at `at..` of `out`, whose
 /// IPv6 header is at `at - 40`.
-fn icmpv6_checksum(out: &mut [u8], at: usize) {
+pub(super) fn icmpv6_checksum(out: &mut [u8], at: usize) {
     let (Some(s), Some(d)) = (out.get(at - 32..at - 16), out.get(at - 16..at)) else {
         return;
     };

@@ -22,10 +22,12 @@
 //!    Icarus option passes, and one that an Icarus option inserted at
 //!    ingress pushed over is too big, since insertion runs before this
 //!    stage). The next hop's MAC comes from the neighbour table
-//!    ([`Neighbours`]); unknown: `no_neighbour`. Then the TTL / hop limit
-//!    is decremented (the IPv4 checksum updated incrementally, RFC 1624),
-//!    the Ethernet destination becomes the next hop's MAC and the source
-//!    the egress port's, and the verdict the egress port.
+//!    ([`Neighbours`]). The TTL / hop limit is decremented (the IPv4
+//!    checksum updated incrementally, RFC 1624), the Ethernet destination
+//!    becomes the next hop's MAC and the source the egress port's, and the
+//!    verdict the egress port. A next hop with no entry: the packet is
+//!    held ([`Verdict::Held`]) while the router resolves it (below), or
+//!    dropped (`no_neighbour`) when its queue is full.
 //! 4. **ICMP.** A packet dropped for `ttl_expired` gets a Time Exceeded
 //!    (IPv4 type 11 / ICMPv6 type 3), one dropped for `too_big` a
 //!    Fragmentation Needed with the next-hop MTU (IPv4 type 3 code 4, when
@@ -37,6 +39,21 @@
 //!    by a token bucket in packet time (`router.icmp_rate` a second, burst
 //!    `router.icmp_burst`; one bucket per worker), the ones it refuses
 //!    counted. The source is the router's address on the ingress port.
+//!
+//! # Neighbours
+//!
+//! The router answers ARP requests and neighbour solicitations for its
+//! own addresses on the port they came in on, and learns the sender of
+//! every ARP message and the link-layer option of every solicitation and
+//! advertisement whose address is on a connected prefix of the port they
+//! came in on ([`Neighbours::learn`]). After each batch
+//! ([`Neighbours::due`]) held packets whose next hop is now known are
+//! sent; unresolved next hops get an ARP request (broadcast) or a
+//! neighbour solicitation (to the solicited-node group) every
+//! `router.resolve_interval_ms`, and after `router.resolve_tries` their
+//! packets are dropped (`no_neighbour`). Held packets count in the
+//! chain's `held` until they leave it for `forwarded` or `dropped`. The
+//! table is per worker (a worker learns from what it sees).
 //!
 //! # Frames the router originates
 //!
@@ -56,6 +73,7 @@
 
 pub mod fib;
 pub mod icmp;
+pub mod ndisc;
 pub mod neighbour;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -68,13 +86,20 @@ use crate::wire::{EtherType, IpVersion, LinkType, Parsed, checksum, icarus};
 
 pub use fib::{Fib, NextHop, PortInfo};
 pub use icmp::TokenBucket;
-pub use neighbour::Neighbours;
+pub use neighbour::{Neighbours, Resolution};
+
+use neighbour::{Due, Held, Hold};
 
 /// The frames the forwarding stage originates during one batch (see the
 /// module docs), with what the chain needs to account for them.
 #[derive(Debug, Clone, Default)]
 pub struct Originated {
     batch: Batch,
+    /// The frames of the batch that are held packets released (bit `i`:
+    /// frame `i`), which the chain counts as forwarded or dropped.
+    released: u32,
+    /// Held packets dropped during the batch (resolution failed).
+    failed: u64,
 }
 
 impl Originated {
@@ -82,12 +107,27 @@ impl Originated {
     pub fn new() -> Self {
         Originated {
             batch: Batch::new(),
+            released: 0,
+            failed: 0,
         }
     }
 
     /// Empties it for the next batch, keeping the buffers.
     pub fn clear(&mut self) {
         self.batch.clear();
+        self.released = 0;
+        self.failed = 0;
+    }
+
+    /// Which frames are held packets released (bit `i`: frame `i`).
+    pub fn released(&self) -> u32 {
+        self.released
+    }
+
+    /// Held packets dropped during the batch (their next hop never
+    /// answered).
+    pub fn failed(&self) -> u64 {
+        self.failed
     }
 
     /// The frames, as a batch for the egress stage.
@@ -143,6 +183,22 @@ pub struct ForwardCounters {
     pub echo_replies: u64,
     /// Frames not made: the batch of originated frames was full.
     pub originated_full: u64,
+    /// ARP replies sent.
+    pub arp_replies: u64,
+    /// ARP requests sent.
+    pub arp_requests: u64,
+    /// Neighbour advertisements sent.
+    pub nd_adverts: u64,
+    /// Neighbour solicitations sent.
+    pub nd_solicits: u64,
+    /// Neighbour entries learned or changed.
+    pub learned: u64,
+    /// Packets held for a next hop being resolved.
+    pub held: u64,
+    /// Held packets sent once it was.
+    pub released: u64,
+    /// Held packets dropped: it never answered (also in `no_neighbour`).
+    pub resolve_failed: u64,
 }
 
 impl ForwardCounters {
@@ -161,6 +217,14 @@ impl ForwardCounters {
         self.icmp_rate_limited += o.icmp_rate_limited;
         self.echo_replies += o.echo_replies;
         self.originated_full += o.originated_full;
+        self.arp_replies += o.arp_replies;
+        self.arp_requests += o.arp_requests;
+        self.nd_adverts += o.nd_adverts;
+        self.nd_solicits += o.nd_solicits;
+        self.learned += o.learned;
+        self.held += o.held;
+        self.released += o.released;
+        self.resolve_failed += o.resolve_failed;
     }
 }
 
@@ -192,10 +256,16 @@ impl Forward {
     /// The stage for `cfg`'s routed ports; `strip` is the Icarus strip
     /// mask, `multicast` whether the multicast stage is on.
     pub fn new(cfg: &RouterConfig, strip: u64, multicast: bool) -> Forward {
+        let r = &cfg.router;
         let neighbours = Neighbours::new(
             cfg.neighbours.iter().map(|n| (n.address, n.mac)),
-            cfg.router.reachable_ms.saturating_mul(1_000_000),
-        );
+            r.reachable_ms.saturating_mul(1_000_000),
+        )
+        .with_resolution(Resolution {
+            hold: r.neighbour_queue,
+            tries: r.resolve_tries,
+            interval_ns: r.resolve_interval_ms.saturating_mul(1_000_000),
+        });
         let mut f = Forward::with_fib(Fib::build(cfg, strip), neighbours, multicast);
         f.icmp = TokenBucket::new(cfg.router.icmp_rate, cfg.router.icmp_burst);
         f
@@ -257,7 +327,7 @@ impl Forward {
             if !p.is_live() || !PortSet::from_mask(self.routed).contains(p.ingress) {
                 continue;
             }
-            match self.classify(p) {
+            match self.classify(p, now, out) {
                 Some(IpAddr::V4(d)) => {
                     self.idx4[n4] = i as u8;
                     self.dst4[n4] = u32::from(d);
@@ -296,12 +366,76 @@ impl Forward {
                 self.route(p, dst, hop, now, out);
             }
         }
+        self.resolve(now, out);
+    }
+
+    /// The neighbour table's time-driven work (see the module docs).
+    fn resolve(&mut self, now: Timestamp, out: &mut Originated) {
+        let (fib, c) = (&self.fib, &mut self.counters);
+        self.neighbours.due(now, |d| match d {
+            Due::Release {
+                port,
+                mac,
+                frame,
+                held,
+            } => {
+                let i = out.batch.len();
+                let ok = out
+                    .batch
+                    .push_with(held.ts, held.ingress, PortSet::single(port), |b| {
+                        b.extend_from_slice(frame);
+                        if let Some(d) = b.get_mut(0..6) {
+                            d.copy_from_slice(&mac.0);
+                        }
+                        true
+                    });
+                if ok {
+                    c.released += 1;
+                    out.released |= 1u32.checked_shl(i as u32).unwrap_or(0);
+                    if let Some(p) = out.batch.packets_mut().last_mut() {
+                        p.orig_len = held.orig_len;
+                    }
+                }
+                ok
+            }
+            Due::Solicit { addr, port } => {
+                let Some(info) = fib.ports.get(usize::from(port)) else {
+                    return true;
+                };
+                let mac = info.mac;
+                let made = match addr {
+                    IpAddr::V4(a) => info.v4_for(Some(a)).is_some_and(|src| {
+                        out.push(now, port, |b| ndisc::arp_request(b, mac, src, a))
+                    }),
+                    IpAddr::V6(a) => info.v6_for(Some(a)).is_some_and(|src| {
+                        out.push(now, port, |b| ndisc::neighbour_solicit(b, mac, src, a))
+                    }),
+                };
+                match (made, addr) {
+                    (true, IpAddr::V4(_)) => c.arp_requests += 1,
+                    (true, IpAddr::V6(_)) => c.nd_solicits += 1,
+                    (false, _) if out.batch.is_full() => {
+                        c.originated_full += 1;
+                        return false;
+                    }
+                    // No source address to ask from: counts as a try.
+                    (false, _) => {}
+                }
+                true
+            }
+            Due::Failed { n } => {
+                c.resolve_failed += n;
+                c.no_neighbour += n;
+                out.failed += n;
+                true
+            }
+        });
     }
 
     /// Step 1 of the module docs: the destination to look up, or `None`
     /// when the packet was dealt with (dropped, consumed, left to the
     /// multicast stage).
-    fn classify(&mut self, p: &mut Packet) -> Option<IpAddr> {
+    fn classify(&mut self, p: &mut Packet, now: Timestamp, out: &mut Originated) -> Option<IpAddr> {
         let c = &mut self.counters;
         let port = self.fib.ports.get(usize::from(p.ingress))?;
         let Some(x) = p.parsed.filter(|_| p.link_type == LinkType::Ethernet) else {
@@ -318,6 +452,9 @@ impl Forward {
         if x.ethertype == EtherType::Arp {
             c.local += 1;
             p.verdict = Verdict::Local;
+            if let Some(a) = ndisc::read_arp(p.data(), &x) {
+                self.arp(p, &x, &a, now, out);
+            }
             return None;
         }
         let dst = match x.ip_version {
@@ -328,6 +465,12 @@ impl Forward {
                 return None;
             }
         };
+        if let Some(nd) = ndisc::read_nd(p.data(), &x) {
+            c.local += 1;
+            p.verdict = Verdict::Local;
+            self.nd(p, &x, &nd, now, out);
+            return None;
+        }
         if x.dst_multicast || dst == IpAddr::V4(Ipv4Addr::BROADCAST) {
             if self.multicast && x.dst_multicast {
                 c.multicast += 1;
@@ -386,23 +529,105 @@ impl Forward {
             self.error(p, &x, IcmpError::TooBig(mtu), now, out);
             return;
         }
-        let out = egress;
-        let Some(mac) = self.neighbours.get(via, now) else {
-            self.counters.no_neighbour += 1;
-            p.drop_for(DropReason::NoNeighbour);
+        let src = egress.mac;
+        let known = self.neighbours.get(via, now);
+        if !rewrite(p, &x, src, known.unwrap_or_default()) {
+            self.counters.not_routable += 1;
+            p.drop_for(DropReason::NotRoutable);
             return;
-        };
-        let src = out.mac;
-        if rewrite(p, &x, src, mac) {
+        }
+        if known.is_some() {
             self.counters.forwarded += 1;
             let to = PortSet::single(port);
             p.verdict = match p.verdict {
                 Verdict::Mark(_) => Verdict::Mark(to),
                 _ => Verdict::Forward(to),
             };
-        } else {
-            self.counters.not_routable += 1;
-            p.drop_for(DropReason::NotRoutable);
+            return;
+        }
+        let held = Held::new(p.ts, p.orig_len, p.ingress);
+        match self.neighbours.hold(via, port, p.data(), held, now) {
+            Hold::Held => {
+                self.counters.held += 1;
+                p.verdict = Verdict::Held;
+            }
+            Hold::Full => {
+                self.counters.no_neighbour += 1;
+                p.drop_for(DropReason::NoNeighbour);
+            }
+        }
+    }
+
+    /// An ARP message on a routed port: its sender learned, a request for
+    /// one of the port's addresses answered.
+    fn arp(
+        &mut self,
+        p: &Packet,
+        x: &Parsed,
+        a: &ndisc::Arp,
+        now: Timestamp,
+        out: &mut Originated,
+    ) {
+        let Some(port) = self.fib.ports.get(usize::from(p.ingress)) else {
+            return;
+        };
+        let mac = port.mac;
+        let owned = port.owns(IpAddr::V4(a.tpa));
+        self.learn(p.ingress, IpAddr::V4(a.spa), a.sha, now);
+        if a.op == ndisc::ARP_REQUEST && owned {
+            if out.push(now, p.ingress, |b| ndisc::arp_reply(b, p.data(), x, a, mac)) {
+                self.counters.arp_replies += 1;
+            } else {
+                self.counters.originated_full += 1;
+            }
+        }
+    }
+
+    /// A neighbour solicitation or advertisement on a routed port: the
+    /// sender (NS) or target (NA) learned, a solicitation for one of the
+    /// port's addresses answered.
+    fn nd(&mut self, p: &Packet, x: &Parsed, nd: &ndisc::Nd, now: Timestamp, out: &mut Originated) {
+        let Some(port) = self.fib.ports.get(usize::from(p.ingress)) else {
+            return;
+        };
+        let mac = port.mac;
+        let owned = port.owns(IpAddr::V6(nd.target));
+        if nd.kind == ndisc::NA {
+            let from = nd
+                .lladdr
+                .or_else(|| p.data().get(6..12)?.try_into().ok().map(MacAddr));
+            if let Some(m) = from {
+                self.learn(p.ingress, IpAddr::V6(nd.target), m, now);
+            }
+            return;
+        }
+        if let Some(m) = nd.lladdr
+            && !nd.src.is_unspecified()
+        {
+            self.learn(p.ingress, IpAddr::V6(nd.src), m, now);
+        }
+        if owned && !nd.src.is_unspecified() {
+            if out.push(now, p.ingress, |b| {
+                ndisc::neighbour_advert(b, p.data(), x, nd, mac)
+            }) {
+                self.counters.nd_adverts += 1;
+            } else {
+                self.counters.originated_full += 1;
+            }
+        }
+    }
+
+    /// Learns `addr` at `mac` if `addr` is on a connected prefix of `port`
+    /// (and not the router's own, nor a group MAC).
+    fn learn(&mut self, port: u8, addr: IpAddr, mac: MacAddr, now: Timestamp) {
+        if mac.is_group()
+            || mac == MacAddr::default()
+            || self.fib.port_of_neighbour(addr) != Some(port)
+        {
+            return;
+        }
+        if self.neighbours.learn(addr, mac, now) {
+            self.counters.learned += 1;
         }
     }
 }
@@ -563,3 +788,5 @@ fn rewrite(p: &mut Packet, x: &Parsed, src: MacAddr, dst: MacAddr) -> bool {
 mod tests;
 #[cfg(test)]
 mod tests_icmp;
+#[cfg(test)]
+mod tests_ndisc;

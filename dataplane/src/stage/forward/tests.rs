@@ -187,7 +187,7 @@ fn drops_by_reason_and_consumes_what_is_for_the_router() {
         (0, v4(MAC_A, [10, 1, 0, 7], [10, 9, 0, 1], 0, 10, false)),  // ttl
         (0, v4(MAC_A, [10, 1, 0, 7], [10, 9, 0, 1], 9, 1373, false)), // 1401 > 1400
         (0, v4(MAC_A, [10, 1, 0, 7], [10, 9, 0, 1], 9, 1372, false)), // fits
-        (0, v4(MAC_A, [10, 1, 0, 7], [10, 2, 0, 99], 9, 10, false)), // no neighbour
+        (0, v4(MAC_A, [10, 1, 0, 7], [10, 2, 0, 99], 9, 10, false)), // unknown neighbour: held
         (0, v4(MAC_B, [10, 1, 0, 7], [10, 9, 0, 1], 9, 10, false)),  // other host
         (0, v4(MAC_A, [10, 1, 0, 7], [10, 2, 0, 1], 9, 10, false)),  // local
         (0, v4(MAC_A, [10, 1, 0, 7], [10, 1, 0, 255], 9, 10, false)), // directed broadcast
@@ -206,7 +206,7 @@ fn drops_by_reason_and_consumes_what_is_for_the_router() {
             Verdict::Drop(R::TtlExpired),
             Verdict::Drop(R::TooBig),
             Verdict::Forward(PortSet::single(1)),
-            Verdict::Drop(R::NoNeighbour),
+            Verdict::Held,
             Verdict::Drop(R::OtherHost),
             Verdict::Local,
             Verdict::Local,
@@ -221,7 +221,7 @@ fn drops_by_reason_and_consumes_what_is_for_the_router() {
             c.no_route,
             c.ttl_expired,
             c.too_big,
-            c.no_neighbour,
+            c.held,
             c.other_host,
             c.local,
             c.forwarded
