@@ -141,8 +141,9 @@ fn run(
     heavy_report: Option<String>,
     final_report: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    let cfg = RouterConfig::load_for_host(file)?;
+    let mut cfg = RouterConfig::load_for_host(file)?;
     warn(file, &cfg);
+    cfg.read_link_settings(&file.display().to_string())?;
     // Created now: a bad path fails before the run, and the router gives up
     // its capabilities once started (a root-owned directory may then be
     // out of reach).

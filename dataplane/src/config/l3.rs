@@ -328,6 +328,75 @@ impl Default for RouterSection {
     }
 }
 
+/// Where Linux shows an interface's MAC and MTU.
+pub const SYSFS_NET: &str = "/sys/class/net";
+
+impl RouterConfig {
+    /// Gives every routed port whose `mac` or `mtu` the file leaves out
+    /// the interface's own (read from `/sys/class/net/NAME/address` and
+    /// `.../mtu`, what `SIOCGIFHWADDR` and `SIOCGIFMTU` report): the live
+    /// router's defaults. Replay keeps the file's defaults instead
+    /// ([`MacAddr::default_for_port`], [`DEFAULT_MTU`]).
+    ///
+    /// # Errors
+    /// Each port whose value cannot be read, naming the key to set.
+    pub fn read_link_settings(&mut self, origin: &str) -> Result<(), super::ConfigErrors> {
+        self.read_link_settings_from(std::path::Path::new(SYSFS_NET), origin)
+    }
+
+    /// [`RouterConfig::read_link_settings`] from another sysfs directory
+    /// (tests).
+    ///
+    /// # Errors
+    /// As [`RouterConfig::read_link_settings`].
+    pub fn read_link_settings_from(
+        &mut self,
+        root: &std::path::Path,
+        origin: &str,
+    ) -> Result<(), super::ConfigErrors> {
+        let mut errors = Vec::new();
+        for (i, ifc) in self.interfaces.iter_mut().enumerate() {
+            if !ifc.is_routed() {
+                continue;
+            }
+            let dir = root.join(&ifc.name);
+            let read = |f: &str| {
+                let p = dir.join(f);
+                std::fs::read_to_string(&p)
+                    .map(|s| s.trim().to_string())
+                    .map_err(|e| format!("cannot read {}: {e}", p.display()))
+            };
+            let mut fail = |key: &str, why: String| {
+                errors.push(super::ConfigError {
+                    origin: origin.to_string(),
+                    line: None,
+                    key: format!("interfaces[{i}].{key}"),
+                    reason: format!("{why} (set it in the file)"),
+                });
+            };
+            if ifc.mac.is_none() {
+                match read("address").and_then(|s| s.parse::<MacAddr>()) {
+                    Ok(m) => ifc.mac = Some(m),
+                    Err(e) => fail("mac", e),
+                }
+            }
+            if ifc.mtu.is_none() {
+                match read("mtu")
+                    .and_then(|s| s.parse::<u32>().map_err(|e| format!("MTU \"{s}\": {e}")))
+                {
+                    Ok(m) => ifc.mtu = Some(m),
+                    Err(e) => fail("mtu", e),
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(super::ConfigErrors(errors))
+        }
+    }
+}
+
 /// Whether `a` may be a router interface's address.
 fn address_problem(a: &InterfaceAddr) -> Option<String> {
     let bad = match a.addr {
@@ -528,6 +597,32 @@ pub(super) fn validate(cfg: &RouterConfig, errs: &mut Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_settings_come_from_sysfs_unless_set() {
+        let root = std::env::temp_dir().join(format!("bp-sysfs-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("r-a")).unwrap();
+        std::fs::write(root.join("r-a/address"), "02:aa:00:00:00:01\n").unwrap();
+        std::fs::write(root.join("r-a/mtu"), "9000\n").unwrap();
+        let text = "[[interfaces]]\nname = \"r-a\"\naddresses = [\"10.0.0.1/24\"]\n\
+                    [[interfaces]]\nname = \"r-b\"\naddresses = [\"10.0.1.1/24\"]\nmtu = 1400\n\
+                    [[interfaces]]\nname = \"w\"\n";
+        let mut c = RouterConfig::from_toml_str(text, "t").unwrap();
+        let e = c.read_link_settings_from(&root, "t").unwrap_err();
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("t: interfaces[1].mac: cannot read"),
+            "{e}"
+        );
+        assert_eq!(c.interfaces[0].mac, Some(MacAddr([2, 0xaa, 0, 0, 0, 1])));
+        assert_eq!(
+            (c.interfaces[0].mtu, c.interfaces[1].mtu),
+            (Some(9000), Some(1400))
+        );
+        assert_eq!(c.interfaces[2].mac, None, "wire ports are left alone");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn parse_values() {
