@@ -263,6 +263,11 @@ impl Chain {
         self.forward.as_ref()
     }
 
+    /// The forwarding stage, writable (neighbours between workers).
+    pub fn forward_mut(&mut self) -> Option<&mut Forward> {
+        self.forward.as_mut()
+    }
+
     /// The wires.
     pub fn wires(&self) -> &Wires {
         &self.wires

@@ -133,7 +133,8 @@ pub fn build_workers(
     cfg: &RouterConfig,
     workers: usize,
 ) -> Result<Vec<(Chain, Option<MembershipLink>)>, ChainError> {
-    let share = workers > 1 && cfg.multicast_config().is_some();
+    let share = workers > 1
+        && (cfg.multicast_config().is_some() || cfg.interfaces.iter().any(|i| i.is_routed()));
     let mut links = share.then(|| share::links(workers).into_iter());
     let mut out: Vec<(Chain, Option<MembershipLink>)> = Vec::with_capacity(workers);
     for _ in 0..workers {

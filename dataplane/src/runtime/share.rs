@@ -1,4 +1,5 @@
-//! Multicast group memberships shared between workers.
+//! Multicast group memberships and learned neighbours shared between
+//! workers.
 //!
 //! Each worker's [`MulticastStage`](crate::stage::multicast::MulticastStage) is a replica of one membership state
 //! (see "Replicas" in [`crate::stage::multicast`]): the joins and leaves it
@@ -21,6 +22,11 @@
 //! The channels are unbounded: an event is never dropped (a lost join would
 //! be a false negative). Events come only from IGMP/MLD reports, and each
 //! worker empties its inbox before every batch and at every tick.
+//!
+//! The same links carry the neighbours the forwarding stage learns
+//! ([`NeighbourEvent`]: an ARP reply or neighbour advertisement may reach
+//! another worker than the one holding the packets that wait for it), so
+//! every worker's table holds every neighbour any worker saw.
 
 use std::time::Duration;
 
@@ -30,7 +36,15 @@ use crate::chain::Chain;
 use crate::clock::Timestamp;
 use crate::pipeline::Batch;
 use crate::stage::egress::Transmit;
+use crate::stage::forward::NeighbourEvent;
 use crate::stage::multicast::MembershipEvent;
+
+/// What a worker tells the others.
+#[derive(Debug, Clone, Copy)]
+enum Shared {
+    Membership(MembershipEvent),
+    Neighbour(NeighbourEvent),
+}
 
 /// How long after its timer a membership still stands on a worker, so that
 /// a refresh learned by another worker at about that time, and still in
@@ -44,8 +58,8 @@ pub const EXPIRY_GRACE: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct MembershipLink {
     id: u16,
-    inbox: Receiver<MembershipEvent>,
-    peers: Vec<Sender<MembershipEvent>>,
+    inbox: Receiver<Shared>,
+    peers: Vec<Sender<Shared>>,
 }
 
 /// The links of `workers` workers, each connected to every other; link `i`
@@ -78,14 +92,20 @@ impl MembershipLink {
     }
 
     /// Makes `chain`'s multicast stage this worker's replica (id, and
-    /// [`EXPIRY_GRACE`]). `false` if the chain has no multicast stage.
+    /// [`EXPIRY_GRACE`]) and has its forwarding stage report the
+    /// neighbours it learns. `false` if the chain has neither stage.
     pub fn attach(&self, chain: &mut Chain) -> bool {
-        let Some(m) = chain.multicast_mut() else {
-            return false;
-        };
-        let grace = u64::try_from(EXPIRY_GRACE.as_nanos()).unwrap_or(u64::MAX);
-        m.control_mut().share(self.id, grace);
-        true
+        let mut any = false;
+        if let Some(m) = chain.multicast_mut() {
+            let grace = u64::try_from(EXPIRY_GRACE.as_nanos()).unwrap_or(u64::MAX);
+            m.control_mut().share(self.id, grace);
+            any = true;
+        }
+        if let Some(f) = chain.forward_mut() {
+            f.share_neighbours();
+            any = true;
+        }
+        any
     }
 
     /// Applies every event the other workers have sent so far; returns how
@@ -95,13 +115,20 @@ impl MembershipLink {
         if self.inbox.is_empty() {
             return 0;
         }
-        let Some(m) = chain.multicast_mut() else {
-            return 0;
-        };
-        let control = m.control_mut();
         let mut n = 0;
         while let Ok(e) = self.inbox.try_recv() {
-            control.apply(&e);
+            match e {
+                Shared::Membership(e) => {
+                    if let Some(m) = chain.multicast_mut() {
+                        m.control_mut().apply(&e);
+                    }
+                }
+                Shared::Neighbour(e) => {
+                    if let Some(f) = chain.forward_mut() {
+                        f.apply_neighbour(&e);
+                    }
+                }
+            }
             n += 1;
         }
         n
@@ -110,19 +137,25 @@ impl MembershipLink {
     /// Sends the events the stage learned since the last call to every
     /// other worker; returns how many. A worker that has exited is skipped.
     pub fn send(&self, chain: &mut Chain) -> usize {
-        let Some(m) = chain.multicast_mut() else {
-            return 0;
-        };
-        let control = m.control_mut();
-        if !control.has_events() {
-            return 0;
-        }
         let mut n = 0;
-        for e in control.take_events() {
-            for p in &self.peers {
-                let _ = p.send(e);
+        if let Some(m) = chain.multicast_mut() {
+            let control = m.control_mut();
+            if control.has_events() {
+                for e in control.take_events() {
+                    for p in &self.peers {
+                        let _ = p.send(Shared::Membership(e));
+                    }
+                    n += 1;
+                }
             }
-            n += 1;
+        }
+        if let Some(f) = chain.forward_mut() {
+            for e in f.take_neighbour_events() {
+                for p in &self.peers {
+                    let _ = p.send(Shared::Neighbour(e));
+                }
+                n += 1;
+            }
         }
         n
     }
@@ -196,6 +229,40 @@ mod tests {
                 .collect::<Vec<_>>(),
             [(0, 1, 0), (1, 0, 1), (0, 1, 0)]
         );
+    }
+
+    #[test]
+    fn learned_neighbours_reach_every_worker() {
+        let text = "[[interfaces]]\nname = \"a\"\naddresses = [\"10.0.0.1/24\"]\n\
+                    [[interfaces]]\nname = \"b\"\naddresses = [\"10.0.1.1/24\"]\n";
+        let cfg = RouterConfig::from_toml_str(text, "test").unwrap();
+        let links = links(2);
+        let mut p: Vec<Chain> = (0..2).map(|_| Chain::build(&cfg).unwrap()).collect();
+        for (l, p) in links.iter().zip(&mut p) {
+            assert!(l.attach(p));
+        }
+        // An ARP request from 10.0.0.9 for the router, seen by worker 0.
+        let mut arp = vec![0xff; 6];
+        arp.extend_from_slice(&[2, 0, 0, 0, 0, 9, 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+        arp.extend_from_slice(&[2, 0, 0, 0, 0, 9, 10, 0, 0, 9, 0, 0, 0, 0, 0, 0, 10, 0, 0, 1]);
+        let mut b = Batch::new();
+        let t = Timestamp::from_nanos(1_000);
+        b.push_from(
+            t,
+            arp.len() as u32,
+            crate::wire::LinkType::Ethernet,
+            0,
+            &arp,
+        );
+        let mut tx = crate::io::memory::MemoryPorts::new(2);
+        process(&mut p[0], Some(&links[0]), &mut b, t, &mut tx);
+        assert_eq!(links[1].receive(&mut p[1]), 1);
+        let a = "10.0.0.9".parse().unwrap();
+        let mac = crate::config::MacAddr([2, 0, 0, 0, 0, 9]);
+        for c in &p {
+            assert_eq!(c.forward().unwrap().neighbours().get(a, t), Some(mac));
+        }
+        assert_eq!(links[1].send(&mut p[1]), 0, "applied, not re-sent");
     }
 
     #[test]

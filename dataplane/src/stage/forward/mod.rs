@@ -52,8 +52,11 @@
 //! neighbour solicitation (to the solicited-node group) every
 //! `router.resolve_interval_ms`, and after `router.resolve_tries` their
 //! packets are dropped (`no_neighbour`). Held packets count in the
-//! chain's `held` until they leave it for `forwarded` or `dropped`. The
-//! table is per worker (a worker learns from what it sees).
+//! chain's `held` until they leave it for `forwarded` or `dropped`. Each
+//! worker has its own table; with several workers, what one learns is
+//! sent to the others between batches ([`NeighbourEvent`],
+//! [`crate::runtime::share`]), since the answer may reach another worker
+//! than the one holding the packets (each worker solicits for its own).
 //!
 //! # Frames the router originates
 //!
@@ -89,6 +92,18 @@ pub use icmp::TokenBucket;
 pub use neighbour::{Neighbours, Resolution};
 
 use neighbour::{Due, Held, Hold};
+
+/// A neighbour one worker learned, for the others
+/// ([`crate::runtime::share`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeighbourEvent {
+    /// Its address.
+    pub addr: IpAddr,
+    /// Its MAC.
+    pub mac: MacAddr,
+    /// When it was learned.
+    pub at: Timestamp,
+}
 
 /// The frames the forwarding stage originates during one batch (see the
 /// module docs), with what the chain needs to account for them.
@@ -238,6 +253,9 @@ pub struct Forward {
     /// Leave IP multicast to the multicast stage.
     multicast: bool,
     icmp: TokenBucket,
+    /// Record learned neighbours for the other workers.
+    share: bool,
+    events: Vec<NeighbourEvent>,
     counters: ForwardCounters,
     /// Batch scratch: the packets whose destination is looked up, their
     /// destinations, and the answers.
@@ -287,6 +305,8 @@ impl Forward {
             routed,
             multicast,
             icmp: TokenBucket::new(1000, 50),
+            share: false,
+            events: Vec::new(),
             counters: ForwardCounters::default(),
             idx4: [0; BATCH_SIZE],
             dst4: [0; BATCH_SIZE],
@@ -316,6 +336,22 @@ impl Forward {
     /// The neighbour table.
     pub fn neighbours(&self) -> &Neighbours {
         &self.neighbours
+    }
+
+    /// Records every neighbour learned from now on for
+    /// [`Forward::take_neighbour_events`] (several workers).
+    pub fn share_neighbours(&mut self) {
+        self.share = true;
+    }
+
+    /// The neighbours learned since the last call.
+    pub fn take_neighbour_events(&mut self) -> impl Iterator<Item = NeighbourEvent> + '_ {
+        self.events.drain(..)
+    }
+
+    /// Learns a neighbour another worker learned (not recorded again).
+    pub fn apply_neighbour(&mut self, e: &NeighbourEvent) {
+        self.neighbours.learn(e.addr, e.mac, e.at);
     }
 
     /// Routes every live packet of `batch` that arrived on a routed port
@@ -628,6 +664,9 @@ impl Forward {
         }
         if self.neighbours.learn(addr, mac, now) {
             self.counters.learned += 1;
+        }
+        if self.share {
+            self.events.push(NeighbourEvent { addr, mac, at: now });
         }
     }
 }
