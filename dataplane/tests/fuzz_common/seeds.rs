@@ -6,8 +6,9 @@
 //! * `multicast`: per capture, its IGMP, MLD and other multicast frames
 //!   first, then others, in the multi-frame form;
 //! * `chain`: per capture, its first frames with their time steps and
-//!   pcapng interfaces as ingress ports;
-//! * `config`: the example TOML files and the chain target's config.
+//!   pcapng interfaces as ingress ports, through the wired chain and
+//!   through the routed one (addressed to the router);
+//! * `config`: the example TOML files and the chain target's configs.
 //!
 //! Frames of link types the targets do not feed are left out.
 
@@ -122,6 +123,10 @@ pub fn for_target(target: &str, pcaps: Option<&Path>, examples: &Path) -> Vec<Se
             name: "chain_toml".into(),
             bytes: super::chain::CONFIG.as_bytes().to_vec(),
         });
+        out.push(Seed {
+            name: "chain_routed_toml".into(),
+            bytes: super::chain::ROUTED.as_bytes().to_vec(),
+        });
         return out;
     }
     let Some(dir) = pcaps else {
@@ -176,6 +181,12 @@ pub fn for_target(target: &str, pcaps: Option<&Path>, examples: &Path) -> Vec<Se
             }
             "chain" => {
                 let first: Vec<_> = recs.iter().take(FRAMES_PER_SEED).collect();
+                // Through the routed chain too, every frame to the router's
+                // MAC (settings bits 3 and 4).
+                out.push(Seed {
+                    name: format!("{name}-routed"),
+                    bytes: multi(8 | 16, &first),
+                });
                 out.push(Seed {
                     name,
                     bytes: multi(0, &first),
