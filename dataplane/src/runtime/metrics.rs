@@ -191,6 +191,13 @@ impl Families<'_> {
         m.encode_counter::<NoLabelSet, u64, u64>(&v, None)
     }
 
+    /// A gauge without labels.
+    fn gauge(&mut self, name: &str, help: &str, v: i64) -> std::fmt::Result {
+        self.0
+            .encode_descriptor(name, help, None, MetricType::Gauge)?
+            .encode_gauge(&v)
+    }
+
     /// A gauge family: one sample per `(labels, value)`.
     fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
         &mut self,
@@ -481,6 +488,95 @@ impl Collector for StatsCollector {
             None,
             w.no_route,
         )?;
+        if let Some(fw) = &s.forward {
+            f.counter(
+                "pipeline_local",
+                "Packets addressed to the router and consumed (routed ports).",
+                None,
+                pl.local,
+            )?;
+            f.gauge(
+                "pipeline_held",
+                "Packets held now for a next hop being resolved.",
+                i64::try_from(pl.held).unwrap_or(i64::MAX),
+            )?;
+            for (name, help, v) in [
+                (
+                    "forward_forwarded",
+                    "Packets routed (TTL decremented, MACs rewritten).",
+                    fw.forwarded,
+                ),
+                (
+                    "forward_local",
+                    "Packets to the router itself, consumed.",
+                    fw.local,
+                ),
+                (
+                    "forward_no_route",
+                    "Routed-port packets with no route.",
+                    fw.no_route,
+                ),
+                (
+                    "forward_ttl_expired",
+                    "Packets whose TTL / hop limit expired here.",
+                    fw.ttl_expired,
+                ),
+                (
+                    "forward_too_big",
+                    "Packets larger than the egress MTU.",
+                    fw.too_big,
+                ),
+                (
+                    "forward_no_neighbour",
+                    "Packets whose next hop's MAC stayed unknown.",
+                    fw.no_neighbour,
+                ),
+                (
+                    "forward_other_host",
+                    "Frames to another host's MAC.",
+                    fw.other_host,
+                ),
+                ("forward_icmp_errors", "ICMP errors sent.", fw.icmp_errors),
+                (
+                    "forward_icmp_rate_limited",
+                    "ICMP errors the token bucket refused.",
+                    fw.icmp_rate_limited,
+                ),
+                (
+                    "forward_echo_replies",
+                    "Echo replies sent.",
+                    fw.echo_replies,
+                ),
+                ("forward_arp_replies", "ARP replies sent.", fw.arp_replies),
+                (
+                    "forward_arp_requests",
+                    "ARP requests sent.",
+                    fw.arp_requests,
+                ),
+                (
+                    "forward_nd_adverts",
+                    "Neighbour advertisements sent.",
+                    fw.nd_adverts,
+                ),
+                (
+                    "forward_nd_solicits",
+                    "Neighbour solicitations sent.",
+                    fw.nd_solicits,
+                ),
+                (
+                    "forward_held",
+                    "Packets held for a next hop being resolved.",
+                    fw.held,
+                ),
+                (
+                    "forward_released",
+                    "Held packets sent once resolved.",
+                    fw.released,
+                ),
+            ] {
+                f.counter(name, help, None, v)?;
+            }
+        }
         if let Some(h) = &s.heavy {
             f.counter(
                 "heavy_packets",
@@ -920,6 +1016,34 @@ mod tests {
         assert!(!text.contains("bloomplane_multicast_joins"));
         assert!(text.ends_with("# EOF\n"));
         assert_eq!(text.matches("# EOF").count(), 1);
+        assert!(!text.contains("bloomplane_forward_"), "no routed port");
+    }
+
+    #[test]
+    fn forwarding_counters_when_a_port_is_routed() {
+        let mut s = stats();
+        s.pipeline.local = 5;
+        s.pipeline.held = 2;
+        s.forward = Some(crate::stage::forward::ForwardCounters {
+            forwarded: 900,
+            ttl_expired: 3,
+            icmp_errors: 3,
+            arp_requests: 1,
+            ..Default::default()
+        });
+        let text = encode(&s);
+        for want in [
+            "bloomplane_pipeline_local_total 5\n",
+            "# TYPE bloomplane_pipeline_held gauge\n",
+            "bloomplane_pipeline_held 2\n",
+            "bloomplane_forward_forwarded_total 900\n",
+            "bloomplane_forward_ttl_expired_total 3\n",
+            "bloomplane_forward_icmp_errors_total 3\n",
+            "bloomplane_forward_arp_requests_total 1\n",
+            "bloomplane_forward_no_route_total 0\n",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from\n{text}");
+        }
     }
 
     #[test]

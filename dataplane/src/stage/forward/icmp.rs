@@ -180,7 +180,10 @@ pub(super) fn ipv6_header(
 /// Fills the ICMPv6 checksum of the message at `at..` of `out`, whose
 /// IPv6 header is at `at - 40`.
 pub(super) fn icmpv6_checksum(out: &mut [u8], at: usize) {
-    let (Some(s), Some(d)) = (out.get(at - 32..at - 16), out.get(at - 16..at)) else {
+    let Some(h) = at.checked_sub(32) else {
+        return;
+    };
+    let (Some(s), Some(d)) = (out.get(h..h + 16), out.get(h + 16..at)) else {
         return;
     };
     let src = Ipv6Addr::from(<[u8; 16]>::try_from(s).unwrap_or([0; 16]));
