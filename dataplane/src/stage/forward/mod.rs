@@ -67,12 +67,15 @@
 //! buffers, at most [`BATCH_SIZE`] frames a batch; a frame that finds it
 //! full is counted and not made), addressed back to the MAC the packet
 //! came from and sent out of the ingress port: their ingress is
-//! [`NO_INGRESS`], which the egress stage never counts as a hairpin. The
-//! chain hands the batch to the egress stage after the packets' own
-//! copies.
+//! [`NO_INGRESS`], which the egress stage never counts as a hairpin.
+//! Held packets released go the same way (with their own ingress port,
+//! marked in [`Originated::released`] so that the chain moves them from
+//! `held` to `forwarded`). The chain hands the batch to the egress stage
+//! after the packets' own copies.
 //!
-//! Everything is done in place on the batch's buffers, with fixed scratch
-//! arrays for the lookups: nothing is allocated per packet.
+//! Forwarding is done in place on the batch's buffers, with fixed scratch
+//! arrays for the lookups; held packets are copied into a pool of buffers
+//! that is reused: once warm, nothing is allocated per packet.
 
 pub mod fib;
 pub mod icmp;
@@ -829,3 +832,5 @@ mod tests;
 mod tests_icmp;
 #[cfg(test)]
 mod tests_ndisc;
+#[cfg(test)]
+mod tests_tshark;
