@@ -33,7 +33,10 @@
 //!    Fragmentation Needed with the next-hop MTU (IPv4 type 3 code 4, when
 //!    DF is set; without DF the packet is dropped, counted, since the
 //!    router does not fragment) / Packet Too Big (ICMPv6 type 2); an echo
-//!    request to one of the router's addresses gets its echo reply. Never
+//!    request to one of the router's addresses gets its echo reply, a UDP
+//!    datagram to one a Port Unreachable from that address (IPv4 type 3
+//!    code 3 / ICMPv6 type 1 code 4: the router runs no UDP service, and
+//!    a traceroute to it ends there). Never
 //!    an error about an ICMP error, a non-first fragment or a packet to a
 //!    group address ([`icmp::may_answer_with_error`]); errors are limited
 //!    by a token bucket in packet time (`router.icmp_rate` a second, burst
@@ -547,6 +550,11 @@ impl Forward {
                 } else if out.batch.is_full() {
                     self.counters.originated_full += 1;
                 }
+            } else if x.protocol == crate::wire::IpProtocol::Udp
+                && self.fib.ports.iter().any(|q| q.owns(dst))
+            {
+                // No UDP service here (the end of a traceroute).
+                self.error(p, &x, IcmpError::PortUnreachable(dst), now, out);
             }
             return;
         };
@@ -680,6 +688,8 @@ enum IcmpError {
     TimeExceeded,
     /// With the egress MTU.
     TooBig(u32),
+    /// A UDP datagram to this router address (the error's source).
+    PortUnreachable(IpAddr),
 }
 
 impl Forward {
@@ -719,8 +729,13 @@ impl Forward {
                     IcmpError::TimeExceeded => (icmp::V4_TIME_EXCEEDED, 0, 0),
                     IcmpError::TooBig(_) if !dont_fragment => return,
                     IcmpError::TooBig(mtu) => (icmp::V4_UNREACHABLE, 4, mtu.min(0xffff)),
+                    IcmpError::PortUnreachable(_) => (icmp::V4_UNREACHABLE, 3, 0),
                 };
-                let Some(src) = port.v4_for(peer) else { return };
+                let src = match e {
+                    IcmpError::PortUnreachable(IpAddr::V4(a)) => Some(a),
+                    _ => port.v4_for(peer),
+                };
+                let Some(src) = src else { return };
                 if !self.icmp.take(now) {
                     self.counters.icmp_rate_limited += 1;
                     return;
@@ -734,17 +749,22 @@ impl Forward {
                     .get(x.l3_offset + 8..x.l3_offset + 24)
                     .and_then(|b| <[u8; 16]>::try_from(b).ok())
                     .map(Ipv6Addr::from);
-                let (ty, rest) = match e {
-                    IcmpError::TimeExceeded => (icmp::V6_TIME_EXCEEDED, 0),
-                    IcmpError::TooBig(mtu) => (icmp::V6_TOO_BIG, mtu),
+                let (ty, code, rest) = match e {
+                    IcmpError::TimeExceeded => (icmp::V6_TIME_EXCEEDED, 0, 0),
+                    IcmpError::TooBig(mtu) => (icmp::V6_TOO_BIG, 0, mtu),
+                    IcmpError::PortUnreachable(_) => (icmp::V6_UNREACHABLE, 4, 0),
                 };
-                let Some(src) = port.v6_for(peer) else { return };
+                let src = match e {
+                    IcmpError::PortUnreachable(IpAddr::V6(a)) => Some(a),
+                    _ => port.v6_for(peer),
+                };
+                let Some(src) = src else { return };
                 if !self.icmp.take(now) {
                     self.counters.icmp_rate_limited += 1;
                     return;
                 }
                 out.push(now, p.ingress, |b| {
-                    icmp::v6_error(b, frame, x, mac, src, ty, 0, rest)
+                    icmp::v6_error(b, frame, x, mac, src, ty, code, rest)
                 })
             }
             None => return,

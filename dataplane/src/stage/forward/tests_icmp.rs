@@ -265,3 +265,31 @@ fn the_chain_sends_answers_out_of_the_ingress_port() {
     assert_eq!((port0.sent, port0.hairpin), (2, 0));
     assert!(parse(LinkType::Ethernet, &sent[1].frame).is_ok());
 }
+
+#[test]
+fn udp_to_the_router_gets_port_unreachable_from_the_address_probed() {
+    let mut s = stage();
+    let frames = vec![
+        (0, v4(MAC_A, [10, 1, 0, 7], [10, 1, 0, 1], 1, 20, false)),
+        (0, v4(MAC_A, [10, 1, 0, 7], [10, 2, 0, 1], 3, 20, false)),
+        (0, v4(MAC_A, [10, 1, 0, 7], [10, 1, 0, 255], 3, 20, false)), // broadcast: none
+        (0, v6(MAC_A, "2001:db8:1::7", "2001:db8:2::1", 64, 20)),
+    ];
+    let (b, made) = answers(&mut s, &frames);
+    assert!(b.packets().iter().all(|p| p.verdict == Verdict::Local));
+    assert_eq!(made.len(), 3);
+    for (f, from) in made.iter().take(2).zip([[10, 1, 0, 1], [10, 2, 0, 1]]) {
+        let m = icmp4(&f.0);
+        assert_eq!((m[0], m[1]), (3, 3));
+        assert_eq!(&f.0[26..30], &from);
+        assert_eq!(checksum::sum(m), 0xffff);
+        assert!(v4_header_ok(&f.0, 14));
+    }
+    let (m, ok) = icmp6(&made[2].0);
+    assert!(ok);
+    assert_eq!((m[0], m[1]), (1, 4));
+    assert_eq!(
+        &made[2].0[22..38],
+        &"2001:db8:2::1".parse::<Ipv6Addr>().unwrap().octets()
+    );
+}
