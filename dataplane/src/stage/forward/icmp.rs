@@ -25,12 +25,13 @@ pub const V6_QUOTE: usize = 1232;
 /// The shortest Ethernet frame (without FCS); shorter ones are padded.
 pub const MIN_FRAME: usize = 60;
 
-/// ICMP type: destination unreachable (code 3: port unreachable; 4:
-/// fragmentation needed).
+/// ICMP type: destination unreachable (code 0: network unreachable; 3:
+/// port unreachable; 4: fragmentation needed).
 pub const V4_UNREACHABLE: u8 = 3;
 /// ICMP type: time exceeded.
 pub const V4_TIME_EXCEEDED: u8 = 11;
-/// ICMPv6 type: destination unreachable (code 4: port unreachable).
+/// ICMPv6 type: destination unreachable (code 0: no route; 4: port
+/// unreachable).
 pub const V6_UNREACHABLE: u8 = 1;
 /// ICMPv6 type: packet too big.
 pub const V6_TOO_BIG: u8 = 2;

@@ -14,8 +14,9 @@
 //!    [`Fib`]'s longest-prefix-match tables, all IPv4 ones in one
 //!    [`Lpm::lookup_batch`](crate::route::Lpm::lookup_batch) call and all
 //!    IPv6 ones in another (the Bloom filters of every stratum probed for
-//!    the batch at once). No route: `no_route`. A route to the router
-//!    itself: consumed.
+//!    the batch at once). No route: `no_route` (and a Destination
+//!    Unreachable, no route: IPv4 type 3 code 0 / ICMPv6 type 1 code 0). A
+//!    route to the router itself: consumed.
 //! 3. **Forward.** TTL / hop limit 1 or 0: `ttl_expired`. An IP datagram
 //!    longer than the egress port's MTU: `too_big` (the router does not
 //!    fragment; a datagram that only fits once the egress strips its
@@ -538,6 +539,7 @@ impl Forward {
         let Some(hop) = hop else {
             self.counters.no_route += 1;
             p.drop_for(DropReason::NoRoute);
+            self.error(p, &x, IcmpError::NoRoute, now, out);
             return;
         };
         let Some((port, via)) = hop.resolve(dst) else {
@@ -690,6 +692,8 @@ enum IcmpError {
     TooBig(u32),
     /// A UDP datagram to this router address (the error's source).
     PortUnreachable(IpAddr),
+    /// No route to the destination.
+    NoRoute,
 }
 
 impl Forward {
@@ -730,6 +734,7 @@ impl Forward {
                     IcmpError::TooBig(_) if !dont_fragment => return,
                     IcmpError::TooBig(mtu) => (icmp::V4_UNREACHABLE, 4, mtu.min(0xffff)),
                     IcmpError::PortUnreachable(_) => (icmp::V4_UNREACHABLE, 3, 0),
+                    IcmpError::NoRoute => (icmp::V4_UNREACHABLE, 0, 0),
                 };
                 let src = match e {
                     IcmpError::PortUnreachable(IpAddr::V4(a)) => Some(a),
@@ -753,6 +758,7 @@ impl Forward {
                     IcmpError::TimeExceeded => (icmp::V6_TIME_EXCEEDED, 0, 0),
                     IcmpError::TooBig(mtu) => (icmp::V6_TOO_BIG, 0, mtu),
                     IcmpError::PortUnreachable(_) => (icmp::V6_UNREACHABLE, 4, 0),
+                    IcmpError::NoRoute => (icmp::V6_UNREACHABLE, 0, 0),
                 };
                 let src = match e {
                     IcmpError::PortUnreachable(IpAddr::V6(a)) => Some(a),

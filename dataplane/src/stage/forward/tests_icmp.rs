@@ -293,3 +293,25 @@ fn udp_to_the_router_gets_port_unreachable_from_the_address_probed() {
         &"2001:db8:2::1".parse::<Ipv6Addr>().unwrap().octets()
     );
 }
+
+#[test]
+fn no_route_gets_destination_unreachable() {
+    let mut s = stage();
+    let frames = vec![
+        (0, v4(MAC_A, [10, 1, 0, 7], [10, 7, 0, 1], 64, 20, false)),
+        (0, v6(MAC_A, "2001:db8:1::7", "2001:db8:7::1", 64, 20)),
+    ];
+    let (b, made) = answers(&mut s, &frames);
+    assert!(
+        b.packets()
+            .iter()
+            .all(|p| p.verdict == Verdict::Drop(DropReason::NoRoute))
+    );
+    assert_eq!(made.len(), 2);
+    let m = icmp4(&made[0].0);
+    assert_eq!((m[0], m[1], &made[0].0[26..30]), (3, 0, &[10, 1, 0, 1][..]));
+    assert_eq!(checksum::sum(m), 0xffff);
+    let (m, ok) = icmp6(&made[1].0);
+    assert!(ok);
+    assert_eq!((m[0], m[1]), (1, 0));
+}
