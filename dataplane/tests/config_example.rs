@@ -40,6 +40,10 @@ fn router_l3_toml_is_valid() {
     assert_eq!(cfg.interfaces[2].mtu, Some(1400));
     let (ok, text) = check_config(&std::fs::read_to_string(&path).unwrap(), "l3");
     assert!(ok, "{text}");
+    assert!(
+        text.contains("ok (3 interfaces, 3 routed, 0 wires, 3 routes, 1 workers)"),
+        "{text}"
+    );
 }
 
 #[test]

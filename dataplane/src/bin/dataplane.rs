@@ -126,10 +126,12 @@ fn check(file: &std::path::Path) -> anyhow::Result<()> {
     warn(file, &cfg);
     let _ = writeln!(
         std::io::stdout().lock(),
-        "{}: ok ({} interfaces, {} wires, {} workers)",
+        "{}: ok ({} interfaces, {} routed, {} wires, {} routes, {} workers)",
         file.display(),
         cfg.interfaces.len(),
+        cfg.interfaces.iter().filter(|i| i.is_routed()).count(),
         cfg.wires.len(),
+        cfg.routes.len(),
         cfg.workers.resolved_count()
     );
     Ok(())
