@@ -8,7 +8,7 @@
 //!
 //! A packet whose next hop has no entry is **held**: its frame (already
 //! forwarded but for the destination MAC) is copied into a buffer of a
-//! pool and queued on the next hop's [`Pending`] entry, at most `hold`
+//! pool and queued on the next hop's pending entry, at most `hold`
 //! frames per next hop (a packet that finds the queue full is dropped).
 //! [`Neighbours::due`] runs after every batch: a next hop resolved since
 //! gives its frames back to be sent; one still unresolved is solicited
