@@ -1813,6 +1813,11 @@ icmp_rate = 100
                 "router.icmp_burst: must be at least 1",
             ),
             (
+                "prefix = \"10.9.0.0/16\"",
+                "prefix = \"10.2.0.0/24\"",
+                "routes[0].prefix: 10.2.0.0/24 is the connected prefix of interfaces[1].addresses[0]",
+            ),
+            (
                 "icmp_rate = 100",
                 "neighbour_queue = 65",
                 "router.neighbour_queue: 65 is above 64",

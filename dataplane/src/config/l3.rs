@@ -504,6 +504,11 @@ pub(super) fn validate(cfg: &RouterConfig, errs: &mut Vec<(String, String)>) {
                 key("prefix"),
                 format!("{} is already routes[{j}]", r.prefix),
             ));
+        } else if let Some((_, _, k)) = nets.iter().find(|(n, _, _)| *n == r.prefix) {
+            errs.push((
+                key("prefix"),
+                format!("{} is the connected prefix of {k}", r.prefix),
+            ));
         }
         match (&r.via, &r.interface) {
             (Some(_), Some(_)) | (None, None) => errs.push((

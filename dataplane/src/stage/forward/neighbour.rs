@@ -136,7 +136,9 @@ struct Entry {
 /// The table (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub struct Neighbours {
-    entries: HashMap<IpAddr, Entry>,
+    /// Looked up once per forwarded packet: a fast keyed hash (ahash,
+    /// randomly keyed per table), not SipHash.
+    entries: HashMap<IpAddr, Entry, ahash::RandomState>,
     reachable_ns: u64,
     /// Ordered, so that a replay makes its solicitations and releases in
     /// the same order every run.
