@@ -270,6 +270,11 @@ pub struct Packet {
     pub malformed: Option<Malformed>,
     /// Current verdict.
     pub verdict: Verdict,
+    /// The packet may leave by its ingress port: a routed packet whose
+    /// next hop is on the port it came in on (the forwarding stage sets
+    /// it). Any other copy back out of its ingress port is a hairpin, not
+    /// sent.
+    pub to_ingress: bool,
 }
 
 impl Packet {
@@ -283,6 +288,19 @@ impl Packet {
             parsed: None,
             malformed: None,
             verdict: Verdict::Forward(PortSet::EMPTY),
+            to_ingress: false,
+        }
+    }
+
+    /// The ingress port as a mask of the ports a copy may not leave by:
+    /// empty when [`Packet::to_ingress`] is set or the frame has no ingress
+    /// port ([`NO_INGRESS`]).
+    #[inline]
+    pub fn ingress_mask(&self) -> u64 {
+        if self.to_ingress {
+            0
+        } else {
+            PortSet::single(self.ingress).mask()
         }
     }
 
@@ -433,6 +451,7 @@ impl Batch {
         slot.parsed = None;
         slot.malformed = None;
         slot.verdict = Verdict::Forward(PortSet::EMPTY);
+        slot.to_ingress = false;
         self.len += 1;
         true
     }
@@ -461,6 +480,7 @@ impl Batch {
         slot.ingress = ingress;
         slot.malformed = parse_into(LinkType::Ethernet, &slot.data, None, &mut slot.parsed).err();
         slot.verdict = Verdict::Forward(to);
+        slot.to_ingress = false;
         self.len += 1;
         true
     }

@@ -4,7 +4,9 @@
 //! It is the last stage of the router's chain ([`crate::chain::Chain`]),
 //! the same for the live router and for replay. For every live packet and
 //! every port of its verdict but its ingress port (a copy back out of the
-//! ingress is counted as `hairpin` and not sent):
+//! ingress is counted as `hairpin` and not sent, unless the forwarding
+//! stage routed the packet back out of it:
+//! [`Packet::to_ingress`](crate::pipeline::Packet::to_ingress)):
 //!
 //! * a port **without a queue** sends the copy at once, at the packet's
 //!   arrival time;
@@ -743,7 +745,7 @@ impl Egress {
                 self.no_egress += 1;
                 continue;
             }
-            let ingress = PortSet::single(p.ingress).mask();
+            let ingress = p.ingress_mask();
             if ports & ingress & self.all != 0 {
                 self.ports[usize::from(p.ingress)].counters.hairpin += 1;
             }
@@ -900,7 +902,7 @@ impl Egress {
                     p.counters.enqueued += 1;
                     let others = match pk.verdict {
                         Verdict::Forward(ps) | Verdict::Mark(ps) => {
-                            ps.mask() & !this & !PortSet::single(pk.ingress).mask()
+                            ps.mask() & !this & !pk.ingress_mask()
                         }
                         _ => 0,
                     };

@@ -26,7 +26,10 @@
 //!    ([`Neighbours`]). The TTL / hop limit is decremented (the IPv4
 //!    checksum updated incrementally, RFC 1624), the Ethernet destination
 //!    becomes the next hop's MAC and the source the egress port's, and the
-//!    verdict the egress port. A next hop with no entry: the packet is
+//!    verdict the egress port (which may be the port it came in on: a
+//!    route back where it came from is followed, as Linux does, without a
+//!    redirect; [`Packet::to_ingress`] tells the egress stage it is not a
+//!    hairpin). A next hop with no entry: the packet is
 //!    held ([`Verdict::Held`]) while the router resolves it (below), or
 //!    dropped (`no_neighbour`) when its queue is full.
 //! 4. **ICMP.** A packet dropped for `ttl_expired` gets a Time Exceeded
@@ -437,6 +440,7 @@ impl Forward {
                     out.released |= 1u32.checked_shl(i as u32).unwrap_or(0);
                     if let Some(p) = out.batch.packets_mut().last_mut() {
                         p.orig_len = held.orig_len;
+                        p.to_ingress = port == held.ingress;
                     }
                 }
                 ok
@@ -587,6 +591,7 @@ impl Forward {
         }
         if known.is_some() {
             self.counters.forwarded += 1;
+            p.to_ingress = port == p.ingress;
             let to = PortSet::single(port);
             p.verdict = match p.verdict {
                 Verdict::Mark(_) => Verdict::Mark(to),

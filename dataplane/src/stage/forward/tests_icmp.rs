@@ -315,3 +315,28 @@ fn no_route_gets_destination_unreachable() {
     assert!(ok);
     assert_eq!((m[0], m[1]), (1, 0));
 }
+
+/// A route back out of the ingress port is followed (Linux forwards such
+/// packets), not counted as a hairpin; other packets still never go back
+/// out of their ingress port.
+#[test]
+fn routes_back_out_of_the_ingress_port() {
+    let text = format!("{CFG}\n[[routes]]\nprefix = \"10.5.0.0/16\"\nvia = \"10.1.0.7\"\n");
+    let cfg = RouterConfig::from_toml_str(&text, "t").unwrap();
+    let mut chain = Chain::build(&cfg).unwrap();
+    let mut tx = MemoryPorts::new(4).keep_sent(true);
+    let mut b = Batch::new();
+    let f = v4(MAC_A, [10, 1, 0, 8], [10, 5, 0, 1], 64, 20, false);
+    b.push_from(T, f.len() as u32, LinkType::Ethernet, 0, &f);
+    chain.process(&mut b, T, &mut tx);
+    let sent = tx.take_sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!((sent[0].port, &sent[0].frame[0..6]), (0, &HOST_A[..]));
+    let port0 = chain.egress().counters().next().unwrap();
+    assert_eq!((port0.sent, port0.hairpin), (1, 0));
+    assert!(b.packets()[0].to_ingress);
+    // The flag does not outlive the slot's next use.
+    b.clear();
+    b.push_from(T, f.len() as u32, LinkType::Ethernet, 2, &f);
+    assert!(!b.packets()[0].to_ingress);
+}

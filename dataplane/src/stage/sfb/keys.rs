@@ -220,7 +220,9 @@ impl PortKeys {
     }
 
     /// Collects the packets of `batch` forwarded (or marked) to `port`,
-    /// leaving out those that arrived on `port` when `skip_ingress`;
+    /// leaving out, when `skip_ingress`, those that arrived on `port`
+    /// (unless routed back out of it:
+    /// [`Packet::to_ingress`](crate::pipeline::Packet::to_ingress));
     /// returns how many.
     pub fn gather(&mut self, batch: &Batch, port: u8, skip_ingress: bool) -> usize {
         self.k4.clear();
@@ -231,7 +233,10 @@ impl PortKeys {
                 Verdict::Forward(ps) | Verdict::Mark(ps) => ps,
                 _ => continue,
             };
-            if !ports.contains(port) || (skip_ingress && p.ingress == port) {
+            if !ports.contains(port)
+                || (skip_ingress
+                    && p.ingress_mask() & crate::pipeline::PortSet::single(port).mask() != 0)
+            {
                 continue;
             }
             match p.parsed.as_ref().and_then(|x| x.flow) {
