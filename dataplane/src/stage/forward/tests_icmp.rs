@@ -340,3 +340,36 @@ fn routes_back_out_of_the_ingress_port() {
     b.push_from(T, f.len() as u32, LinkType::Ethernet, 2, &f);
     assert!(!b.packets()[0].to_ingress);
 }
+
+/// The MTU check sees the packet as it will leave: an Icarus option
+/// inserted at ingress counts (a datagram of exactly the egress MTU is
+/// then too big), unless the egress port strips it again (then it fits,
+/// and leaves at its original size).
+#[test]
+fn icarus_option_counts_against_the_mtu_unless_stripped() {
+    let run_with = |strip: &str| {
+        let text = format!(
+            "{CFG}\n[icarus]\nnode_id = 1\nfilter_bits = 64\ninsert_on = [\"a\"]\nstrip_on = [{strip}]\n"
+        );
+        let cfg = RouterConfig::from_toml_str(&text, "t").unwrap();
+        let mut chain = Chain::build(&cfg).unwrap();
+        let mut tx = MemoryPorts::new(4).keep_sent(true);
+        let mut b = Batch::new();
+        // 1400 bytes of IP: exactly port b's MTU.
+        let f = v4(MAC_A, [10, 1, 0, 7], [10, 9, 3, 4], 64, 1372, false);
+        b.push_from(T, f.len() as u32, LinkType::Ethernet, 0, &f);
+        chain.process(&mut b, T, &mut tx);
+        (b.packets()[0].verdict, tx.take_sent())
+    };
+    let (v, sent) = run_with("");
+    assert_eq!(v, Verdict::Drop(DropReason::TooBig));
+    assert_eq!(sent.len(), 1);
+    let m = icmp4(&sent[0].frame);
+    assert_eq!((m[0], m[1], &m[6..8]), (3, 4, &1400u16.to_be_bytes()[..]));
+    let (v, sent) = run_with("\"b\"");
+    assert_eq!(v, Verdict::Forward(PortSet::single(1)));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].port, 1);
+    assert_eq!(sent[0].frame.len(), 14 + 1400, "stripped back to its size");
+    assert!(v4_header_ok(&sent[0].frame, 14));
+}
