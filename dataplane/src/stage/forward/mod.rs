@@ -22,7 +22,10 @@
 //!    fragment; a datagram that only fits once the egress strips its
 //!    Icarus option passes, and one that an Icarus option inserted at
 //!    ingress pushed over is too big, since insertion runs before this
-//!    stage). The next hop's MAC comes from the neighbour table
+//!    stage; the MTU its ICMP error reports is then the egress MTU less
+//!    the option's bytes, the room a sender must leave so that its packets
+//!    fit once the domain's edge has inserted it). The next hop's MAC
+//!    comes from the neighbour table
 //!    ([`Neighbours`]). The TTL / hop limit is decremented (the IPv4
 //!    checksum updated incrementally, RFC 1624), the Ethernet destination
 //!    becomes the next hop's MAC and the source the egress port's, and the
@@ -576,7 +579,15 @@ impl Forward {
             return;
         };
         if !fits(&x, p.data(), egress, &mut self.scratch) {
-            let mtu = egress.mtu;
+            // The sender must leave room for the Icarus option its packets
+            // get at the domain's edge, or it would never fit (a port
+            // that strips it was found too small without it).
+            let overhead = if egress.strip {
+                0
+            } else {
+                icarus_overhead(&x, p.data(), &mut self.scratch)
+            };
+            let mtu = egress.mtu.saturating_sub(overhead);
             self.counters.too_big += 1;
             p.drop_for(DropReason::TooBig);
             self.error(p, &x, IcmpError::TooBig(mtu), now, out);
@@ -818,6 +829,17 @@ fn fits(x: &Parsed, frame: &[u8], out: &PortInfo, scratch: &mut Vec<u8>) -> bool
     match icarus::strip(scratch, x.l3_offset) {
         Ok(icarus::Stripped::Removed(n)) => x.ip_total_len.saturating_sub(n) <= mtu,
         _ => false,
+    }
+}
+
+/// The bytes the datagram's Icarus option takes (what stripping it would
+/// remove; 0 without one), from a copy in `scratch`.
+fn icarus_overhead(x: &Parsed, frame: &[u8], scratch: &mut Vec<u8>) -> u32 {
+    scratch.clear();
+    scratch.extend_from_slice(frame);
+    match icarus::strip(scratch, x.l3_offset) {
+        Ok(icarus::Stripped::Removed(n)) => u32::try_from(n).unwrap_or(u32::MAX),
+        _ => 0,
     }
 }
 

@@ -343,8 +343,9 @@ fn routes_back_out_of_the_ingress_port() {
 
 /// The MTU check sees the packet as it will leave: an Icarus option
 /// inserted at ingress counts (a datagram of exactly the egress MTU is
-/// then too big), unless the egress port strips it again (then it fits,
-/// and leaves at its original size).
+/// then too big, and the MTU reported leaves room for the option, or the
+/// sender would never fit), unless the egress port strips it again (then
+/// it fits, and leaves at its original size).
 #[test]
 fn icarus_option_counts_against_the_mtu_unless_stripped() {
     let run_with = |strip: &str| {
@@ -359,14 +360,17 @@ fn icarus_option_counts_against_the_mtu_unless_stripped() {
         let f = v4(MAC_A, [10, 1, 0, 7], [10, 9, 3, 4], 64, 1372, false);
         b.push_from(T, f.len() as u32, LinkType::Ethernet, 0, &f);
         chain.process(&mut b, T, &mut tx);
-        (b.packets()[0].verdict, tx.take_sent())
+        let grown = b.packets()[0].data().len() - f.len();
+        (b.packets()[0].verdict, tx.take_sent(), grown)
     };
-    let (v, sent) = run_with("");
+    let (v, sent, grown) = run_with("");
     assert_eq!(v, Verdict::Drop(DropReason::TooBig));
+    assert!(grown > 0, "an option was inserted");
     assert_eq!(sent.len(), 1);
     let m = icmp4(&sent[0].frame);
-    assert_eq!((m[0], m[1], &m[6..8]), (3, 4, &1400u16.to_be_bytes()[..]));
-    let (v, sent) = run_with("\"b\"");
+    let mtu = (1400 - grown) as u16;
+    assert_eq!((m[0], m[1], &m[6..8]), (3, 4, &mtu.to_be_bytes()[..]));
+    let (v, sent, _) = run_with("\"b\"");
     assert_eq!(v, Verdict::Forward(PortSet::single(1)));
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].port, 1);
