@@ -75,10 +75,15 @@
 //! chain's accounting stays `received == forwarded + local + dropped +
 //! held`. The stage writes them into an [`Originated`] batch (reused
 //! buffers, at most [`BATCH_SIZE`] frames a batch; a frame that finds it
-//! full is counted and not made), addressed back to the MAC the packet
-//! came from and sent out of the ingress port: their ingress is
+//! full is counted and not made). ARP replies and neighbour
+//! advertisements go back out of the port the question came in by, to
+//! the asker's MAC. ICMP errors and echo replies are routed like any
+//! packet: out of the port the routing table gives for their destination,
+//! to that next hop's MAC (an error about a packet that went round a loop
+//! takes the short way back; Linux does the same), or, while that next
+//! hop is unknown, back to the MAC the packet came from. Their ingress is
 //! [`NO_INGRESS`], which the egress stage never counts as a hairpin.
-//! Held packets released go the same way (with their own ingress port,
+//! Held packets released go out like forwarded ones (with their own ingress port,
 //! marked in [`Originated::released`] so that the chain moves them from
 //! `held` to `forwarded`). The chain hands the batch to the egress stage
 //! after the packets' own copies.
@@ -552,8 +557,11 @@ impl Forward {
             self.counters.local += 1;
             p.verdict = Verdict::Local;
             if icmp::is_echo_request(p.data(), &x) {
-                let mac = self.port_mac(p.ingress);
-                if out.push(now, p.ingress, |b| icmp::echo_reply(b, p.data(), &x, mac)) {
+                let (port, dst_mac) = self.answer_path(ip_src(p.data(), &x), p.ingress, now);
+                let mac = self.port_mac(port);
+                if out.push(now, port, |b| {
+                    readdress(icmp::echo_reply(b, p.data(), &x, mac), b, dst_mac)
+                }) {
                     self.counters.echo_replies += 1;
                 } else if out.batch.is_full() {
                     self.counters.originated_full += 1;
@@ -713,6 +721,26 @@ enum IcmpError {
 
 impl Forward {
     /// The router's MAC on `port`.
+    /// Where an answer to `peer` (an ICMP error or echo reply) goes: out
+    /// of the port the routing table gives for it, to its next hop's MAC,
+    /// as any packet the router forwards (so an error about a packet that
+    /// came the long way round a loop takes the short way back); when the
+    /// route leads nowhere or its next hop is not yet known, back out of
+    /// `ingress` to the MAC the packet came from (`None`).
+    fn answer_path(
+        &self,
+        peer: Option<IpAddr>,
+        ingress: u8,
+        now: Timestamp,
+    ) -> (u8, Option<MacAddr>) {
+        peer.and_then(|a| {
+            let (port, via) = self.fib.lookup(a)?.resolve(a)?;
+            let mac = self.neighbours.get(via, now)?;
+            Some((port, Some(mac)))
+        })
+        .unwrap_or((ingress, None))
+    }
+
     fn port_mac(&self, port: u8) -> MacAddr {
         self.fib
             .ports
@@ -720,7 +748,8 @@ impl Forward {
             .map_or(MacAddr::default_for_port(port), |p| p.mac)
     }
 
-    /// Sends `e` about `p` back out of its ingress port, if allowed
+    /// Sends `e` about `p` to its source (see
+    /// [`answer_path`](Self::answer_path)), if allowed
     /// (see [`icmp::may_answer_with_error`]) and the bucket has a token.
     fn error(
         &mut self,
@@ -737,7 +766,8 @@ impl Forward {
         let Some(port) = self.fib.ports.get(usize::from(p.ingress)) else {
             return;
         };
-        let mac = port.mac;
+        let (out_port, dst_mac) = self.answer_path(ip_src(frame, x), p.ingress, now);
+        let mac = self.port_mac(out_port);
         let made = match x.ip_version {
             Some(IpVersion::V4) => {
                 let peer = frame
@@ -760,8 +790,9 @@ impl Forward {
                     self.counters.icmp_rate_limited += 1;
                     return;
                 }
-                out.push(now, p.ingress, |b| {
-                    icmp::v4_error(b, frame, x, mac, src, ty, code, rest)
+                out.push(now, out_port, |b| {
+                    let made = icmp::v4_error(b, frame, x, mac, src, ty, code, rest);
+                    readdress(made, b, dst_mac)
                 })
             }
             Some(IpVersion::V6) => {
@@ -784,8 +815,9 @@ impl Forward {
                     self.counters.icmp_rate_limited += 1;
                     return;
                 }
-                out.push(now, p.ingress, |b| {
-                    icmp::v6_error(b, frame, x, mac, src, ty, code, rest)
+                out.push(now, out_port, |b| {
+                    let made = icmp::v6_error(b, frame, x, mac, src, ty, code, rest);
+                    readdress(made, b, dst_mac)
                 })
             }
             None => return,
@@ -796,6 +828,30 @@ impl Forward {
             self.counters.originated_full += 1;
         }
     }
+}
+
+/// The source address of `x`'s IP header.
+fn ip_src(frame: &[u8], x: &Parsed) -> Option<IpAddr> {
+    let l3 = x.l3_offset;
+    match x.ip_version? {
+        IpVersion::V4 => {
+            let b: [u8; 4] = frame.get(l3 + 12..l3 + 16)?.try_into().ok()?;
+            Some(IpAddr::V4(b.into()))
+        }
+        IpVersion::V6 => {
+            let b: [u8; 16] = frame.get(l3 + 8..l3 + 24)?.try_into().ok()?;
+            Some(IpAddr::V6(b.into()))
+        }
+    }
+}
+
+/// An answer `made` into `b` (addressed back to the MAC its packet came
+/// from) sent to `dst` instead, when the routing table gave one.
+fn readdress(made: bool, b: &mut [u8], dst: Option<MacAddr>) -> bool {
+    if let (true, Some(d), Some(head)) = (made, dst, b.get_mut(..6)) {
+        head.copy_from_slice(&d.0);
+    }
+    made
 }
 
 /// The destination address of the IP header at `l3`.

@@ -377,3 +377,44 @@ fn icarus_option_counts_against_the_mtu_unless_stripped() {
     assert_eq!(sent[0].frame.len(), 14 + 1400, "stripped back to its size");
     assert!(v4_header_ok(&sent[0].frame, 14));
 }
+
+#[test]
+fn errors_and_echo_replies_follow_the_route_to_their_source() {
+    let mut s = stage();
+    // From 10.9.3.4 (routed via 10.2.0.2 on port b, a known neighbour) but
+    // arriving on port a, as after a loop: the error goes out of b to the
+    // gateway, from b's MAC, with a's address (where the packet came in).
+    let expiring = v4(MAC_A, [10, 9, 3, 4], [10, 1, 0, 7], 1, 100, false);
+    let (_, made) = answers(&mut s, &[(0, expiring)]);
+    assert_eq!(made.len(), 1);
+    let (f, verdict, _) = &made[0];
+    assert_eq!(*verdict, Verdict::Forward(PortSet::single(1)), "out of b");
+    assert_eq!((&f[0..6], &f[6..12]), (&GW_B[..], &MAC_B[..]));
+    assert_eq!(&f[26..30], &[10, 1, 0, 1]);
+    assert_eq!(&f[30..34], &[10, 9, 3, 4]);
+    assert_eq!(icmp4(f)[0], 11);
+    // A source whose next hop is unknown (10.1.0.8: connected, never
+    // seen): back out of the ingress port to the MAC the packet came from.
+    let unknown = v4(MAC_A, [10, 1, 0, 8], [10, 9, 3, 4], 1, 100, false);
+    let (_, made) = answers(&mut s, &[(0, unknown)]);
+    let (f, verdict, _) = &made[0];
+    assert_eq!(*verdict, Verdict::Forward(PortSet::single(0)));
+    assert_eq!((&f[0..6], &f[6..12]), (&HOST_A[..], &MAC_A[..]));
+    // A ping of a's address from behind b: the reply leaves by b.
+    let mut ping = v4(MAC_A, [10, 9, 3, 4], [10, 1, 0, 1], 64, 16, false);
+    ping[14 + 9] = 1; // ICMP
+    ping[34..42].copy_from_slice(&[8, 0, 0, 0, 0, 1, 0, 1]);
+    let sum = !checksum::sum(&ping[34..]);
+    ping[36..38].copy_from_slice(&sum.to_be_bytes());
+    let sum = {
+        ping[24..26].copy_from_slice(&[0, 0]);
+        !checksum::sum(&ping[14..34])
+    };
+    ping[24..26].copy_from_slice(&sum.to_be_bytes());
+    let (_, made) = answers(&mut s, &[(0, ping)]);
+    assert_eq!(made.len(), 1, "an echo reply");
+    let (f, verdict, _) = &made[0];
+    assert_eq!(*verdict, Verdict::Forward(PortSet::single(1)));
+    assert_eq!((&f[0..6], &f[6..12]), (&GW_B[..], &MAC_B[..]));
+    assert_eq!(icmp4(f)[0], 0, "echo reply");
+}
