@@ -18,9 +18,12 @@
 //! 3. **The same loop with Icarus** (filters inserted on the host ports
 //!    r1-a and r2-b): every looping datagram is dropped at R1, its first
 //!    revisit, after 3 links; datagrams from A to B (a loop-free path
-//!    through R1 and R2) all arrive: the exact false-alarm probability of
-//!    two nodes with m = 128, k = 6 is C(6,6) / C(128,6), about 2e-10
-//!    (`stage::icarus::false_alarm_probability`), and no alarm is seen.
+//!    through R1 and R2) all arrive. Node masks are fixed per node, so
+//!    whether R2 alarms on that path is decided by the two masks (R1's
+//!    does not cover R2's, checked); over random node ids the chance that
+//!    it would is the exact false-alarm probability of two nodes with m =
+//!    128, k = 6, C(6,6) / C(128,6), about 2e-10
+//!    (`stage::icarus::false_alarm_probability`).
 //!
 //! Every router's final report must balance: received = forwarded +
 //! local (answered or consumed by the router) + dropped by reason + held
@@ -37,7 +40,9 @@ use std::time::{Duration, Instant};
 
 mod lab_common;
 
-use dataplane::stage::icarus::false_alarm_probability;
+use dataplane::stage::icarus::{
+    FilterParams, false_alarm_probability, filter_after_hops, node_mask,
+};
 use lab_common::{
     binaries, in_netns, interface, run_bounded, skip_reason, spawn_in_netns, u, wait_for, workspace,
 };
@@ -373,6 +378,14 @@ fn three_routers_route_and_icarus_stops_a_loop() {
         (distinct, dups),
         (THROUGH, 0),
         "every datagram A -> B arrives once: no false alarm on a loop-free path"
+    );
+    // The masks are fixed per node: with node ids 1 and 2 (the lab's), R2
+    // alarms on A -> B exactly when R1's mask covers R2's, which is what
+    // the exact probability below is the chance of over random ids.
+    let params = FilterParams::default();
+    assert!(
+        !filter_after_hops(&[1], &params).contains_all(&node_mask(2, &params)),
+        "R1's mask does not cover R2's, so no datagram A -> B may alarm"
     );
     let p2 = false_alarm_probability(128, 6, 2);
     eprintln!(

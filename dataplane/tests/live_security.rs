@@ -270,7 +270,13 @@ fn hostile_hosts(backend: &str) {
         "{pl}"
     );
     let (ra, rb) = (interface(total, "r-a"), interface(total, "r-b"));
-    assert!(u(&ra["rx_packets"]) >= igmp_frames as u64 + u64::from(2 * UNICAST));
+    // Under the flood the kernel may drop frames before the router reads
+    // them (a full ring block or socket buffer while the tests share the
+    // CPUs); it counts each, and the router reports them.
+    assert!(
+        u(&ra["rx_packets"]) + u(&ra["rx_dropped"]) >= igmp_frames as u64 + u64::from(2 * UNICAST),
+        "r-a read or the kernel dropped every frame A sent: {ra}"
+    );
     // pnet's sockets see the injected frames (the kernel ignores
     // PACKET_IGNORE_OUTGOING for fanout members) and count them; the
     // ring's fanout group is asked to leave them out
