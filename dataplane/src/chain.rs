@@ -71,14 +71,9 @@ fn count_released(o: &Originated, c: &mut PipelineCounters) {
             continue;
         }
         c.held = c.held.saturating_sub(1);
-        match p.verdict {
-            Verdict::Forward(_) => c.forwarded = c.forwarded.saturating_add(1),
-            Verdict::Mark(_) => {
-                c.forwarded = c.forwarded.saturating_add(1);
-                c.marked = c.marked.saturating_add(1);
-            }
-            Verdict::Drop(r) => c.dropped.record(r),
-            Verdict::Local | Verdict::Held => {}
+        // A released packet was forwarded or dropped, never kept.
+        if !matches!(p.verdict, Verdict::Local | Verdict::Held) {
+            c.count_verdict(p.verdict);
         }
     }
     c.held = c.held.saturating_sub(o.failed());

@@ -660,6 +660,22 @@ pub struct PipelineCounters {
 }
 
 impl PipelineCounters {
+    /// Counts one packet's final verdict: `forwarded` (and `marked`),
+    /// `dropped` by reason, `local` or `held`.
+    #[inline]
+    pub fn count_verdict(&mut self, v: Verdict) {
+        match v {
+            Verdict::Forward(_) => self.forwarded = self.forwarded.saturating_add(1),
+            Verdict::Mark(_) => {
+                self.forwarded = self.forwarded.saturating_add(1);
+                self.marked = self.marked.saturating_add(1);
+            }
+            Verdict::Drop(r) => self.dropped.record(r),
+            Verdict::Local => self.local = self.local.saturating_add(1),
+            Verdict::Held => self.held = self.held.saturating_add(1),
+        }
+    }
+
     /// `received == forwarded + local + dropped + held` and
     /// `marked <= forwarded`.
     pub fn is_consistent(&self) -> bool {
@@ -725,16 +741,7 @@ pub fn parse_batch(cfg: &PipelineConfig, batch: &mut Batch, c: &mut PipelineCoun
 /// keeps `received == forwarded + local + dropped + held`.
 pub fn count_verdicts(batch: &Batch, c: &mut PipelineCounters) {
     for p in batch.packets() {
-        match p.verdict {
-            Verdict::Forward(_) => c.forwarded = c.forwarded.saturating_add(1),
-            Verdict::Mark(_) => {
-                c.forwarded = c.forwarded.saturating_add(1);
-                c.marked = c.marked.saturating_add(1);
-            }
-            Verdict::Drop(r) => c.dropped.record(r),
-            Verdict::Local => c.local = c.local.saturating_add(1),
-            Verdict::Held => c.held = c.held.saturating_add(1),
-        }
+        c.count_verdict(p.verdict);
     }
 }
 
