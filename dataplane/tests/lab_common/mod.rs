@@ -71,8 +71,16 @@ pub fn binaries() -> PathBuf {
     cmd.current_dir(workspace())
         .args(["build", "--bins", "-p", "dataplane", "-p", "traffic-gen"])
         .env("CARGO_TARGET_DIR", target_dir);
+    // `target/debug` holds two profiles' binaries: `cargo build` (dev,
+    // unoptimized) and `cargo test` (test, optimized, as this test was
+    // built). Whichever compiled last owns `target/debug/dataplane`, so a
+    // plain `cargo build` here made the lab's router unoptimized or not
+    // depending on the build history; under a flood the unoptimized ring
+    // router lost frames. The test profile, always.
     match profile {
-        "debug" => {}
+        "debug" => {
+            cmd.args(["--profile", "test"]);
+        }
         "release" => {
             cmd.arg("--release");
         }
