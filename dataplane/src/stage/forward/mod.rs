@@ -513,8 +513,11 @@ impl Forward {
             return None;
         }
         // (A parsed IP frame holds its whole header: no drop happens at
-        // `ip_dst` in practice.)
-        let Some(dst) = x.ip_version.and_then(|v| ip_dst(p.data(), x.l3_offset, v)) else {
+        // `ip_addr` in practice.)
+        let Some(dst) = x
+            .ip_version
+            .and_then(|v| ip_addr(p.data(), x.l3_offset, v, Field::Dst))
+        else {
             c.not_routable += 1;
             p.drop_for(DropReason::NotRoutable);
             return None;
@@ -557,7 +560,12 @@ impl Forward {
             self.counters.local += 1;
             p.verdict = Verdict::Local;
             if icmp::is_echo_request(p.data(), &x) {
-                let (port, dst_mac) = self.answer_path(ip_src(p.data(), &x), p.ingress, now);
+                let (port, dst_mac) = self.answer_path(
+                    x.ip_version
+                        .and_then(|v| ip_addr(p.data(), x.l3_offset, v, Field::Src)),
+                    p.ingress,
+                    now,
+                );
                 let mac = self.port_mac(port);
                 if out.push(now, port, |b| {
                     readdress(icmp::echo_reply(b, p.data(), &x, mac), b, dst_mac)
@@ -766,13 +774,12 @@ impl Forward {
         let Some(port) = self.fib.ports.get(usize::from(p.ingress)) else {
             return;
         };
-        let (out_port, dst_mac) = self.answer_path(ip_src(frame, x), p.ingress, now);
-        let mac = self.port_mac(out_port);
-        let made = match x.ip_version {
-            Some(IpVersion::V4) => {
-                let peer = frame
-                    .get(x.l3_offset + 12..x.l3_offset + 16)
-                    .map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3]));
+        let Some(v) = x.ip_version else { return };
+        let peer = ip_addr(frame, x.l3_offset, v, Field::Src);
+        // The message and its source address (the router's on the ingress
+        // port, or the one a Port Unreachable answers for).
+        let (ty, code, rest, src) = match v {
+            IpVersion::V4 => {
                 let dont_fragment = frame.get(x.l3_offset + 6).is_some_and(|b| b & 0x40 != 0);
                 let (ty, code, rest) = match e {
                     IcmpError::TimeExceeded => (icmp::V4_TIME_EXCEEDED, 0, 0),
@@ -781,66 +788,52 @@ impl Forward {
                     IcmpError::PortUnreachable(_) => (icmp::V4_UNREACHABLE, 3, 0),
                     IcmpError::NoRoute => (icmp::V4_UNREACHABLE, 0, 0),
                 };
-                let src = match e {
-                    IcmpError::PortUnreachable(IpAddr::V4(a)) => Some(a),
-                    _ => port.v4_for(peer),
+                let peer = match peer {
+                    Some(IpAddr::V4(a)) => Some(a),
+                    _ => None,
                 };
-                let Some(src) = src else { return };
-                if !self.icmp.take(now) {
-                    self.counters.icmp_rate_limited += 1;
-                    return;
-                }
-                out.push(now, out_port, |b| {
-                    let made = icmp::v4_error(b, frame, x, mac, src, ty, code, rest);
-                    readdress(made, b, dst_mac)
-                })
+                let src = match e {
+                    IcmpError::PortUnreachable(a @ IpAddr::V4(_)) => Some(a),
+                    _ => port.v4_for(peer).map(IpAddr::V4),
+                };
+                (ty, code, rest, src)
             }
-            Some(IpVersion::V6) => {
-                let peer = frame
-                    .get(x.l3_offset + 8..x.l3_offset + 24)
-                    .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                    .map(Ipv6Addr::from);
+            IpVersion::V6 => {
                 let (ty, code, rest) = match e {
                     IcmpError::TimeExceeded => (icmp::V6_TIME_EXCEEDED, 0, 0),
                     IcmpError::TooBig(mtu) => (icmp::V6_TOO_BIG, 0, mtu),
                     IcmpError::PortUnreachable(_) => (icmp::V6_UNREACHABLE, 4, 0),
                     IcmpError::NoRoute => (icmp::V6_UNREACHABLE, 0, 0),
                 };
-                let src = match e {
-                    IcmpError::PortUnreachable(IpAddr::V6(a)) => Some(a),
-                    _ => port.v6_for(peer),
+                let peer = match peer {
+                    Some(IpAddr::V6(a)) => Some(a),
+                    _ => None,
                 };
-                let Some(src) = src else { return };
-                if !self.icmp.take(now) {
-                    self.counters.icmp_rate_limited += 1;
-                    return;
-                }
-                out.push(now, out_port, |b| {
-                    let made = icmp::v6_error(b, frame, x, mac, src, ty, code, rest);
-                    readdress(made, b, dst_mac)
-                })
+                let src = match e {
+                    IcmpError::PortUnreachable(a @ IpAddr::V6(_)) => Some(a),
+                    _ => port.v6_for(peer).map(IpAddr::V6),
+                };
+                (ty, code, rest, src)
             }
-            None => return,
         };
+        let Some(src) = src else { return };
+        if !self.icmp.take(now) {
+            self.counters.icmp_rate_limited += 1;
+            return;
+        }
+        let (out_port, dst_mac) = self.answer_path(peer, p.ingress, now);
+        let mac = self.port_mac(out_port);
+        let made = out.push(now, out_port, |b| {
+            let made = match src {
+                IpAddr::V4(s) => icmp::v4_error(b, frame, x, mac, s, ty, code, rest),
+                IpAddr::V6(s) => icmp::v6_error(b, frame, x, mac, s, ty, code, rest),
+            };
+            readdress(made, b, dst_mac)
+        });
         if made {
             self.counters.icmp_errors += 1;
         } else if out.batch.is_full() {
             self.counters.originated_full += 1;
-        }
-    }
-}
-
-/// The source address of `x`'s IP header.
-fn ip_src(frame: &[u8], x: &Parsed) -> Option<IpAddr> {
-    let l3 = x.l3_offset;
-    match x.ip_version? {
-        IpVersion::V4 => {
-            let b: [u8; 4] = frame.get(l3 + 12..l3 + 16)?.try_into().ok()?;
-            Some(IpAddr::V4(b.into()))
-        }
-        IpVersion::V6 => {
-            let b: [u8; 16] = frame.get(l3 + 8..l3 + 24)?.try_into().ok()?;
-            Some(IpAddr::V6(b.into()))
         }
     }
 }
@@ -854,15 +847,24 @@ fn readdress(made: bool, b: &mut [u8], dst: Option<MacAddr>) -> bool {
     made
 }
 
-/// The destination address of the IP header at `l3`.
-fn ip_dst(frame: &[u8], l3: usize, v: IpVersion) -> Option<IpAddr> {
+/// Which address of an IP header [`ip_addr`] reads.
+#[derive(Clone, Copy)]
+enum Field {
+    Src,
+    Dst,
+}
+
+/// The source or destination address of the IP header at `l3`.
+fn ip_addr(frame: &[u8], l3: usize, v: IpVersion, f: Field) -> Option<IpAddr> {
     match v {
         IpVersion::V4 => {
-            let b: [u8; 4] = frame.get(l3 + 16..l3 + 20)?.try_into().ok()?;
+            let at = l3 + if matches!(f, Field::Src) { 12 } else { 16 };
+            let b: [u8; 4] = frame.get(at..at + 4)?.try_into().ok()?;
             Some(IpAddr::V4(b.into()))
         }
         IpVersion::V6 => {
-            let b: [u8; 16] = frame.get(l3 + 24..l3 + 40)?.try_into().ok()?;
+            let at = l3 + if matches!(f, Field::Src) { 8 } else { 24 };
+            let b: [u8; 16] = frame.get(at..at + 16)?.try_into().ok()?;
             Some(IpAddr::V6(b.into()))
         }
     }
