@@ -634,6 +634,8 @@ pub const RING_BLOCKS_RANGE: std::ops::RangeInclusive<u32> = 2..=4096;
 pub const RING_MAX_BYTES: u64 = 1 << 30;
 /// Block timeout, ms.
 pub const RING_TIMEOUT_RANGE: std::ops::RangeInclusive<u32> = 1..=1000;
+/// Transmit ring slots (0: `sendmmsg(2)` instead of a ring).
+pub const RING_TX_FRAMES_MAX: u32 = 1 << 16;
 
 impl IoConfig {
     fn validate(&self, errs: &mut Vec<(String, String)>) {
@@ -668,6 +670,15 @@ impl IoConfig {
                 format!(
                     "{} blocks of {} bytes is {total} bytes per ring, more than {RING_MAX_BYTES}",
                     r.blocks, r.block_bytes
+                ),
+            ));
+        }
+        if r.tx_frames > RING_TX_FRAMES_MAX {
+            errs.push((
+                key("tx_frames"),
+                format!(
+                    "{} is above {RING_TX_FRAMES_MAX} (0 sends with sendmmsg instead of a ring)",
+                    r.tx_frames
                 ),
             ));
         }
@@ -1538,6 +1549,10 @@ bidirectional = true
             (
                 "[io.ring]\nblock_timeout_ms = 0",
                 "io.ring.block_timeout_ms: 0 is outside 1..=1000",
+            ),
+            (
+                "[io.ring]\ntx_frames = 70000",
+                "io.ring.tx_frames: 70000 is above 65536",
             ),
             (
                 "[telemetry]\nlisten = \"localhost:9464\"",

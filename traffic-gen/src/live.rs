@@ -203,6 +203,7 @@ pub fn ring_config(bytes: usize) -> RingConfig {
         block_bytes: block as u32,
         blocks: (bytes / block).clamp(2, 1024) as u32,
         block_timeout_ms: 1,
+        ..RingConfig::default()
     }
 }
 
