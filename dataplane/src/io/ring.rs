@@ -506,17 +506,7 @@ impl TxRing {
     /// `TPACKET_V3`).
     pub fn open(name: &str, frames: u32) -> Result<TxRing, PortError> {
         let ifc = find_interface(name)?;
-        // SAFETY: plain socket(2) call with constant arguments; checked.
-        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            let err = io::Error::last_os_error();
-            return Err(match err.raw_os_error() {
-                Some(libc::EPERM | libc::EACCES) => PortError::Permission(name.to_string(), err),
-                _ => os(name, "socket(AF_PACKET)")(err),
-            });
-        }
-        // SAFETY: `raw` was just returned by socket(2); nothing else owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = packet_socket(name)?;
         let mtu = interface_mtu(&fd, name).map_err(os(name, "ioctl(SIOCGIFMTU)"))?;
         // An Ethernet header and a VLAN tag over the MTU, as the kernel's
         // own limit for a packet socket's frames.
@@ -527,13 +517,6 @@ impl TxRing {
         let block = frame_size.max(TX_BLOCK);
         let per_block = block / frame_size;
         let blocks = (frames.max(1) as usize).div_ceil(per_block);
-        setsockopt_int(
-            &fd,
-            libc::SOL_PACKET,
-            libc::PACKET_VERSION,
-            libc::tpacket_versions::TPACKET_V3 as libc::c_int,
-        )
-        .map_err(os(name, "setsockopt(PACKET_VERSION, TPACKET_V3)"))?;
         setsockopt_int(&fd, libc::SOL_PACKET, libc::PACKET_LOSS, 1)
             .map_err(os(name, "setsockopt(PACKET_LOSS)"))?;
         setsockopt_int(&fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1)
@@ -557,25 +540,10 @@ impl TxRing {
         setsockopt_val(&fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &req)
             .map_err(os(name, "setsockopt(PACKET_TX_RING)"))?;
         let len = blocks * block;
-        // SAFETY: maps the ring the kernel just made for `fd`, `len` bytes
-        // as it was sized; the result is checked against MAP_FAILED.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return Err(os(name, "mmap(PACKET_TX_RING)")(io::Error::last_os_error()));
-        }
         let ring = TxRing {
             name: name.to_string(),
+            map: map_ring(&fd, len, name, "mmap(PACKET_TX_RING)")?,
             fd,
-            map: map.cast(),
             len,
             frame_size,
             frames: blocks * per_block,
@@ -583,23 +551,8 @@ impl TxRing {
             queued: 0,
             max_frame: max_frame.min(frame_size - HDR_LEN),
         };
-        // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
         // Protocol 0: the socket receives nothing.
-        sll.sll_protocol = 0;
-        sll.sll_ifindex = ifc.index as libc::c_int;
-        // SAFETY: `sll` is a live sockaddr_ll and its exact size is passed.
-        let rcb = unsafe {
-            libc::bind(
-                ring.fd.as_raw_fd(),
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rcb != 0 {
-            return Err(os(name, "bind(AF_PACKET)")(io::Error::last_os_error()));
-        }
+        bind_packet(&ring.fd, ifc.index, 0, name)?;
         Ok(ring)
     }
 
@@ -720,7 +673,7 @@ fn interface_mtu(fd: &OwnedFd, name: &str) -> io::Result<u32> {
         return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
     }
     for (d, &b) in req.ifr_name.iter_mut().zip(bytes) {
-        *d = b as libc::c_char;
+        *d = libc::c_char::from_ne_bytes([b]);
     }
     // SAFETY: `req` is a live ifreq naming the interface (NUL-terminated:
     // zeroed beyond the name); SIOCGIFMTU writes its `ifru_mtu` only.
@@ -805,20 +758,16 @@ fn setsockopt_val<T>(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, v: &T) 
     }
 }
 
-/// A packet socket, bound to nothing yet (protocol 0: nothing arrives),
-/// with a `TPACKET_V3` receive ring of `rc` set up but not mapped.
-fn ring_socket(name: &str, rc: &RingConfig) -> Result<OwnedFd, PortError> {
+/// A raw packet socket for `TPACKET_V3` rings (protocol 0 until bound:
+/// nothing arrives).
+fn packet_socket(name: &str) -> Result<OwnedFd, PortError> {
     // SAFETY: plain socket(2) call with constant arguments; checked below.
     let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
         let err = io::Error::last_os_error();
         return Err(match err.raw_os_error() {
             Some(libc::EPERM | libc::EACCES) => PortError::Permission(name.to_string(), err),
-            _ => PortError::Os {
-                name: name.to_string(),
-                what: "socket(AF_PACKET)",
-                err,
-            },
+            _ => os(name, "socket(AF_PACKET)")(err),
         });
     }
     // SAFETY: `raw` was just returned by socket(2) and nothing else owns it.
@@ -830,6 +779,61 @@ fn ring_socket(name: &str, rc: &RingConfig) -> Result<OwnedFd, PortError> {
         libc::tpacket_versions::TPACKET_V3 as libc::c_int,
     )
     .map_err(os(name, "setsockopt(PACKET_VERSION, TPACKET_V3)"))?;
+    Ok(fd)
+}
+
+/// Maps the `len` bytes of the ring the kernel made for `fd`; `what` names
+/// the mapping in an error.
+fn map_ring(
+    fd: &OwnedFd,
+    len: usize,
+    name: &str,
+    what: &'static str,
+) -> Result<*mut u8, PortError> {
+    // SAFETY: maps the ring the kernel made for `fd`, `len` bytes as it was
+    // sized; the result is checked against MAP_FAILED.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return Err(os(name, what)(io::Error::last_os_error()));
+    }
+    Ok(map.cast())
+}
+
+/// Binds packet socket `fd` to interface `ifindex` for frames of
+/// `protocol` (host order; 0: none).
+fn bind_packet(fd: &OwnedFd, ifindex: u32, protocol: u16, name: &str) -> Result<(), PortError> {
+    // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = protocol.to_be();
+    sll.sll_ifindex = ifindex as libc::c_int;
+    // SAFETY: `sll` is a live sockaddr_ll and its exact size is passed.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(os(name, "bind(AF_PACKET)")(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// A packet socket, bound to nothing yet (protocol 0: nothing arrives),
+/// with a `TPACKET_V3` receive ring of `rc` set up but not mapped.
+fn ring_socket(name: &str, rc: &RingConfig) -> Result<OwnedFd, PortError> {
+    let fd = packet_socket(name)?;
     let req = libc::tpacket_req3 {
         tp_block_size: rc.block_bytes,
         tp_block_nr: rc.blocks,
@@ -854,54 +858,16 @@ fn open_ring(
     let ifc = find_interface(name)?;
     let fd = ring_socket(name, rc)?;
     let len = rc.block_bytes as usize * rc.blocks as usize;
-    // SAFETY: maps the ring the kernel just made for `fd`, `len` bytes as
-    // it was sized; the result is checked against MAP_FAILED.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if map == libc::MAP_FAILED {
-        return Err(PortError::Os {
-            name: name.to_string(),
-            what: "mmap(PACKET_RX_RING)",
-            err: io::Error::last_os_error(),
-        });
-    }
     let ring = Ring {
+        map: map_ring(&fd, len, name, "mmap(PACKET_RX_RING)")?,
         fd,
-        map: map.cast(),
         len,
         block_size: rc.block_bytes as usize,
         blocks: rc.blocks as usize,
         block: 0,
         next: None,
     };
-    // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-    sll.sll_ifindex = ifc.index as libc::c_int;
-    // SAFETY: `sll` is a live sockaddr_ll and its exact size is passed.
-    let rcb = unsafe {
-        libc::bind(
-            ring.fd.as_raw_fd(),
-            (&sll as *const libc::sockaddr_ll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if rcb != 0 {
-        return Err(PortError::Os {
-            name: name.to_string(),
-            what: "bind(AF_PACKET)",
-            err: io::Error::last_os_error(),
-        });
-    }
+    bind_packet(&ring.fd, ifc.index, libc::ETH_P_ALL as u16, name)?;
     if promiscuous {
         let mreq = libc::packet_mreq {
             mr_ifindex: ifc.index as libc::c_int,
