@@ -475,7 +475,17 @@ pub struct TxRing {
 unsafe impl Send for TxRing {}
 
 impl Drop for TxRing {
+    /// Hands the kernel what is still marked (a kick refused for lack of
+    /// send budget leaves frames marked), retrying for up to about 100 ms,
+    /// then unmaps the ring (the kernel keeps the pages of frames still on
+    /// their way out).
     fn drop(&mut self) {
+        for _ in 0..10 {
+            if self.queued == 0 || self.kick().is_ok() {
+                break;
+            }
+            self.wait_room(10);
+        }
         // SAFETY: `map` and `len` are the mapping made in `open`, unmapped
         // once, here.
         unsafe {
