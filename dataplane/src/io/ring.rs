@@ -466,7 +466,7 @@ pub struct TxRing {
     /// Slots marked since the last successful [`kick`](Self::kick).
     queued: usize,
     /// The longest frame taken: the interface's MTU plus an Ethernet
-    /// header and one VLAN tag, within a slot.
+    /// header and one VLAN tag (a slot holds it after its header).
     max_frame: usize,
 }
 
@@ -559,7 +559,7 @@ impl TxRing {
             frames: blocks * per_block,
             head: 0,
             queued: 0,
-            max_frame: max_frame.min(frame_size - HDR_LEN),
+            max_frame,
         };
         // Protocol 0: the socket receives nothing.
         bind_packet(&ring.fd, ifc.index, 0, name)?;
@@ -700,14 +700,13 @@ fn interface_mtu(fd: &OwnedFd, name: &str) -> io::Result<u32> {
 struct RingPort {
     rx: RxRing,
     tx: TxPath,
-    /// Whether this flush round already waited for room.
-    waited: bool,
 }
 
 /// How a [`RingPort`] sends.
 enum TxPath {
-    /// A transmit ring.
-    Ring(TxRing),
+    /// A transmit ring, and whether this batch already waited for room
+    /// in it.
+    Ring { ring: TxRing, waited: bool },
     /// Copies gathered for the next `sendmmsg` on the receive socket.
     Mmsg { bufs: Vec<Vec<u8>>, len: usize },
 }
@@ -955,7 +954,10 @@ impl RingPorts {
             let tx = match rc.tx_frames {
                 0 => TxPath::mmsg(),
                 n => match TxRing::open(&cfg.name, n) {
-                    Ok(t) => TxPath::Ring(t),
+                    Ok(ring) => TxPath::Ring {
+                        ring,
+                        waited: false,
+                    },
                     // A kernel that refuses the ring (before 4.11, or
                     // memory) still sends, one call per batch.
                     Err(PortError::Os { what, err, .. }) => {
@@ -968,11 +970,7 @@ impl RingPorts {
                     Err(e) => return Err(e),
                 },
             };
-            ports.push(RingPort {
-                rx,
-                tx,
-                waited: false,
-            });
+            ports.push(RingPort { rx, tx });
         }
         let n = ports.len();
         Ok(RingPorts {
@@ -1013,61 +1011,63 @@ impl RingPorts {
         n
     }
 
-    /// Sends what port `i` has gathered: on a transmit ring one kick; else
-    /// the copies with `sendmmsg(2)`, waiting once (10 ms at most) for
-    /// room. Frames the kernel refuses are counted (`tx_dropped`); a frame
-    /// refused for any reason but a full queue is skipped and the rest
-    /// still sent.
+    /// Sends what port `i` has gathered: on a transmit ring one kick (and
+    /// the next batch may wait for room again); else the copies with
+    /// [`send_gathered`].
     fn flush_port(&mut self, i: usize) {
         let Some(p) = self.ports.get_mut(i) else {
             return;
         };
-        p.waited = false;
-        let fd = p.rx.fd();
-        let (bufs, len) = match &mut p.tx {
-            TxPath::Ring(t) => {
+        match &mut p.tx {
+            TxPath::Ring { ring, waited } => {
+                *waited = false;
                 // Frames not taken now (send budget spent, interface down)
                 // stay marked and go with the next kick.
-                let _ = t.kick();
-                return;
+                let _ = ring.kick();
             }
-            TxPath::Mmsg { bufs, len } => (bufs, len),
-        };
-        let n = *len;
-        *len = 0;
-        if n == 0 {
-            return;
-        }
-        let mut frames: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
-        for (f, b) in frames.iter_mut().zip(&bufs[..n]) {
-            *f = b;
-        }
-        let mut waited = false;
-        let mut done = 0;
-        while done < n {
-            let mut full = false;
-            let (sent, err) = send_batch(fd, &frames[done..n], |err| {
-                full = matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS));
-                if !full || waited {
-                    return false;
-                }
-                waited = true;
-                wait_writable(fd, 10);
-                true
-            });
-            done += sent;
-            if err.is_none() {
-                break;
+            TxPath::Mmsg { bufs, len } => {
+                send_gathered(p.rx.fd(), &bufs[..*len], &mut self.rx[i]);
+                *len = 0;
             }
-            if full {
-                // Still no room after the wait: the rest is given up.
-                self.rx[i].tx_dropped += (n - done) as u64;
-                break;
-            }
-            // This frame is refused (too long, say); the others may go.
-            self.rx[i].tx_dropped += 1;
-            done += 1;
         }
+    }
+}
+
+/// Sends `bufs` on packet socket `fd` with `sendmmsg(2)`, waiting once (10
+/// ms at most) for room. Frames the kernel refuses are counted in
+/// `counters.tx_dropped`; a frame refused for any reason but a full queue
+/// is skipped and the rest still sent.
+fn send_gathered(fd: RawFd, bufs: &[Vec<u8>], counters: &mut RxCounters) {
+    let n = bufs.len().min(TX_BATCH);
+    let mut frames: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
+    for (f, b) in frames.iter_mut().zip(bufs) {
+        *f = b;
+    }
+    let mut waited = false;
+    let mut done = 0;
+    while done < n {
+        let mut full = false;
+        let (sent, err) = send_batch(fd, &frames[done..n], |err| {
+            full = matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS));
+            if !full || waited {
+                return false;
+            }
+            waited = true;
+            wait_writable(fd, 10);
+            true
+        });
+        done += sent;
+        if err.is_none() {
+            break;
+        }
+        if full {
+            // Still no room after the wait: the rest is given up.
+            counters.tx_dropped += (n - done) as u64;
+            break;
+        }
+        // This frame is refused (too long, say); the others may go.
+        counters.tx_dropped += 1;
+        done += 1;
     }
 }
 
@@ -1084,32 +1084,29 @@ impl Transmit for RingPorts {
         let Some(p) = self.ports.get_mut(i) else {
             return false;
         };
+        let counters = &mut self.rx[i];
         match &mut p.tx {
-            TxPath::Ring(t) => {
-                let mut r = t.push(f.frame);
+            TxPath::Ring { ring, waited } => {
+                let mut r = ring.push(f.frame);
                 if r == Err(TxRefused::Full) {
-                    let _ = t.kick();
-                    r = t.push(f.frame);
-                    if r == Err(TxRefused::Full) && !p.waited {
-                        p.waited = true;
-                        t.wait_room(10);
-                        r = t.push(f.frame);
+                    let _ = ring.kick();
+                    r = ring.push(f.frame);
+                    if r == Err(TxRefused::Full) && !*waited {
+                        *waited = true;
+                        ring.wait_room(10);
+                        r = ring.push(f.frame);
                     }
                 }
                 if r.is_err() {
-                    self.rx[i].tx_dropped += 1;
+                    counters.tx_dropped += 1;
                 }
             }
-            TxPath::Mmsg { len, .. } => {
+            TxPath::Mmsg { bufs, len } => {
                 if *len == TX_BATCH {
-                    self.flush_port(i);
+                    send_gathered(p.rx.fd(), &bufs[..], counters);
+                    *len = 0;
                 }
-                if let Some(RingPort {
-                    tx: TxPath::Mmsg { bufs, len },
-                    ..
-                }) = self.ports.get_mut(i)
-                    && let Some(b) = bufs.get_mut(*len)
-                {
+                if let Some(b) = bufs.get_mut(*len) {
                     b.clear();
                     b.extend_from_slice(f.frame);
                     *len += 1;
