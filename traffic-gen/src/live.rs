@@ -178,6 +178,64 @@ pub struct LiveConfig {
     /// latency, one histogram per [`HLOG_INTERVAL`] of receive time
     /// (values in microseconds), with `--rx`.
     pub hlog: Option<PathBuf>,
+    /// `--tx-threads`: sender threads, each with its own socket on `tx`
+    /// and every `tx_threads`-th frame of the input (round robin), paced at
+    /// its share of the rate. More than one needs a generated stream or a
+    /// preloaded capture, and `--pps` or `--topspeed`. One sender thread
+    /// stops at about a million frames per second; a router that forwards
+    /// more needs more of them to be measured.
+    pub tx_threads: u32,
+}
+
+/// The most sender threads (`--tx-threads`).
+pub const MAX_TX_THREADS: u32 = 64;
+
+impl LiveConfig {
+    /// Checks `tx_threads` against the input and the pacing; `preloaded`:
+    /// the input is a generated stream or a preloaded capture.
+    fn check_tx_threads(&self, preloaded: bool) -> Result<()> {
+        let n = self.tx_threads;
+        if !(1..=MAX_TX_THREADS).contains(&n) {
+            bail!("--tx-threads {n}: must be 1 to {MAX_TX_THREADS}");
+        }
+        if n > 1 && !preloaded {
+            bail!(
+                "--tx-threads {n}: more than one sender needs --preload (each sends a share of the frames in memory)"
+            );
+        }
+        if n > 1 && !matches!(self.pacing, Pacing::TopSpeed | Pacing::Pps(_)) {
+            bail!(
+                "--tx-threads {n}: more than one sender needs --pps or --topspeed, not {} (capture timing cannot be split between senders)",
+                self.pacing.describe()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Which share of the input one sender thread sends: the frames whose
+/// position `p` (in the input, per pass) has `p % count == index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shard {
+    index: u32,
+    count: u32,
+}
+
+impl Shard {
+    /// This shard's part of `--limit` packets (the first `n % count` shards
+    /// take one more).
+    fn limit(self, n: u64) -> u64 {
+        let (c, i) = (u64::from(self.count), u64::from(self.index));
+        n / c + u64::from(i < n % c)
+    }
+
+    /// This shard's pacing: its share of a rate.
+    fn pacing(self, p: Pacing) -> Pacing {
+        match p {
+            Pacing::Pps(r) => Pacing::Pps(r / f64::from(self.count)),
+            other => other,
+        }
+    }
 }
 
 /// The interval of `--hlog`'s histograms.
@@ -224,6 +282,7 @@ impl Default for LiveConfig {
             limits: Limits::default(),
             filter: None,
             hlog: None,
+            tx_threads: 1,
         }
     }
 }
@@ -942,6 +1001,8 @@ struct Transmitter<'a> {
     filter: Option<BpfFilter>,
     /// Records the filter did not match (first pass).
     filtered_out: u64,
+    /// The share of the input this sender sends.
+    shard: Shard,
 }
 
 /// Frames the batched sender sends with one system call, at most.
@@ -1042,6 +1103,14 @@ impl TxBatch {
 }
 
 impl Transmitter<'_> {
+    /// Moves the progress bar (only the first of several senders has it:
+    /// its count times the senders, which send alike).
+    fn show_progress(&self) {
+        if let Some(p) = self.progress {
+            p.set_position(self.attempted.saturating_mul(u64::from(self.shard.count)));
+        }
+    }
+
     #[inline]
     fn ns(&self, t: Instant) -> u64 {
         u64::try_from(t.duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
@@ -1052,9 +1121,7 @@ impl Transmitter<'_> {
     /// progress moves here, so it shows at low rates without an update
     /// per frame at high ones.
     fn wait_due(&mut self, due: Instant) -> Option<Instant> {
-        if let Some(p) = self.progress {
-            p.set_position(self.attempted);
-        }
+        self.show_progress();
         let deadline = self.limits.deadline(self.start);
         let until = deadline.map_or(due, |d| d.min(due));
         match wait_until_or_stop(until, self.interrupt) {
@@ -1103,10 +1170,8 @@ impl Transmitter<'_> {
             }
         }
         self.attempted += 1;
-        if self.attempted & 0xfff == 0
-            && let Some(p) = self.progress
-        {
-            p.set_position(self.attempted);
+        if self.attempted & 0xfff == 0 {
+            self.show_progress();
         }
         Ok(())
     }
@@ -1189,10 +1254,8 @@ impl Transmitter<'_> {
             self.send_gathered(b)?;
         }
         self.attempted += 1;
-        if self.attempted & 0xfff == 0
-            && let Some(p) = self.progress
-        {
-            p.set_position(self.attempted);
+        if self.attempted & 0xfff == 0 {
+            self.show_progress();
         }
         Ok(())
     }
@@ -1370,7 +1433,8 @@ fn transmit(tx: &mut Transmitter<'_>, sh: Shared<'_>) -> Result<InputErrors> {
 /// the run is stopped.
 fn transmit_generated(tx: &mut Transmitter<'_>, g: &Generated, stop: &AtomicBool) -> Result<()> {
     let keys = tx.stamps.is_some();
-    let mut frames = UniqueFrames::new(g.frames)?;
+    let shard = tx.shard;
+    let mut frames = UniqueFrames::new(g.frames)?.shard(shard.index, shard.count);
     let mut n = 0u64;
     while let Some((ts, f)) = frames.next() {
         let key = if keys {
@@ -1411,7 +1475,8 @@ fn transmit_files(
     for pass in 0..loops {
         clock.start_pass();
         if let Some(p) = loaded {
-            for &(ts, s, e, key) in &p.frames {
+            let (i, n) = (tx.shard.index as usize, tx.shard.count as usize);
+            for &(ts, s, e, key) in p.frames.iter().skip(i).step_by(n) {
                 if halted(tx) {
                     break;
                 }
@@ -1473,6 +1538,7 @@ fn transmit_files(
     Ok(errors)
 }
 
+/// What one sender thread did (or several, [`TxRun::merge`]d).
 struct TxRun {
     stats: TxStats,
     stamps: Vec<Stamp>,
@@ -1493,6 +1559,47 @@ struct TxRun {
     filtered_out: u64,
 }
 
+impl TxRun {
+    /// The senders' runs as one: counts added, send stamps in time order,
+    /// the longest elapsed time, the lowest share of its rate any reached.
+    fn merge(runs: Vec<TxRun>) -> TxRun {
+        let mut it = runs.into_iter();
+        let Some(mut all) = it.next() else {
+            unreachable!("at least one sender runs");
+        };
+        let mut merged = false;
+        for r in it {
+            merged = true;
+            let (a, b) = (&mut all.stats, r.stats);
+            a.packets += b.packets;
+            a.bytes += b.bytes;
+            a.failed += b.failed;
+            a.retried_enobufs += b.retried_enobufs;
+            a.retried_eagain += b.retried_eagain;
+            for (e, n) in b.errors {
+                *a.errors.entry(e).or_default() += n;
+            }
+            all.stamps.extend(r.stamps);
+            all.elapsed = all.elapsed.max(r.elapsed);
+            all.qdisc_bypass &= r.qdisc_bypass;
+            all.interrupted |= r.interrupted;
+            all.lengths_fixed += r.lengths_fixed;
+            all.gaps_capped += r.gaps_capped;
+            all.limit_reached = all.limit_reached.or(r.limit_reached);
+            all.rate_reached = match (all.rate_reached, r.rate_reached) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            };
+            all.filtered_out += r.filtered_out;
+        }
+        if merged {
+            // Matching takes the sends in time order.
+            all.stamps.sort_by_key(|s| s.t_ns);
+        }
+        all
+    }
+}
+
 /// What the sender and receiver threads share.
 #[derive(Clone, Copy)]
 struct Shared<'a> {
@@ -1510,7 +1617,12 @@ struct Shared<'a> {
     progress: Option<&'a ProgressBar>,
 }
 
-fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) -> Result<TxRun> {
+fn sender_thread(
+    sh: Shared<'_>,
+    shard: Shard,
+    ready: Sender<Result<()>>,
+    go: Receiver<()>,
+) -> Result<TxRun> {
     let cfg = sh.cfg;
     let sock = match open_endpoint(&cfg.tx, None) {
         Ok(s) => s,
@@ -1541,9 +1653,11 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
     let capacity = match (cfg.rx.is_some(), sh.loaded, sh.generated) {
         (false, _, _) => None,
         (true, _, Some(g)) => {
-            Some(usize::try_from(g.frames.packets).map_or(1 << 20, |n| n.min(1 << 26)))
+            Some(usize::try_from(shard.limit(g.frames.packets)).map_or(1 << 20, |n| n.min(1 << 26)))
         }
-        (true, Some(p), None) => Some(p.frames.len().saturating_mul(cfg.loops as usize)),
+        (true, Some(p), None) => {
+            Some((p.frames.len() / shard.count as usize + 1).saturating_mul(cfg.loops as usize))
+        }
         (true, None, None) => Some(1 << 16),
     };
     let start = Instant::now();
@@ -1552,17 +1666,20 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
         ep: &cfg.tx,
         origin: sh.origin,
         start,
-        schedule: Schedule::new(cfg.pacing),
+        schedule: Schedule::new(shard.pacing(cfg.pacing)),
         stats: TxStats::default(),
         errnos: BTreeMap::new(),
         stamps: capacity.map(Vec::with_capacity),
-        progress: sh.progress,
+        progress: if shard.index == 0 { sh.progress } else { None },
         attempted: 0,
         batch: (cfg.io == IoBackend::Ring).then(TxBatch::new),
         interrupt: sh.interrupt,
         stopped: false,
         lengths_fixed: 0,
-        limits: cfg.limits,
+        limits: Limits {
+            packets: cfg.limits.packets.map(|n| shard.limit(n)),
+            ..cfg.limits
+        },
         limit_reached: None,
         // Compiled here (checked once before the run): the program stays
         // with the thread that runs it.
@@ -1571,6 +1688,7 @@ fn sender_thread(sh: Shared<'_>, ready: Sender<Result<()>>, go: Receiver<()>) ->
             _ => None,
         },
         filtered_out: 0,
+        shard,
     };
     let input_errors = transmit(&mut tx, sh)?;
     let interrupted = tx.stopped || sh.interrupt.requested();
@@ -1864,6 +1982,7 @@ pub fn run_live_generated(
     progress: Option<&ProgressBar>,
 ) -> Result<LiveReport> {
     cfg.pacing.validate()?;
+    cfg.check_tx_threads(true)?;
     // A bad size or flow count fails here, before any socket is opened.
     UniqueFrames::new(generated.frames)?;
     if let Some(pb) = progress
@@ -1914,6 +2033,7 @@ pub fn run_live_with_stop(
         bail!("--loop must be at least 1");
     }
     cfg.pacing.validate()?;
+    cfg.check_tx_threads(cfg.preload)?;
     // Open every file first, so a bad name or header fails before any work.
     check_headers(files)?;
     // Compiled first: an expression libpcap refuses fails before any work.
@@ -1991,23 +2111,37 @@ fn run(
             }
             None => None,
         };
-        let (ready_tx, ready_rx) = bounded(1);
-        let (go_tx, go_rx) = bounded(1);
-        let h = thread::Builder::new()
-            .name("live-tx".into())
-            .spawn_scoped(s, move || sender_thread(sh, ready_tx, go_rx))
-            .context("cannot start the sender thread")?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                return Err(joined(h, "sender")
-                    .err()
-                    .unwrap_or_else(|| anyhow!("the sender stopped")));
+        // Every sender opens its socket first; all start together.
+        let count = cfg.tx_threads.max(1);
+        let (go_tx, go_rx) = bounded(count as usize);
+        let mut senders = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            let (ready_tx, ready_rx) = bounded(1);
+            let go_rx = go_rx.clone();
+            let shard = Shard { index, count };
+            let h = thread::Builder::new()
+                .name(format!("live-tx{index}"))
+                .spawn_scoped(s, move || sender_thread(sh, shard, ready_tx, go_rx))
+                .context("cannot start a sender thread")?;
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(joined(h, "sender")
+                        .err()
+                        .unwrap_or_else(|| anyhow!("the sender stopped")));
+                }
             }
+            senders.push(h);
         }
-        let _ = go_tx.send(());
-        let tx_run = joined(h, "sender")?;
+        for _ in 0..count {
+            let _ = go_tx.send(());
+        }
+        let mut runs = Vec::with_capacity(senders.len());
+        for h in senders {
+            runs.push(joined(h, "sender")?);
+        }
+        let tx_run = TxRun::merge(runs);
         let rx_run = match rx_handle {
             Some(h) => {
                 // Also after an operator's stop: frames still on the way
@@ -2080,6 +2214,52 @@ fn run(
 mod tests {
     use super::*;
     use dataplane::wire::checksum;
+
+    #[test]
+    fn shards_split_limits_and_rates() {
+        for count in [1u32, 2, 3, 7] {
+            for n in [0u64, 1, 6, 7, 100, 101] {
+                let parts: Vec<u64> = (0..count)
+                    .map(|index| Shard { index, count }.limit(n))
+                    .collect();
+                assert_eq!(parts.iter().sum::<u64>(), n, "{count} shards of {n}");
+                assert!(parts.iter().max().unwrap() - parts.iter().min().unwrap() <= 1);
+            }
+        }
+        let s = Shard { index: 1, count: 4 };
+        assert_eq!(s.pacing(Pacing::Pps(1000.0)), Pacing::Pps(250.0));
+        assert_eq!(s.pacing(Pacing::TopSpeed), Pacing::TopSpeed);
+    }
+
+    #[test]
+    fn several_senders_need_frames_in_memory_and_a_rate() {
+        let cfg = |tx_threads, pacing| LiveConfig {
+            tx_threads,
+            pacing,
+            ..LiveConfig::default()
+        };
+        assert!(
+            cfg(1, Pacing::Multiplier(1.0))
+                .check_tx_threads(false)
+                .is_ok()
+        );
+        assert!(cfg(4, Pacing::Pps(1e6)).check_tx_threads(true).is_ok());
+        assert!(cfg(4, Pacing::TopSpeed).check_tx_threads(true).is_ok());
+        for (c, preloaded, want) in [
+            (cfg(0, Pacing::TopSpeed), true, "must be 1 to 64"),
+            (cfg(65, Pacing::TopSpeed), true, "must be 1 to 64"),
+            (cfg(2, Pacing::TopSpeed), false, "needs --preload"),
+            (
+                cfg(2, Pacing::Multiplier(1.0)),
+                true,
+                "needs --pps or --topspeed",
+            ),
+            (cfg(2, Pacing::Mbps(10.0)), true, "not 10 Mbps"),
+        ] {
+            let e = c.check_tx_threads(preloaded).unwrap_err().to_string();
+            assert!(e.starts_with("--tx-threads") && e.contains(want), "{e}");
+        }
+    }
 
     /// Ethernet + IPv4 (optional options) + UDP with `payload`.
     fn udp4(ttl: u8, tos: u8, options: &[u8], payload: &[u8]) -> Vec<u8> {

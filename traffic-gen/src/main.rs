@@ -139,6 +139,10 @@ struct ThroughputArgs {
     /// frame) or ring (sendmmsg batches, a TPACKET_V3 receive ring).
     #[arg(long, default_value = "pnet", value_parser = parse_io)]
     io: IoBackend,
+    /// Sender threads, each with its own socket and every N-th frame (one
+    /// sender tops out near a million frames per second).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    tx_threads: u32,
     /// Frame sizes, bytes as sent (no FCS), comma-separated, each in 60..=9000.
     #[arg(long, default_value = "64,128,256,512,1024,1280,1518", value_parser = parse_sizes)]
     size: Sizes,
@@ -200,6 +204,7 @@ fn run_throughput_cmd(a: &ThroughputArgs) -> Result<()> {
             netns: a.rx_netns.clone(),
         },
         io: a.io,
+        tx_threads: a.tx_threads,
         sizes: a.size.0.clone(),
         duration: std::time::Duration::from_nanos(a.duration),
         max_loss: a.loss,
@@ -785,6 +790,16 @@ struct ReplayArgs {
     /// ring stamped by the kernel).
     #[arg(long, default_value = "pnet", value_parser = parse_io, help_heading = "Live replay")]
     io: IoBackend,
+    /// Live: sender threads, each with its own socket and every N-th frame,
+    /// at 1/N of --pps (needs --preload, and --pps or --topspeed).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        requires = "tx",
+        help_heading = "Live replay"
+    )]
+    tx_threads: u32,
     #[command(flatten)]
     synth: SynthArgs,
 }
@@ -1156,6 +1171,7 @@ fn run_live_replay(
         limits: a.limits(),
         filter: a.filter.clone(),
         hlog: a.hlog.clone(),
+        tx_threads: a.tx_threads,
     };
     // Output files are created before the run, so a bad path fails at once.
     let hgrm = create_output("--hgrm", a.hgrm.as_deref())?;

@@ -227,6 +227,8 @@ pub struct UniqueFrames {
     cfg: UniqueConfig,
     frames: Vec<Vec<u8>>,
     n: u64,
+    /// Frame numbers advance by this ([`shard`](Self::shard)).
+    step: u64,
 }
 
 impl UniqueFrames {
@@ -248,7 +250,22 @@ impl UniqueFrames {
         let frames = (0..cfg.flows)
             .map(|k| frame(k / 3 * 4 + k % 3, usize::from(cfg.size)))
             .collect();
-        Ok(UniqueFrames { cfg, frames, n: 0 })
+        Ok(UniqueFrames {
+            cfg,
+            frames,
+            n: 0,
+            step: 1,
+        })
+    }
+
+    /// Shard `index` of `count` of the stream: its frames `n` with
+    /// `n % count == index`, the same bytes and times as in the whole
+    /// stream, so that `count` senders, one per shard, send the stream
+    /// between them, each frame once. `count` 0 is taken as 1.
+    pub fn shard(mut self, index: u32, count: u32) -> Self {
+        self.step = u64::from(count.max(1));
+        self.n = u64::from(index);
+        self
     }
 
     /// The next frame (its capture time is [`SYNTH_START_NS`] +
@@ -259,7 +276,7 @@ impl UniqueFrames {
             return None;
         }
         let n = self.n;
-        self.n += 1;
+        self.n = self.n.saturating_add(self.step);
         let ts = SYNTH_START_NS.saturating_add(n.saturating_mul(SYNTH_GAP_NS));
         let len = self.frames.len() as u64;
         let f = self.frames.get_mut((n % len) as usize)?;
@@ -553,6 +570,35 @@ mod tests {
                 }
             }
             assert_eq!(seen.len(), 5000);
+        }
+    }
+
+    #[test]
+    fn shards_split_the_unique_stream_exactly() {
+        let cfg = UniqueConfig {
+            size: 64,
+            flows: 7,
+            packets: 1001,
+        };
+        let mut whole = Vec::new();
+        let mut s = UniqueFrames::new(cfg).unwrap();
+        while let Some((ts, f)) = s.next() {
+            whole.push((ts, f.to_vec()));
+        }
+        assert_eq!(whole.len(), 1001);
+        for count in [1u32, 2, 3, 8] {
+            let mut got = vec![None; whole.len()];
+            for index in 0..count {
+                let mut s = UniqueFrames::new(cfg).unwrap().shard(index, count);
+                let mut n = index as usize;
+                while let Some((ts, f)) = s.next() {
+                    assert!(got[n].is_none(), "frame {n} sent twice");
+                    got[n] = Some((ts, f.to_vec()));
+                    n += count as usize;
+                }
+            }
+            let got: Vec<_> = got.into_iter().map(|g| g.expect("every frame")).collect();
+            assert_eq!(got, whole, "{count} shards");
         }
     }
 }

@@ -32,7 +32,9 @@ use anyhow::{Result, bail};
 use dataplane::config::IoBackend;
 use serde::Serialize;
 
-use crate::live::{Endpoint, Generated, LiveConfig, check_fits, endpoint_mtu, run_live_generated};
+use crate::live::{
+    Endpoint, Generated, LiveConfig, MAX_TX_THREADS, check_fits, endpoint_mtu, run_live_generated,
+};
 use crate::pacing::Pacing;
 use crate::replay::Latency;
 use crate::synth::{UNIQUE_SIZES, UniqueConfig};
@@ -129,6 +131,8 @@ pub struct ThroughputConfig {
     pub rx: Endpoint,
     /// Packet I/O of both sides.
     pub io: IoBackend,
+    /// Sender threads ([`LiveConfig::tx_threads`]).
+    pub tx_threads: u32,
     /// Frame sizes, bytes, in order.
     pub sizes: Vec<u16>,
     /// One trial's length.
@@ -161,6 +165,7 @@ impl Default for ThroughputConfig {
                 netns: None,
             },
             io: IoBackend::Pnet,
+            tx_threads: 1,
             sizes: DEFAULT_SIZES.to_vec(),
             duration: Duration::from_secs(5),
             max_loss: 0.001,
@@ -212,6 +217,12 @@ impl ThroughputConfig {
         }
         if self.max_trials == 0 {
             bail!("--max-trials must be at least 1");
+        }
+        if !(1..=MAX_TX_THREADS).contains(&self.tx_threads) {
+            bail!(
+                "--tx-threads must be 1 to {MAX_TX_THREADS}, got {}",
+                self.tx_threads
+            );
         }
         Ok(())
     }
@@ -356,6 +367,8 @@ pub struct ThroughputReport {
     pub rx: Endpoint,
     /// Packet I/O of both sides.
     pub io: IoBackend,
+    /// Sender threads.
+    pub tx_threads: u32,
     /// One trial's length, s.
     pub duration_s: f64,
     /// Largest loss fraction that passes.
@@ -379,10 +392,14 @@ impl ThroughputReport {
     pub fn write_text(&self, w: &mut impl Write) -> io::Result<()> {
         writeln!(
             w,
-            "Zero-loss throughput, {} -> {}, io {}: loss <= {}, {:.3} s trials, {} flows, resolution {}",
+            "Zero-loss throughput, {} -> {}, io {}{}: loss <= {}, {:.3} s trials, {} flows, resolution {}",
             self.tx.describe(),
             self.rx.describe(),
             self.io.name(),
+            match self.tx_threads {
+                1 => String::new(),
+                n => format!(", {n} senders"),
+            },
             self.max_loss,
             self.duration_s,
             self.flows,
@@ -448,6 +465,7 @@ fn run_trial(
         grace: cfg.grace,
         rx_buffer_bytes: cfg.rx_buffer_bytes,
         io: cfg.io,
+        tx_threads: cfg.tx_threads,
         ..LiveConfig::default()
     };
     let generated = Generated {
@@ -598,6 +616,7 @@ pub fn run_throughput(cfg: &ThroughputConfig) -> Result<ThroughputReport> {
         tx: cfg.tx.clone(),
         rx: cfg.rx.clone(),
         io: cfg.io,
+        tx_threads: cfg.tx_threads,
         duration_s: cfg.duration.as_secs_f64(),
         max_loss: cfg.max_loss,
         resolution: cfg.resolution,
@@ -745,7 +764,7 @@ mod tests {
     fn settings_are_checked() {
         let ok = ThroughputConfig::default();
         assert!(ok.validate().is_ok());
-        let cases: [(ThroughputConfig, &str); 7] = [
+        let cases: [(ThroughputConfig, &str); 9] = [
             (
                 ThroughputConfig {
                     sizes: vec![],
@@ -787,6 +806,20 @@ mod tests {
                     ..ok.clone()
                 },
                 "--resolution",
+            ),
+            (
+                ThroughputConfig {
+                    tx_threads: 0,
+                    ..ok.clone()
+                },
+                "--tx-threads",
+            ),
+            (
+                ThroughputConfig {
+                    tx_threads: MAX_TX_THREADS + 1,
+                    ..ok.clone()
+                },
+                "--tx-threads",
             ),
             (
                 ThroughputConfig {
@@ -863,6 +896,7 @@ mod tests {
                 netns: Some("bp-b".into()),
             },
             io: IoBackend::Ring,
+            tx_threads: 4,
             duration_s: 5.0,
             max_loss: 0.001,
             resolution: 0.01,
@@ -890,7 +924,7 @@ mod tests {
         let mut out = Vec::new();
         rep.write_text(&mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains("io ring"), "{text}");
+        assert!(text.contains("io ring, 4 senders"), "{text}");
         assert!(text.contains("as tcpreplay"), "{text}");
         assert!(
             text.contains(
@@ -901,6 +935,7 @@ mod tests {
         assert!(text.contains("| 1518 | none"), "{text}");
         let v = serde_json::to_value(&rep).unwrap();
         assert_eq!(v["io"], "ring");
+        assert_eq!(v["tx_threads"], 4);
         assert_eq!(v["results"][0]["upper_from"], "top_speed");
         assert_eq!(v["results"][0]["zero_loss"]["offered_pps"], 500_000.0);
         assert!(v["results"][1]["zero_loss"].is_null());
