@@ -14,7 +14,8 @@
 //! JSON are well formed and the rate it found is above 0 and at most the
 //! bound. On the ring backend the replay runs again with two sender
 //! threads (`--tx-threads 2`, each sending every other frame), and the
-//! search uses two: still every frame sent exactly once and matched. The
+//! search uses two, each rate tried twice (`--repeat 2`): still every
+//! frame sent exactly once and matched. The
 //! router's final report must show every frame received.
 //!
 //! Every step is bounded by a timeout, and a guard kills the router and
@@ -136,9 +137,9 @@ fn check_replay(tg: &Path, lab: &Lab, io: &str, threads: u32, pcap: &Path, frame
     assert!(0.0 < us("p50_us") && us("p50_us") <= us("p99_us"), "{l}");
 }
 
-/// A short `throughput --io IO --tx-threads THREADS` search: a
-/// well-formed table and JSON, a rate in (0, MAX_PPS].
-fn check_throughput(tg: &Path, lab: &Lab, io: &str, threads: u32) {
+/// A short `throughput --io IO --tx-threads THREADS --repeat REPEAT`
+/// search: a well-formed table and JSON, a rate in (0, MAX_PPS].
+fn check_throughput(tg: &Path, lab: &Lab, io: &str, threads: u32, repeat: u32) {
     let json = lab.dir.join(format!("throughput-{io}.json"));
     let out = run_bounded(
         Command::new(tg)
@@ -147,6 +148,7 @@ fn check_throughput(tg: &Path, lab: &Lab, io: &str, threads: u32) {
             .args(["--rx", "eth0", "--rx-netns", &lab.ns("b")])
             .args(["--io", io, "--size", "64", "--duration", "1s"])
             .args(["--tx-threads", &threads.to_string()])
+            .args(["--repeat", &repeat.to_string()])
             .args(["--max-pps", &MAX_PPS.to_string()])
             // A loaded 2-core machine may lose a frame now and then; the
             // test is about the search's plumbing, not the rate.
@@ -181,11 +183,15 @@ fn check_throughput(tg: &Path, lab: &Lab, io: &str, threads: u32) {
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(r["io"], io, "{r}");
     assert_eq!(u(&r["tx_threads"]), u64::from(threads), "{r}");
+    assert_eq!(u(&r["repeat"]), u64::from(repeat), "{r}");
     let res = &r["results"][0];
     assert_eq!(u(&res["size"]), 64, "{r}");
     assert_eq!(res["upper_from"], "max_pps", "{r}");
     let trials = res["trials"].as_array().expect("trials");
-    assert!(!trials.is_empty() && trials.len() <= 4, "{r}");
+    assert!(
+        !trials.is_empty() && trials.len() <= 4 * repeat as usize,
+        "{r}"
+    );
     for t in trials {
         assert_eq!(u(&t["offered"]), u(&t["received"]) + u(&t["lost"]), "{t}");
         assert!(t["verdict"].is_string(), "{t}");
@@ -240,7 +246,8 @@ fn ring_and_pnet_replay_and_throughput_through_the_router() {
         if threads > 1 {
             check_replay(&tg_bin, &lab, io, threads, &pcap, frames);
         }
-        check_throughput(&tg_bin, &lab, io, threads);
+        // And each rate tried twice on the ring (`--repeat 2`).
+        check_throughput(&tg_bin, &lab, io, threads, threads);
         let (_, fin, _) = lab.stop_router(&err, &report, Duration::from_secs(10));
         // Every replayed frame reached the router (its count may hold a
         // few more: what A's own stack sent meanwhile).

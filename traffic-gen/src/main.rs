@@ -161,9 +161,13 @@ struct ThroughputArgs {
     /// Stop when the search interval is within this fraction of the rate.
     #[arg(long, value_name = "R", default_value_t = 0.01)]
     resolution: f64,
-    /// Stop after this many trials per size.
+    /// Stop after this many rates per size.
     #[arg(long, default_value_t = 16)]
     max_trials: u32,
+    /// Trials per rate: a rate passes only when all of them do (the first
+    /// failure ends them), as RFC 2544 repeats its trials.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    repeat: u32,
     /// Pause between trials so that queues drain.
     #[arg(long, default_value = "500ms", value_parser = scenario::parse_duration)]
     pause: u64,
@@ -212,6 +216,7 @@ fn run_throughput_cmd(a: &ThroughputArgs) -> Result<()> {
         max_pps: a.max_pps,
         resolution: a.resolution,
         max_trials: a.max_trials,
+        repeat: a.repeat,
         rx_buffer_bytes: a.rx_buffer,
         grace: std::time::Duration::from_millis(a.rx_grace),
         pause: std::time::Duration::from_nanos(a.pause),

@@ -15,7 +15,10 @@
 //! starts at an upper bound (the sender's own top-speed rate, learned by a
 //! short run, or `--max-pps`) and halves the interval between the highest
 //! rate that passed and the lowest that failed until it is within
-//! `--resolution` of the rate, or until `--max-trials`. One more run at
+//! `--resolution` of the rate, or until `--max-trials`. With `--repeat
+//! N` a rate passes only when N trials at it pass in a row (the first
+//! failure ends them), as RFC 2544 asks trials to be repeated: on a shared
+//! machine one lucky trial can otherwise set the answer. One more run at
 //! half the rate found measures latency off the knee.
 //!
 //! Rates in Mbit/s count the frame's bytes as sent, times 8, as tcpreplay's
@@ -41,6 +44,9 @@ use crate::synth::{UNIQUE_SIZES, UniqueConfig};
 
 /// The sizes RFC 2544 lists for Ethernet, the default of `--size`.
 pub const DEFAULT_SIZES: [u16; 7] = [64, 128, 256, 512, 1024, 1280, 1518];
+
+/// The most trials per rate (`--repeat`).
+pub const MAX_REPEAT: u32 = 100;
 
 /// Frames one trial may offer (each is remembered on both sides for
 /// matching: about 60 bytes per frame in all).
@@ -122,6 +128,27 @@ pub fn search<T>(
     Ok(Search { found, trials })
 }
 
+/// Runs `run(k)` for `k = 0..n` until one fails: a rate's verdict under
+/// `--repeat n`. Returns whether all `n` passed and the last run's
+/// measurement (the failing one, if any).
+///
+/// # Errors
+/// The first error of `run`, or `n == 0`.
+pub fn all_pass<T>(n: u32, mut run: impl FnMut(u32) -> Result<(bool, T)>) -> Result<(bool, T)> {
+    let mut last = None;
+    for k in 0..n {
+        let (passed, t) = run(k)?;
+        if !passed {
+            return Ok((false, t));
+        }
+        last = Some(t);
+    }
+    match last {
+        Some(t) => Ok((true, t)),
+        None => bail!("--repeat must be at least 1"),
+    }
+}
+
 /// `traffic-gen throughput` settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThroughputConfig {
@@ -145,8 +172,11 @@ pub struct ThroughputConfig {
     pub max_pps: Option<f64>,
     /// See [`SearchParams::resolution`].
     pub resolution: f64,
-    /// See [`SearchParams::max_trials`].
+    /// See [`SearchParams::max_trials`] (rates tried, each `repeat` times
+    /// at most).
     pub max_trials: u32,
+    /// Trials per rate; the rate passes when all do ([`all_pass`]).
+    pub repeat: u32,
     /// Receive buffer (or ring) size, bytes.
     pub rx_buffer_bytes: usize,
     /// How long after the last send the receiver waits.
@@ -173,6 +203,7 @@ impl Default for ThroughputConfig {
             max_pps: None,
             resolution: 0.01,
             max_trials: 16,
+            repeat: 1,
             rx_buffer_bytes: live.rx_buffer_bytes,
             grace: live.grace,
             pause: Duration::from_millis(500),
@@ -217,6 +248,9 @@ impl ThroughputConfig {
         }
         if self.max_trials == 0 {
             bail!("--max-trials must be at least 1");
+        }
+        if !(1..=MAX_REPEAT).contains(&self.repeat) {
+            bail!("--repeat must be 1 to {MAX_REPEAT}, got {}", self.repeat);
         }
         if !(1..=MAX_TX_THREADS).contains(&self.tx_threads) {
             bail!(
@@ -369,6 +403,8 @@ pub struct ThroughputReport {
     pub io: IoBackend,
     /// Sender threads.
     pub tx_threads: u32,
+    /// Trials per rate (a rate passed when all did).
+    pub repeat: u32,
     /// One trial's length, s.
     pub duration_s: f64,
     /// Largest loss fraction that passes.
@@ -392,7 +428,7 @@ impl ThroughputReport {
     pub fn write_text(&self, w: &mut impl Write) -> io::Result<()> {
         writeln!(
             w,
-            "Zero-loss throughput, {} -> {}, io {}{}: loss <= {}, {:.3} s trials, {} flows, resolution {}",
+            "Zero-loss throughput, {} -> {}, io {}{}: loss <= {}, {:.3} s trials{}, {} flows, resolution {}",
             self.tx.describe(),
             self.rx.describe(),
             self.io.name(),
@@ -402,6 +438,10 @@ impl ThroughputReport {
             },
             self.max_loss,
             self.duration_s,
+            match self.repeat {
+                1 => String::new(),
+                n => format!(" ({n} per rate, all must pass)"),
+            },
             self.flows,
             self.resolution
         )?;
@@ -569,22 +609,28 @@ pub fn run_throughput(cfg: &ThroughputConfig) -> Result<ThroughputReport> {
         };
         let mut trials = Vec::new();
         let s = search(upper, &params, |rate| {
-            let t = run_trial(
-                cfg,
-                size,
-                Pacing::Pps(rate),
-                frames_for(rate, cfg.duration)?,
-                None,
-            )?;
-            let verdict = t.verdict;
-            progress(
-                size,
-                &format!("trial {} {}", trials.len() + 1, verdict.describe()),
-                &t,
-            );
-            trials.push(t.clone());
-            std::thread::sleep(cfg.pause);
-            Ok((verdict == Verdict::Pass, t))
+            all_pass(cfg.repeat, |k| {
+                let t = run_trial(
+                    cfg,
+                    size,
+                    Pacing::Pps(rate),
+                    frames_for(rate, cfg.duration)?,
+                    None,
+                )?;
+                let verdict = t.verdict;
+                let which = match cfg.repeat {
+                    1 => String::new(),
+                    n => format!(" ({} of {n} at this rate)", k + 1),
+                };
+                progress(
+                    size,
+                    &format!("trial {} {}{which}", trials.len() + 1, verdict.describe()),
+                    &t,
+                );
+                trials.push(t.clone());
+                std::thread::sleep(cfg.pause);
+                Ok((verdict == Verdict::Pass, t))
+            })
         })?;
         let zero_loss = s.found.map(|f| f.outcome);
         let half_rate = match &zero_loss {
@@ -617,6 +663,7 @@ pub fn run_throughput(cfg: &ThroughputConfig) -> Result<ThroughputReport> {
         rx: cfg.rx.clone(),
         io: cfg.io,
         tx_threads: cfg.tx_threads,
+        repeat: cfg.repeat,
         duration_s: cfg.duration.as_secs_f64(),
         max_loss: cfg.max_loss,
         resolution: cfg.resolution,
@@ -760,11 +807,55 @@ mod tests {
         }
     }
 
+    /// `--repeat`: a rate passes only when every run at it passes; the
+    /// first failure ends its runs. On a flaky curve (every third run at
+    /// a rate above the knee passes by luck) a single run can be fooled,
+    /// three in a row cannot.
+    #[test]
+    fn repeated_trials_must_all_pass() {
+        let knee = 1000.0;
+        let p = SearchParams {
+            resolution: 0.01,
+            max_trials: 30,
+            min_pps: 1.0,
+        };
+        for (repeat, fooled) in [(1u32, true), (3, false)] {
+            let mut runs = 0u32;
+            let mut at_rate = Vec::new();
+            let s = search(4000.0, &p, |rate| {
+                all_pass(repeat, |k| {
+                    runs += 1;
+                    at_rate.push((rate, k));
+                    // Above the knee, the first run at a rate passes by luck.
+                    Ok((rate <= knee || k == 0, rate))
+                })
+            })
+            .unwrap();
+            let found = s.found.expect("a rate passed").rate;
+            assert_eq!(found > knee, fooled, "repeat {repeat}: found {found}");
+            if repeat == 3 {
+                assert!((knee * 0.99..=knee).contains(&found), "{found}");
+                // A failing rate stops at its first failure (2 runs), a
+                // passing one takes all 3.
+                for w in at_rate.windows(2) {
+                    if w[0].0 == w[1].0 {
+                        assert_eq!(w[1].1, w[0].1 + 1);
+                    }
+                }
+                assert!(runs <= 3 * s.trials);
+            }
+        }
+        assert!(all_pass(0, |_| Ok((true, ()))).is_err());
+        let (ok, last) = all_pass(4, |k| Ok((k < 2, k))).unwrap();
+        assert!(!ok);
+        assert_eq!(last, 2, "the failing run's measurement");
+    }
+
     #[test]
     fn settings_are_checked() {
         let ok = ThroughputConfig::default();
         assert!(ok.validate().is_ok());
-        let cases: [(ThroughputConfig, &str); 9] = [
+        let cases: [(ThroughputConfig, &str); 11] = [
             (
                 ThroughputConfig {
                     sizes: vec![],
@@ -813,6 +904,20 @@ mod tests {
                     ..ok.clone()
                 },
                 "--tx-threads",
+            ),
+            (
+                ThroughputConfig {
+                    repeat: 0,
+                    ..ok.clone()
+                },
+                "--repeat",
+            ),
+            (
+                ThroughputConfig {
+                    repeat: MAX_REPEAT + 1,
+                    ..ok.clone()
+                },
+                "--repeat",
             ),
             (
                 ThroughputConfig {
@@ -897,6 +1002,7 @@ mod tests {
             },
             io: IoBackend::Ring,
             tx_threads: 4,
+            repeat: 3,
             duration_s: 5.0,
             max_loss: 0.001,
             resolution: 0.01,
@@ -925,6 +1031,10 @@ mod tests {
         rep.write_text(&mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("io ring, 4 senders"), "{text}");
+        assert!(
+            text.contains("5.000 s trials (3 per rate, all must pass)"),
+            "{text}"
+        );
         assert!(text.contains("as tcpreplay"), "{text}");
         assert!(
             text.contains(
@@ -936,6 +1046,7 @@ mod tests {
         let v = serde_json::to_value(&rep).unwrap();
         assert_eq!(v["io"], "ring");
         assert_eq!(v["tx_threads"], 4);
+        assert_eq!(v["repeat"], 3);
         assert_eq!(v["results"][0]["upper_from"], "top_speed");
         assert_eq!(v["results"][0]["zero_loss"]["offered_pps"], 500_000.0);
         assert!(v["results"][1]["zero_loss"].is_null());
