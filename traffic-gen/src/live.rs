@@ -29,6 +29,14 @@
 //! Matching). Either receiver reports the frames the kernel dropped for it
 //! (`PACKET_STATISTICS`: a full socket buffer or ring).
 //!
+//! `--tx-threads N` ([`LiveConfig::tx_threads`]) runs N sender threads,
+//! each with its own socket and every N-th frame of the generated stream
+//! or the preloaded capture, paced at 1/N of the rate; their send stamps
+//! are merged in time order before matching. One sender tops out near a
+//! million frames per second, less than a ring router forwards on a larger
+//! machine. The frames of different senders reach the wire in whatever
+//! order the CPUs send them, so reordering is no longer the router's alone.
+//!
 //! `--tx-netns`/`--rx-netns` open a side's socket from a thread that has
 //! entered `/var/run/netns/NAME` with `setns(2)`: a socket stays in the
 //! namespace it was created in, and only that thread moves. The same thread
