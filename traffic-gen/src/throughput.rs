@@ -545,6 +545,17 @@ fn run_trial(
     Ok(t)
 }
 
+/// One `--duration` trial at `rate` pps.
+fn paced_trial(cfg: &ThroughputConfig, size: u16, rate: f64) -> Result<Trial> {
+    run_trial(
+        cfg,
+        size,
+        Pacing::Pps(rate),
+        frames_for(rate, cfg.duration)?,
+        None,
+    )
+}
+
 /// Frames a trial at `rate` for `duration` offers (at least 1); an error
 /// past [`MAX_TRIAL_FRAMES`].
 fn frames_for(rate: f64, duration: Duration) -> Result<u64> {
@@ -610,13 +621,7 @@ pub fn run_throughput(cfg: &ThroughputConfig) -> Result<ThroughputReport> {
         let mut trials = Vec::new();
         let s = search(upper, &params, |rate| {
             all_pass(cfg.repeat, |k| {
-                let t = run_trial(
-                    cfg,
-                    size,
-                    Pacing::Pps(rate),
-                    frames_for(rate, cfg.duration)?,
-                    None,
-                )?;
+                let t = paced_trial(cfg, size, rate)?;
                 let verdict = t.verdict;
                 let which = match cfg.repeat {
                     1 => String::new(),
@@ -635,14 +640,7 @@ pub fn run_throughput(cfg: &ThroughputConfig) -> Result<ThroughputReport> {
         let zero_loss = s.found.map(|f| f.outcome);
         let half_rate = match &zero_loss {
             Some(z) => {
-                let rate = z.offered_pps / 2.0;
-                let t = run_trial(
-                    cfg,
-                    size,
-                    Pacing::Pps(rate),
-                    frames_for(rate, cfg.duration)?,
-                    None,
-                )?;
+                let t = paced_trial(cfg, size, z.offered_pps / 2.0)?;
                 progress(size, "half rate", &t);
                 std::thread::sleep(cfg.pause);
                 Some(t)
