@@ -43,6 +43,18 @@ ROUTERS=(r1 r2 r3)
 HOSTS=(ha hb)
 die() { echo "lab-l3.sh: $*" >&2; exit 1; }
 nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+# nsysctl NS key=value...: sets sysctls inside NS through /proc/sys (the
+# net.* keys are per namespace; interface names here have no dots), so
+# the lab needs no procps: only iproute2 (and ethtool, if present).
+nsysctl() {
+  local ns=$1 kv key
+  shift
+  for kv in "$@"; do
+    key=${kv%%=*}
+    nsx "$ns" sh -c 'echo "$2" > "/proc/sys/$1"' - "${key//.//}" "${kv#*=}" ||
+      die "cannot set $key in $ns"
+  done
+}
 
 # Every veth end: "namespace-suffix device mac ipv4 ipv6" (router ends carry
 # the router's addresses, given to the dataplane, not to the kernel).
@@ -79,11 +91,11 @@ up() {
   for n in "${HOSTS[@]}" "${ROUTERS[@]}"; do
     ip netns add "$P-$n"
     nsx "$P-$n" ip link set lo up
-    nsx "$P-$n" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 >/dev/null
+    nsysctl "$P-$n" net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
   done
   for n in "${ROUTERS[@]}"; do
     # The kernel neither routes nor speaks on a router's ports.
-    nsx "$P-$n" sysctl -qw net.ipv4.ip_forward=0 net.ipv6.conf.default.disable_ipv6=1 >/dev/null
+    nsysctl "$P-$n" net.ipv4.ip_forward=0 net.ipv6.conf.default.disable_ipv6=1
   done
   local l x y
   for l in "${LINKS[@]}"; do
@@ -97,7 +109,7 @@ up() {
         nsx "$P-$n" ip addr add "$a4/24" dev "$d"
         nsx "$P-$n" ip -6 addr add "$a6/64" dev "$d" nodad
       else
-        nsx "$P-$n" sysctl -qw "net.ipv6.conf.$d.disable_ipv6=1" >/dev/null
+        nsysctl "$P-$n" "net.ipv6.conf.$d.disable_ipv6=1"
       fi
       nsx "$P-$n" ip link set "$d" up
     done

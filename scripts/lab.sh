@@ -38,6 +38,18 @@ declare -A MAC=([a]=02:bb:00:00:00:0a [b]=02:bb:00:00:00:0b [c]=02:bb:00:00:00:0
 
 die() { echo "lab.sh: $*" >&2; exit 1; }
 nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+# nsysctl NS key=value...: sets sysctls inside NS through /proc/sys (the
+# net.* keys are per namespace; interface names here have no dots), so
+# the lab needs no procps: only iproute2 (and ethtool, if present).
+nsysctl() {
+  local ns=$1 kv key
+  shift
+  for kv in "$@"; do
+    key=${kv%%=*}
+    nsx "$ns" sh -c 'echo "$2" > "/proc/sys/$1"' - "${key//.//}" "${kv#*=}" ||
+      die "cannot set $key in $ns"
+  done
+}
 
 need_tools() {
   ((EUID == 0)) || die "must run as root"
@@ -77,8 +89,8 @@ down() {
 
 host_sysctls() {
   local ns=$1
-  nsx "$ns" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 >/dev/null
-  nsx "$ns" sysctl -qw net.ipv6.conf.all.dad_transmits=0 net.ipv6.conf.default.dad_transmits=0 >/dev/null
+  nsysctl "$ns" net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+  nsysctl "$ns" net.ipv6.conf.all.dad_transmits=0 net.ipv6.conf.default.dad_transmits=0
 }
 
 up() {
@@ -91,14 +103,14 @@ up() {
     host_sysctls "$ns"
   done
   # The router never routes with its kernel, and sends nothing of its own.
-  nsx "$NS_R" sysctl -qw net.ipv4.ip_forward=0 net.ipv6.conf.default.disable_ipv6=1 >/dev/null
+  nsysctl "$NS_R" net.ipv4.ip_forward=0 net.ipv6.conf.default.disable_ipv6=1
 
   local h peer_ns
   for h in a b c; do
     peer_ns=$P-$h
     ip link add eth0 netns "$peer_ns" address "${MAC[$h]}" type veth peer name "r-$h" netns "$NS_R"
-    nsx "$NS_R" sysctl -qw "net.ipv6.conf.r-$h.disable_ipv6=1" >/dev/null
-    nsx "$peer_ns" sysctl -qw net.ipv6.conf.eth0.accept_dad=0 >/dev/null
+    nsysctl "$NS_R" "net.ipv6.conf.r-$h.disable_ipv6=1"
+    nsysctl "$peer_ns" net.ipv6.conf.eth0.accept_dad=0
     nsx "$peer_ns" ip addr add "${ADDR[$h]}/24" dev eth0
     offloads_off "$peer_ns" eth0
     offloads_off "$NS_R" "r-$h"
