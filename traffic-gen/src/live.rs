@@ -1569,12 +1569,11 @@ struct TxRun {
 
 impl TxRun {
     /// The senders' runs as one: counts added, send stamps in time order,
-    /// the longest elapsed time, the lowest share of its rate any reached.
-    fn merge(runs: Vec<TxRun>) -> TxRun {
+    /// the longest elapsed time, the lowest share of its rate any reached
+    /// (`None` for no run).
+    fn merge(runs: Vec<TxRun>) -> Option<TxRun> {
         let mut it = runs.into_iter();
-        let Some(mut all) = it.next() else {
-            unreachable!("at least one sender runs");
-        };
+        let mut all = it.next()?;
         let mut merged = false;
         for r in it {
             merged = true;
@@ -1604,7 +1603,7 @@ impl TxRun {
             // Matching takes the sends in time order.
             all.stamps.sort_by_key(|s| s.t_ns);
         }
-        all
+        Some(all)
     }
 }
 
@@ -2149,7 +2148,9 @@ fn run(
         for h in senders {
             runs.push(joined(h, "sender")?);
         }
-        let tx_run = TxRun::merge(runs);
+        let Some(tx_run) = TxRun::merge(runs) else {
+            bail!("no sender ran");
+        };
         let rx_run = match rx_handle {
             Some(h) => {
                 // Also after an operator's stop: frames still on the way
@@ -2237,6 +2238,46 @@ mod tests {
         let s = Shard { index: 1, count: 4 };
         assert_eq!(s.pacing(Pacing::Pps(1000.0)), Pacing::Pps(250.0));
         assert_eq!(s.pacing(Pacing::TopSpeed), Pacing::TopSpeed);
+    }
+
+    /// Two senders' runs merge into one: counts added, stamps in time
+    /// order, the longest time, the lowest rate share, the first limit.
+    #[test]
+    fn sender_runs_merge() {
+        let run = |t: &[u64], packets, ms, bypass, rate| TxRun {
+            stats: TxStats {
+                packets,
+                bytes: packets * 64,
+                failed: 1,
+                errors: [("No buffer space".to_string(), 1)].into(),
+                ..TxStats::default()
+            },
+            stamps: t.iter().map(|&t_ns| Stamp { key: t_ns, t_ns }).collect(),
+            elapsed: Duration::from_millis(ms),
+            qdisc_bypass: bypass,
+            input_errors: InputErrors::default(),
+            interrupted: false,
+            lengths_fixed: 0,
+            gaps_capped: 2,
+            limit_reached: None,
+            rate_reached: rate,
+            filtered_out: 0,
+        };
+        assert!(TxRun::merge(Vec::new()).is_none());
+        let mut b = run(&[2, 3, 6], 3, 90, false, Some(0.9));
+        b.limit_reached = Some(LimitReached::Duration);
+        let m = TxRun::merge(vec![run(&[1, 4, 5, 7], 4, 100, true, Some(1.0)), b]).unwrap();
+        assert_eq!(m.stats.packets, 7);
+        assert_eq!(m.stats.bytes, 7 * 64);
+        assert_eq!(m.stats.failed, 2);
+        assert_eq!(m.stats.errors["No buffer space"], 2);
+        let t: Vec<u64> = m.stamps.iter().map(|s| s.t_ns).collect();
+        assert_eq!(t, [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(m.elapsed, Duration::from_millis(100));
+        assert!(!m.qdisc_bypass);
+        assert_eq!(m.gaps_capped, 4);
+        assert_eq!(m.rate_reached, Some(0.9));
+        assert_eq!(m.limit_reached, Some(LimitReached::Duration));
     }
 
     #[test]
