@@ -374,11 +374,10 @@ impl FairRate {
     fn fair_share(&mut self) -> u32 {
         let cap = self.capacity();
         let row = &self.counts[..1 << self.log2];
-        let (mut total, mut busy) = (0u64, 0u64);
-        for &c in row {
-            total += u64::from(c);
-            busy += u64::from(c > 0);
-        }
+        // The busy counters (above 0) and the sum of all (none above the
+        // largest threshold).
+        let (busy, _) = split(row, 0);
+        let (_, total) = split(row, u64::MAX);
         // Congested from 95% of the capacity: responsive flows that an AQM
         // holds back keep the demand just under the link while an
         // unresponsive flow takes what it likes.
@@ -392,16 +391,7 @@ impl FairRate {
         let bins = 1u64 << self.log2;
         let mut share = cap as f64 / linear_count(busy, bins).max(1.0);
         for _ in 0..SHARE_ROUNDS {
-            let light_below = (share / 2.0) as u64;
-            let (mut light, mut heavy) = (0u64, 0u64);
-            for &c in row {
-                let c = u64::from(c);
-                if c > light_below {
-                    heavy += 1;
-                } else {
-                    light += c;
-                }
-            }
+            let (heavy, light) = split(row, (share / 2.0) as u64);
             let next = cap.saturating_sub(light) as f64 / linear_count(heavy, bins).max(1.0);
             if next <= share * 1.001 {
                 share = share.max(next);
@@ -411,6 +401,28 @@ impl FairRate {
         }
         share.min(f64::from(u32::MAX - 1)) as u32
     }
+}
+
+/// How many of `row`'s counters are above `light_below`, and the sum of
+/// the others. Branch-free, with the threshold as a counter's `u32` (none
+/// is above `u32::MAX`), so that the loop vectorises: the fair share's
+/// rounds run it over a whole row each, once per period, which on a replay
+/// faster than real time (capture time, many periods per second of work)
+/// was most of the period's cost.
+fn split(row: &[u32], light_below: u64) -> (u64, u64) {
+    let t = u32::try_from(light_below).unwrap_or(u32::MAX);
+    // The light sum in two u32 halves, low and high 16 bits of each
+    // counter: neither can overflow over at most 2^16 counters
+    // (`MAX_RATE_LOG2_BINS`), and u32 lanes are what SSE2 adds.
+    let (mut heavy, mut lo, mut hi) = (0u32, 0u32, 0u32);
+    for &c in row {
+        let is_heavy = c > t;
+        let l = if is_heavy { 0 } else { c };
+        heavy += u32::from(is_heavy);
+        lo += l & 0xFFFF;
+        hi += l >> 16;
+    }
+    (u64::from(heavy), u64::from(lo) + (u64::from(hi) << 16))
 }
 
 /// Linear counting (Whang, Vander-Zanden, Taylor, 1990): the number of
@@ -584,5 +596,45 @@ mod tests {
         assert_eq!(f.estimate(5), 537);
         f.tick(ms(10_000));
         assert_eq!(f.estimate(5), 0, "a long silence forgets everything");
+    }
+
+    /// `split` against the plain loop over u64 values, on rows of random
+    /// and extreme counters (up to 2^16 of `u32::MAX`, where the halves'
+    /// sums are at their largest) and thresholds up to and past `u32::MAX`.
+    #[test]
+    fn split_is_the_plain_count_and_sum() {
+        let plain = |row: &[u32], t: u64| {
+            row.iter().fold((0u64, 0u64), |(h, l), &c| {
+                if u64::from(c) > t {
+                    (h + 1, l)
+                } else {
+                    (h, l + u64::from(c))
+                }
+            })
+        };
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let full = vec![u32::MAX; 1 << MAX_RATE_LOG2_BINS];
+        let mixed: Vec<u32> = (0..4096)
+            .map(|i| match i % 4 {
+                0 => 0,
+                1 => next() as u32,
+                2 => (next() % 5000) as u32,
+                _ => u32::MAX - (next() % 3) as u32,
+            })
+            .collect();
+        for row in [&full[..], &mixed[..], &[][..]] {
+            let mut ts = vec![0, 1, 4999, 1 << 31, u64::from(u32::MAX) - 1];
+            ts.extend([u64::from(u32::MAX), u64::from(u32::MAX) + 1, u64::MAX]);
+            ts.extend((0..20).map(|_| next() >> 31));
+            for t in ts {
+                assert_eq!(split(row, t), plain(row, t), "threshold {t}");
+            }
+        }
     }
 }
