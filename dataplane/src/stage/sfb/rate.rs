@@ -410,6 +410,7 @@ impl FairRate {
 /// faster than real time (capture time, many periods per second of work)
 /// was most of the period's cost.
 fn split(row: &[u32], light_below: u64) -> (u64, u64) {
+    debug_assert!(row.len() <= 1 << MAX_RATE_LOG2_BINS);
     let t = u32::try_from(light_below).unwrap_or(u32::MAX);
     // The light sum in two u32 halves, low and high 16 bits of each
     // counter: neither can overflow over at most 2^16 counters
