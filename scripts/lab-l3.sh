@@ -42,19 +42,9 @@ P=${LAB_PREFIX:-bl}
 ROUTERS=(r1 r2 r3)
 HOSTS=(ha hb)
 die() { echo "lab-l3.sh: $*" >&2; exit 1; }
-nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
-# nsysctl NS key=value...: sets sysctls inside NS through /proc/sys (the
-# net.* keys are per namespace; interface names here have no dots), so
-# the lab needs no procps: only iproute2 (and ethtool, if present).
-nsysctl() {
-  local ns=$1 kv key
-  shift
-  for kv in "$@"; do
-    key=${kv%%=*}
-    nsx "$ns" sh -c 'echo "$2" > "/proc/sys/$1"' - "${key//.//}" "${kv#*=}" ||
-      die "cannot set $key in $ns"
-  done
-}
+# nsx, nsysctl
+# shellcheck source=scripts/lab-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lab-lib.sh"
 
 # Every veth end: "namespace-suffix device mac ipv4 ipv6" (router ends carry
 # the router's addresses, given to the dataplane, not to the kernel).

@@ -37,19 +37,9 @@ declare -A ADDR=([a]=$SUBNET.1 [b]=$SUBNET.2 [c]=$SUBNET.3)
 declare -A MAC=([a]=02:bb:00:00:00:0a [b]=02:bb:00:00:00:0b [c]=02:bb:00:00:00:0c)
 
 die() { echo "lab.sh: $*" >&2; exit 1; }
-nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
-# nsysctl NS key=value...: sets sysctls inside NS through /proc/sys (the
-# net.* keys are per namespace; interface names here have no dots), so
-# the lab needs no procps: only iproute2 (and ethtool, if present).
-nsysctl() {
-  local ns=$1 kv key
-  shift
-  for kv in "$@"; do
-    key=${kv%%=*}
-    nsx "$ns" sh -c 'echo "$2" > "/proc/sys/$1"' - "${key//.//}" "${kv#*=}" ||
-      die "cannot set $key in $ns"
-  done
-}
+# nsx, nsysctl
+# shellcheck source=scripts/lab-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lab-lib.sh"
 
 need_tools() {
   ((EUID == 0)) || die "must run as root"
