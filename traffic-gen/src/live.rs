@@ -120,7 +120,7 @@ use dataplane::config::IoBackend;
 use dataplane::io::capture::CaptureReader;
 use dataplane::io::ring::{RingConfig, RxRing, send_batch};
 use dataplane::io::socket::{
-    PortError, READ_BUFFER, find_interface, getsockopt_int, setsockopt_int,
+    PortError, READ_BUFFER, find_interface, getsockopt_int, interface_mtu, setsockopt_int,
 };
 use dataplane::wire::{IpVersion, LinkType, parse};
 use hdrhistogram::Histogram;
@@ -201,7 +201,7 @@ pub const MAX_TX_THREADS: u32 = 64;
 impl LiveConfig {
     /// Checks `tx_threads` against the input and the pacing; `preloaded`:
     /// the input is a generated stream or a preloaded capture.
-    fn check_tx_threads(&self, preloaded: bool) -> Result<()> {
+    pub(crate) fn check_tx_threads(&self, preloaded: bool) -> Result<()> {
         let n = self.tx_threads;
         if !(1..=MAX_TX_THREADS).contains(&n) {
             bail!("--tx-threads {n}: must be 1 to {MAX_TX_THREADS}");
@@ -868,30 +868,6 @@ fn open_endpoint(ep: &Endpoint, rx_buffer: Option<usize>) -> Result<LiveSocket> 
         None => open_socket(ep, rx_buffer),
     };
     r.with_context(|| format!("{side} {}", ep.describe()))
-}
-
-/// The MTU of interface `name` (`SIOCGIFMTU` on socket `fd`, so in the
-/// socket's namespace).
-fn interface_mtu(fd: RawFd, name: &str) -> io::Result<u32> {
-    // SAFETY: ifreq is plain data; all zeroes is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    let bytes = name.as_bytes();
-    if bytes.len() >= req.ifr_name.len() {
-        return Err(io::Error::from(io::ErrorKind::InvalidInput));
-    }
-    for (d, &b) in req.ifr_name.iter_mut().zip(bytes) {
-        *d = b as libc::c_char;
-    }
-    // SAFETY: `fd` is an open socket; `req` is a live ifreq whose name is
-    // NUL-terminated (checked length, zeroed rest), and SIOCGIFMTU writes
-    // only the MTU inside it.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU as _, &mut req) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: SIOCGIFMTU succeeded, so it set the union's `ifru_mtu`.
-    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
-    Ok(u32::try_from(mtu).unwrap_or(0))
 }
 
 /// Whether frames of `size` bytes fit `ep`'s MTU of `mtu` (plus the
@@ -1574,9 +1550,7 @@ impl TxRun {
     fn merge(runs: Vec<TxRun>) -> Option<TxRun> {
         let mut it = runs.into_iter();
         let mut all = it.next()?;
-        let mut merged = false;
         for r in it {
-            merged = true;
             let (a, b) = (&mut all.stats, r.stats);
             a.packets += b.packets;
             a.bytes += b.bytes;
@@ -1599,10 +1573,9 @@ impl TxRun {
             };
             all.filtered_out += r.filtered_out;
         }
-        if merged {
-            // Matching takes the sends in time order.
-            all.stamps.sort_by_key(|s| s.t_ns);
-        }
+        // Matching takes the sends in time order (one sender's are: a
+        // stable sort of a sorted run is one pass).
+        all.stamps.sort_by_key(|s| s.t_ns);
         Some(all)
     }
 }

@@ -35,9 +35,7 @@ use anyhow::{Result, bail};
 use dataplane::config::IoBackend;
 use serde::Serialize;
 
-use crate::live::{
-    Endpoint, Generated, LiveConfig, MAX_TX_THREADS, check_fits, endpoint_mtu, run_live_generated,
-};
+use crate::live::{Endpoint, Generated, LiveConfig, check_fits, endpoint_mtu, run_live_generated};
 use crate::pacing::Pacing;
 use crate::replay::Latency;
 use crate::synth::{UNIQUE_SIZES, UniqueConfig};
@@ -252,13 +250,14 @@ impl ThroughputConfig {
         if !(1..=MAX_REPEAT).contains(&self.repeat) {
             bail!("--repeat must be 1 to {MAX_REPEAT}, got {}", self.repeat);
         }
-        if !(1..=MAX_TX_THREADS).contains(&self.tx_threads) {
-            bail!(
-                "--tx-threads must be 1 to {MAX_TX_THREADS}, got {}",
-                self.tx_threads
-            );
+        // The live run's own check, as its trials will run (generated
+        // frames, `--pps`).
+        LiveConfig {
+            tx_threads: self.tx_threads,
+            pacing: Pacing::Pps(1.0),
+            ..LiveConfig::default()
         }
-        Ok(())
+        .check_tx_threads(true)
     }
 }
 
@@ -674,6 +673,7 @@ pub fn run_throughput(cfg: &ThroughputConfig) -> Result<ThroughputReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::live::MAX_TX_THREADS;
 
     fn params() -> SearchParams {
         SearchParams {

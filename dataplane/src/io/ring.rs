@@ -68,7 +68,9 @@ use std::time::Duration;
 use crate::clock::{MonotonicClock, Timestamp};
 use crate::config::InterfaceConfig;
 use crate::io::port::{Ports, RxCounters};
-use crate::io::socket::{PortError, find_interface, poll_readable, setsockopt_int, wait_writable};
+use crate::io::socket::{
+    PortError, find_interface, interface_mtu, poll_readable, setsockopt_int, wait_writable,
+};
 use crate::pipeline::Batch;
 use crate::stage::egress::{Transmit, TxFrame};
 use crate::wire::LinkType;
@@ -517,7 +519,7 @@ impl TxRing {
     pub fn open(name: &str, frames: u32) -> Result<TxRing, PortError> {
         let ifc = find_interface(name)?;
         let fd = packet_socket(name)?;
-        let mtu = interface_mtu(&fd, name).map_err(os(name, "ioctl(SIOCGIFMTU)"))?;
+        let mtu = interface_mtu(fd.as_raw_fd(), name).map_err(os(name, "ioctl(SIOCGIFMTU)"))?;
         // An Ethernet header and a VLAN tag over the MTU, as the kernel's
         // own limit for a packet socket's frames.
         let max_frame = mtu as usize + 18;
@@ -672,28 +674,6 @@ impl TxRing {
     pub fn wait_room(&self, timeout_ms: i32) {
         wait_writable(self.fd.as_raw_fd(), timeout_ms);
     }
-}
-
-/// The MTU of interface `name`, asked through `fd` (any socket).
-fn interface_mtu(fd: &OwnedFd, name: &str) -> io::Result<u32> {
-    // SAFETY: ifreq is plain data; all zeroes is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    let bytes = name.as_bytes();
-    if bytes.len() >= req.ifr_name.len() {
-        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
-    }
-    for (d, &b) in req.ifr_name.iter_mut().zip(bytes) {
-        *d = libc::c_char::from_ne_bytes([b]);
-    }
-    // SAFETY: `req` is a live ifreq naming the interface (NUL-terminated:
-    // zeroed beyond the name); SIOCGIFMTU writes its `ifru_mtu` only.
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: SIOCGIFMTU succeeded, so the union holds the MTU.
-    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
-    Ok(mtu.max(0) as u32)
 }
 
 /// One worker's port on a ring.

@@ -239,6 +239,33 @@ impl std::fmt::Debug for Port {
     }
 }
 
+/// The MTU of interface `name`, asked through `fd` (any socket, so in its
+/// network namespace) with `SIOCGIFMTU`.
+///
+/// # Errors
+/// `ENAMETOOLONG` for a name `ifreq` cannot hold, or the ioctl's error.
+pub fn interface_mtu(fd: RawFd, name: &str) -> io::Result<u32> {
+    // SAFETY: ifreq is plain data; all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let bytes = name.as_bytes();
+    if bytes.len() >= req.ifr_name.len() {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    for (d, &b) in req.ifr_name.iter_mut().zip(bytes) {
+        *d = libc::c_char::from_ne_bytes([b]);
+    }
+    // SAFETY: `req` is a live ifreq naming the interface (NUL-terminated:
+    // zeroed beyond the name); SIOCGIFMTU writes its `ifru_mtu` only, and
+    // fails cleanly on a descriptor that is not a socket.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFMTU succeeded, so the union holds the MTU.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    Ok(mtu.max(0) as u32)
+}
+
 /// An interface as the system lists it.
 pub fn find_interface(name: &str) -> Result<datalink::NetworkInterface, PortError> {
     let ifc = datalink::interfaces()
