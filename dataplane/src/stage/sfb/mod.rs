@@ -38,7 +38,7 @@
 //! rule, as below. `profile = "fair"`, the default, adds a *fair-share
 //! check* in front of Blue ([`FairRate`]: a count-min sketch of the flows'
 //! arrival rates and the fair share computed from it; its module docs say
-//! why and how) and changes three things:
+//! why and how) and changes four things:
 //!
 //! * an arrival whose flow sends above the fair share is refused with
 //!   probability `1 - share / rate` (`ratedrop`), or marked CE instead when
@@ -51,7 +51,12 @@
 //! * a full bin (`bucketdrop`) drops only flows over their share, and `max`
 //!   is 22 rather than 25, so that with hundreds of flows the flows with
 //!   more than their share of the standing queue lose packets a little
-//!   before the queue's delay passes sch_sfb's.
+//!   before the queue's delay passes sch_sfb's;
+//! * Blue's signals feed the check: a flow Blue marked or dropped in the
+//!   last second competes for the link whatever its rate
+//!   ([`FairRate::signal`]), so that responsive flows Blue holds back are
+//!   not taken for light ones whose unused share goes to the flows over
+//!   it.
 //!
 //! Measured with real CUBIC flows and one unresponsive UDP flow through the
 //! live router (`../shared/tools/flowmix`), the fair profile holds the UDP

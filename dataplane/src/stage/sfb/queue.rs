@@ -240,8 +240,16 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
         a.now,
     ) {
         Ok(d) => (d.mark, d.sets, d.standby),
-        Err(d) => return Err(d.reason()),
+        Err(d) => {
+            if FAIR && let Some(r) = &mut sfb.rate {
+                r.signal(a.key.packed(set), true);
+            }
+            return Err(d.reason());
+        }
     };
+    if FAIR && let Some(r) = &mut sfb.rate {
+        r.signal(a.key.packed(set), mark);
+    }
     if FAIR {
         // Counted once when Blue marked it too.
         sfb.counters.marked += u64::from(rate.mark & !mark);

@@ -42,7 +42,13 @@
 //!   competing flow rather than found by water-filling over the arrival
 //!   rates: the TCP flows Blue marks stay below any share, and a
 //!   water-filling share then grows to whatever the unresponsive flow takes
-//!   (measured: 1.5x its fair share at 200 flows). Between periods the
+//!   (measured: 1.5x its fair share at 200 flows). For the same reason a
+//!   flow that Blue marked or dropped within the last 10 periods is never
+//!   light ([`FairRate::signal`], a countdown per first-row counter): with
+//!   long windows (8 CUBIC flows at 100 Mbit/s and 50 ms, 46 packets each)
+//!   responsive flows that Blue holds back sit under half the share, and
+//!   counted as light they handed their part of the link to the
+//!   unresponsive flow (4-5x its fair share in the model). Between periods the
 //!   share is scaled the way a steady flow's counter grows (from `1 -
 //!   1/2^shift` of its peak back to the peak), so a flow is compared at the
 //!   same point of the sawtooth.
@@ -79,6 +85,10 @@ const SHORT_PERIODS: u32 = 8;
 /// The largest multiplier of the share, Q16 (2: a flow held to the share
 /// never gets more than twice an equal share because others idle the link).
 const MAX_GAIN: u64 = 2 << 16;
+
+/// Periods for which a Blue signal (a mark or a drop) keeps the flows of
+/// a first-row counter competing (see [`FairRate::signal`]).
+const HOLD_PERIODS: u8 = 10;
 
 /// The most rows.
 pub const MAX_RATE_ROWS: usize = 4;
@@ -143,6 +153,10 @@ pub struct FairRate {
     period_ns: u64,
     /// `rows << log2` counters, row-major: decayed bytes.
     counts: Vec<u32>,
+    /// Per first-row counter, the periods left in which its flows count
+    /// as competing because Blue signalled one of them
+    /// ([`signal`](Self::signal)).
+    held: Vec<u8>,
     /// Decayed bytes that left the queue, up to the last period boundary.
     departed: u64,
     /// Bytes that left since the last period boundary (not decayed).
@@ -180,6 +194,7 @@ impl FairRate {
             shift: shift.clamp(1, 16),
             period_ns: period_ms.max(1).saturating_mul(NS_PER_MS),
             counts: vec![0; rows << log2],
+            held: vec![0; 1 << log2],
             departed: 0,
             departed_now: 0,
             short_periods: 0,
@@ -266,6 +281,20 @@ impl FairRate {
         rate
     }
 
+    /// Blue signalled (marked or dropped) a packet of the flow whose SFB
+    /// hash word is `word`, if `on`: for the next 10 periods (`HOLD_PERIODS`)
+    /// its first-row counter counts as competing for the link whatever its
+    /// rate. A responsive flow that Blue holds back sends less than it
+    /// would; counted as *light* it would leave its part of the link to
+    /// the flows over the share (the model's long-window weak spot).
+    #[inline(always)]
+    pub fn signal(&mut self, word: u64, on: bool) {
+        let i = self.index(word, 0);
+        if let Some(h) = self.held.get_mut(i) {
+            *h = if on { HOLD_PERIODS } else { *h };
+        }
+    }
+
     /// A packet of `len` bytes left the queue.
     #[inline(always)]
     pub fn depart(&mut self, len: u32) {
@@ -344,9 +373,14 @@ impl FairRate {
         let s = self.shift;
         if periods.saturating_mul(u64::from(s)) >= 32 {
             self.counts.fill(0);
+            self.held.fill(0);
             self.departed = 0;
             self.warm = 0;
             return;
+        }
+        let p = u8::try_from(periods).unwrap_or(u8::MAX);
+        for h in &mut self.held {
+            *h = h.saturating_sub(p);
         }
         for _ in 0..periods {
             for c in &mut self.counts {
@@ -376,8 +410,9 @@ impl FairRate {
         let row = &self.counts[..1 << self.log2];
         // The busy counters (above 0) and the sum of all (none above the
         // largest threshold).
-        let (busy, _) = split(row, 0);
-        let (_, total) = split(row, u64::MAX);
+        let held = &self.held[..];
+        let (busy, _) = split(row, &[], 0);
+        let (_, total) = split(row, &[], u64::MAX);
         // Congested from 95% of the capacity: responsive flows that an AQM
         // holds back keep the demand just under the link while an
         // unresponsive flow takes what it likes.
@@ -391,7 +426,7 @@ impl FairRate {
         let bins = 1u64 << self.log2;
         let mut share = cap as f64 / linear_count(busy, bins).max(1.0);
         for _ in 0..SHARE_ROUNDS {
-            let (heavy, light) = split(row, (share / 2.0) as u64);
+            let (heavy, light) = split(row, held, (share / 2.0) as u64);
             let next = cap.saturating_sub(light) as f64 / linear_count(heavy, bins).max(1.0);
             if next <= share * 1.001 {
                 share = share.max(next);
@@ -403,25 +438,35 @@ impl FairRate {
     }
 }
 
-/// How many of `row`'s counters are above `light_below`, and the sum of
+/// How many of `row`'s counters are above `light_below` or held (`held`,
+/// when not empty, is the row's [`FairRate::signal`] holds), and the sum of
 /// the others. Branch-free, with the threshold as a counter's `u32` (none
 /// is above `u32::MAX`), so that the loop vectorises: the fair share's
 /// rounds run it over a whole row each, once per period, which on a replay
 /// faster than real time (capture time, many periods per second of work)
 /// was most of the period's cost.
-fn split(row: &[u32], light_below: u64) -> (u64, u64) {
+fn split(row: &[u32], held: &[u8], light_below: u64) -> (u64, u64) {
     debug_assert!(row.len() <= 1 << MAX_RATE_LOG2_BINS);
     let t = u32::try_from(light_below).unwrap_or(u32::MAX);
     // The light sum in two u32 halves, low and high 16 bits of each
     // counter: neither can overflow over at most 2^16 counters
     // (`MAX_RATE_LOG2_BINS`), and u32 lanes are what SSE2 adds.
     let (mut heavy, mut lo, mut hi) = (0u32, 0u32, 0u32);
-    for &c in row {
-        let is_heavy = c > t;
+    let mut add = |c: u32, h: u8| {
+        let is_heavy = (c > t) | (h != 0);
         let l = if is_heavy { 0 } else { c };
         heavy += u32::from(is_heavy);
         lo += l & 0xFFFF;
         hi += l >> 16;
+    };
+    if held.len() == row.len() {
+        for (&c, &h) in row.iter().zip(held) {
+            add(c, h);
+        }
+    } else {
+        for &c in row {
+            add(c, 0);
+        }
     }
     (u64::from(heavy), u64::from(lo) + (u64::from(hi) << 16))
 }
@@ -489,6 +534,58 @@ mod tests {
         assert!((got[0] - 100.0).abs() < 2.0, "{got:?}");
         assert!((got[1] - 300.0).abs() < 3.0, "{got:?}");
         assert!((got[2] - 450.0).abs() < 0.05 * 450.0, "{got:?}");
+    }
+
+    /// A flow under half the share is light and keeps what it sends; the
+    /// others share the rest. Once Blue signals it, it competes: the share
+    /// is the equal one whatever its rate.
+    #[test]
+    fn signalled_flows_compete_whatever_their_rate() {
+        let run = |signal: bool| {
+            let mut f = FairRate::new(2, 12, 100, 3, 1000 * 8 * 1000);
+            let (light, heavy) = (11u64, 12u64);
+            let mut s = 5u64;
+            let mut admitted = 0u64;
+            for t in 0..6000u64 {
+                f.tick(ms(t));
+                for _ in 0..2 {
+                    f.arrive(light, 100, false, 0);
+                }
+                if signal {
+                    f.signal(light, true);
+                }
+                for _ in 0..12 {
+                    let coin = (kernels::splitmix64(&mut s) >> 48) as u16;
+                    if f.arrive(heavy, 100, false, coin) != RateVerdict::DROP && t >= 2000 {
+                        admitted += 100;
+                    }
+                }
+                f.depart(1000);
+            }
+            admitted as f64 / 4000.0
+        };
+        // 200 B/ms is light against an equal share of 500: the 1200 B/ms
+        // flow gets the other 800.
+        let free = run(false);
+        assert!((free - 800.0).abs() < 0.05 * 800.0, "{free}");
+        // Signalled, it competes: the equal share, 500.
+        let held = run(true);
+        assert!((held - 500.0).abs() < 0.05 * 500.0, "{held}");
+    }
+
+    #[test]
+    fn a_signal_holds_for_its_periods_then_lapses() {
+        let mut f = FairRate::new(1, 4, 100, 3, 0);
+        f.tick(ms(0));
+        f.signal(9, false);
+        assert!(f.held.iter().all(|&h| h == 0), "no signal, no hold");
+        f.signal(9, true);
+        let i = f.index(9, 0);
+        assert_eq!(f.held[i], HOLD_PERIODS);
+        f.tick(ms(100));
+        assert_eq!(f.held[i], HOLD_PERIODS - 1);
+        f.tick(ms(100 * (u64::from(HOLD_PERIODS) + 5)));
+        assert_eq!(f.held[i], 0);
     }
 
     #[test]
@@ -629,12 +726,26 @@ mod tests {
                 _ => u32::MAX - (next() % 3) as u32,
             })
             .collect();
+        // Every third counter held: heavy whatever its value.
+        let held: Vec<u8> = (0..mixed.len()).map(|i| u8::from(i % 3 == 0)).collect();
+        let unheld: Vec<u32> = mixed
+            .iter()
+            .zip(&held)
+            .map(|(&c, &h)| if h == 0 { c } else { 0 })
+            .collect();
+        let n_held = held.iter().filter(|&&h| h != 0).count() as u64;
         for row in [&full[..], &mixed[..], &[][..]] {
             let mut ts = vec![0, 1, 4999, 1 << 31, u64::from(u32::MAX) - 1];
             ts.extend([u64::from(u32::MAX), u64::from(u32::MAX) + 1, u64::MAX]);
             ts.extend((0..20).map(|_| next() >> 31));
             for t in ts {
-                assert_eq!(split(row, t), plain(row, t), "threshold {t}");
+                assert_eq!(split(row, &[], t), plain(row, t), "threshold {t}");
+                if row.len() == mixed.len() {
+                    // The held counters heavy whatever their value: zeroed
+                    // in `unheld`, where they are never above `t`.
+                    let (h, l) = plain(&unheld, t);
+                    assert_eq!(split(row, &held, t), (h + n_held, l), "threshold {t}");
+                }
             }
         }
     }
