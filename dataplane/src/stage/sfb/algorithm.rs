@@ -13,7 +13,7 @@ use crate::pipeline::DropReason;
 use super::config::{BinIndex, SFB_MAX_PROB, SfbConfig, SfbConfigError};
 use super::keys::{SfbKey, SfbTag, field_width, row_index, slices};
 use super::penalty::PenaltyBucket;
-use super::rate::{FairRate, RateVerdict};
+use super::rate::{FairRate, FirstRow, RateVerdict};
 use super::stats::{PenalisedFlow, SfbCounters, SfbStats};
 
 /// Nanoseconds per millisecond.
@@ -634,15 +634,20 @@ impl Sfb {
     /// Runs an arrival through the fair-share check (when on): `word` is
     /// the flow's packed hash word in the active set. Counts its verdict.
     #[inline(always)]
-    pub(super) fn rate_check(&mut self, word: u64, len: u32, ecn_capable: bool) -> RateVerdict {
+    pub(super) fn rate_check(
+        &mut self,
+        word: u64,
+        len: u32,
+        ecn_capable: bool,
+    ) -> (RateVerdict, FirstRow) {
         let Some(r) = &mut self.rate else {
-            return RateVerdict::OVER;
+            return (RateVerdict::OVER, FirstRow::default());
         };
         let coin = self.coins.u16();
-        let v = r.arrive(word, len, ecn_capable, coin);
+        let (v, first) = r.arrive_at(word, len, ecn_capable, coin);
         self.counters.ratemark += u64::from(v.mark);
         self.counters.ratedrop += u64::from(v.drop);
-        v
+        (v, first)
     }
 
     /// The queue took the packet: count it in its bins.

@@ -12,7 +12,7 @@ use crate::stage::egress::{Departure, EgressConfig, EgressQueue};
 use super::algorithm::{Sfb, Traits};
 use super::config::{SfbConfig, SfbConfigError};
 use super::keys::SfbKey;
-use super::rate::RateVerdict;
+use super::rate::{FirstRow, RateVerdict};
 
 /// How an admitted packet goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,10 +220,10 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
         a.key.packed(set)
     };
     let offs = FUSED.then_some(word);
-    let rate = if FAIR {
+    let (rate, first) = if FAIR {
         sfb.rate_check(a.key.packed(set), a.len, a.ecn_capable)
     } else {
-        RateVerdict::OVER
+        (RateVerdict::OVER, FirstRow::default())
     };
     if rate.drop {
         return Err(DropReason::SfbRate);
@@ -242,13 +242,13 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
         Ok(d) => (d.mark, d.sets, d.standby),
         Err(d) => {
             if FAIR && let Some(r) = &mut sfb.rate {
-                r.signal(a.key.packed(set), true);
+                r.signal_at(first, true);
             }
             return Err(d.reason());
         }
     };
     if FAIR && let Some(r) = &mut sfb.rate {
-        r.signal(a.key.packed(set), mark);
+        r.signal_at(first, mark);
     }
     if FAIR {
         // Counted once when Blue marked it too.

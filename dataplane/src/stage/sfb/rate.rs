@@ -144,6 +144,11 @@ impl RateVerdict {
     };
 }
 
+/// A flow's counter in the first row of a [`FairRate`], as
+/// [`FairRate::arrive_at`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FirstRow(usize);
+
 /// The sketch, the departures, and the fair share of one queue.
 #[derive(Debug, Clone)]
 pub struct FairRate {
@@ -236,8 +241,21 @@ impl FairRate {
     /// `word` and judges it; `coin` is a uniform 16-bit draw.
     #[inline(always)]
     pub fn arrive(&mut self, word: u64, len: u32, ecn_capable: bool, coin: u16) -> RateVerdict {
+        self.arrive_at(word, len, ecn_capable, coin).0
+    }
+
+    /// [`arrive`](Self::arrive), and the flow's first-row counter for
+    /// [`signal_at`](Self::signal_at).
+    #[inline(always)]
+    pub fn arrive_at(
+        &mut self,
+        word: u64,
+        len: u32,
+        ecn_capable: bool,
+        coin: u16,
+    ) -> (RateVerdict, FirstRow) {
         // The row count as a constant, so that the rows' loops unroll.
-        let rate = match self.rows {
+        let (rate, first) = match self.rows {
             1 => self.count::<1>(word, len),
             2 => self.count::<2>(word, len),
             3 => self.count::<3>(word, len),
@@ -251,17 +269,19 @@ impl FairRate {
         // An ECN-capable flow is marked up to twice the share; beyond, it
         // is not responding to marks.
         let markable = ecn_capable & (rate < 2 * alpha);
-        RateVerdict {
+        let v = RateVerdict {
             under: rate <= alpha,
             mark: refuse & markable,
             drop: refuse & !markable,
-        }
+        };
+        (v, FirstRow(first))
     }
 
-    /// Conservative update of `R` rows by `len`; the flow's new count.
-    /// `R` is `self.rows` ([`arrive`](Self::arrive) dispatches on it).
+    /// Conservative update of `R` rows by `len`; the flow's new count and
+    /// its first-row index. `R` is `self.rows` ([`arrive`](Self::arrive)
+    /// dispatches on it).
     #[inline(always)]
-    fn count<const R: usize>(&mut self, word: u64, len: u32) -> u32 {
+    fn count<const R: usize>(&mut self, word: u64, len: u32) -> (u32, usize) {
         assert!(R == self.rows);
         let idx: [usize; R] = core::array::from_fn(|r| self.index(word, r));
         // Every index is in bounds: `counts` holds `rows << log2` counters
@@ -278,7 +298,7 @@ impl FairRate {
             let c = unsafe { self.counts.get_unchecked_mut(i) };
             *c = (*c).max(rate);
         }
-        rate
+        (rate, idx[0])
     }
 
     /// Blue signalled (marked or dropped) a packet of the flow whose SFB
@@ -289,9 +309,17 @@ impl FairRate {
     /// the flows over the share (the model's long-window weak spot).
     #[inline(always)]
     pub fn signal(&mut self, word: u64, on: bool) {
-        let i = self.index(word, 0);
-        if let Some(h) = self.held.get_mut(i) {
-            *h = if on { HOLD_PERIODS } else { *h };
+        self.signal_at(FirstRow(self.index(word, 0)), on);
+    }
+
+    /// [`signal`](Self::signal) by the first-row counter that
+    /// [`arrive_at`](Self::arrive_at) returned for the flow.
+    #[inline(always)]
+    pub fn signal_at(&mut self, first: FirstRow, on: bool) {
+        // A first-row index is below `2^log2`, the length of `held`: the
+        // bounds check is a branch never taken.
+        if on && let Some(h) = self.held.get_mut(first.0) {
+            *h = HOLD_PERIODS;
         }
     }
 
