@@ -247,10 +247,10 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
             return Err(d.reason());
         }
     };
-    if FAIR && let Some(r) = &mut sfb.rate {
-        r.signal_at(first, mark);
-    }
     if FAIR {
+        if let Some(r) = &mut sfb.rate {
+            r.signal_at(first, mark);
+        }
         // Counted once when Blue marked it too.
         sfb.counters.marked += u64::from(rate.mark & !mark);
         mark |= rate.mark;
