@@ -6,8 +6,9 @@
 //! 1. **parse** ([`crate::pipeline::parse_batch`]): every frame parsed in
 //!    place; malformed frames counted by reason and dropped (or passed);
 //! 2. **Icarus** ([`IcarusStage`]): on an insertion edge, an empty filter
-//!    inserted; then the hop rule: a packet whose filter already holds this
-//!    node's mask is on a loop and dropped;
+//!    to be inserted (into the copies that keep it, by the egress stage);
+//!    then the hop rule: a packet whose filter already holds this node's
+//!    mask is on a loop and dropped;
 //! 3. **heavy flows** ([`HeavyStage`]): bytes and packets per flow into the
 //!    sketch and the flow memory, epochs closed on time;
 //! 4. **forward** ([`Forward`]): on routed ports (those with addresses),
@@ -18,7 +19,8 @@
 //!    multicast data given the ports whose filters hold its group;
 //! 7. **egress** ([`Egress`]): every copy out of its port, through the
 //!    port's SFB queue and shaper when it has one, Icarus stripped on
-//!    stripping edges, handed to a [`Transmit`];
+//!    stripping edges and inserted elsewhere when the Icarus stage
+//!    deferred it, handed to a [`Transmit`];
 //! 8. **count** ([`crate::pipeline::count_verdicts`]): `received ==
 //!    forwarded + local + dropped + held` (dropped by reason);
 //! 9. **originated** ([`Originated`]): the frames the forwarding stage
@@ -138,7 +140,11 @@ impl Chain {
                 strip: strip & 1u64.checked_shl(i as u32).unwrap_or(0) != 0,
             })
             .collect();
-        let egress = Egress::new(specs)?;
+        let mut egress = Egress::new(specs)?;
+        let icarus = icarus.map(IcarusStage::new);
+        if let Some(s) = &icarus {
+            egress.set_icarus_insert(*s.core().inserted_filter());
+        }
         let multicast = cfg.multicast_config();
         let forward = cfg
             .interfaces
@@ -153,7 +159,7 @@ impl Chain {
                 default_egress: PortSet::EMPTY,
                 ..PipelineConfig::default()
             },
-            icarus: icarus.map(IcarusStage::new),
+            icarus,
             heavy: cfg.heavy_config().map(HeavyStage::new),
             forward,
             originated: Originated::new(),

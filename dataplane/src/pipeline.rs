@@ -275,6 +275,14 @@ pub struct Packet {
     /// it). Any other copy back out of its ingress port is a hairpin, not
     /// sent.
     pub to_ingress: bool,
+    /// Bytes of an Icarus option still to be inserted (0: none). The
+    /// Icarus stage checks an insertion edge's packets but leaves their
+    /// frames as they came; the egress stage inserts the option into each
+    /// copy that leaves by a port that keeps it, and a copy leaving by a
+    /// stripping port goes out as it came (see [`crate::stage::icarus`]).
+    /// Stages that measure the packet as it travels (heavy flows, the MTU
+    /// check) add these bytes.
+    pub icarus_pending: u8,
 }
 
 impl Packet {
@@ -289,6 +297,7 @@ impl Packet {
             malformed: None,
             verdict: Verdict::Forward(PortSet::EMPTY),
             to_ingress: false,
+            icarus_pending: 0,
         }
     }
 
@@ -452,6 +461,7 @@ impl Batch {
         slot.malformed = None;
         slot.verdict = Verdict::Forward(PortSet::EMPTY);
         slot.to_ingress = false;
+        slot.icarus_pending = 0;
         self.len += 1;
         true
     }
@@ -481,6 +491,7 @@ impl Batch {
         slot.malformed = parse_into(LinkType::Ethernet, &slot.data, None, &mut slot.parsed).err();
         slot.verdict = Verdict::Forward(to);
         slot.to_ingress = false;
+        slot.icarus_pending = 0;
         self.len += 1;
         true
     }

@@ -1045,7 +1045,12 @@ impl Stage for HeavyStage {
             // At most one flow per packet of the batch: `n < BATCH_SIZE`.
             if let (Some(slot), Some(len)) = (flows.get_mut(n), lens.get_mut(n)) {
                 *slot = *f;
-                *len = p.orig_len.max(p.data().len() as u32);
+                // As the packet travels: with an Icarus option inserted
+                // at this edge (deferred to the egress stage).
+                *len = p
+                    .orig_len
+                    .max(p.data().len() as u32)
+                    .saturating_add(u32::from(p.icarus_pending));
                 n += 1;
             }
         }

@@ -86,6 +86,24 @@
 //! insertion and stripping do to the headers, and for jumbograms and
 //! fragments.
 //!
+//! In the router's chain the insertion is deferred to the copies that keep
+//! the option. A packet from an edge usually leaves by another edge, where
+//! the option is stripped again: inserting it (the frame grows and is
+//! parsed again) only to strip it from the copy (found and cut out again)
+//! cost about 60 ns a packet, a third of the router's work
+//! (`pipeline/router/default` in the README's benchmarks). So
+//! [`IcarusStage`] only checks the insertion ([`icarus::check_insert`]:
+//! `inserted`, or why not) and applies the hop rule to the filter the
+//! packet would carry, which is always the same: an empty filter after
+//! this node's hop ([`Icarus::inserted_filter`], always `marked_hops`).
+//! The frame stays as it came; [`Packet::icarus_pending`] says how many
+//! bytes the option adds. The egress stage then inserts that filter into
+//! each copy leaving by a port that keeps it, and sends a copy leaving by
+//! a stripping port as it came (`stripped`, as if inserted and stripped):
+//! every copy's bytes and every counter are those of inserting at ingress.
+//!
+//! [`Packet::icarus_pending`]: crate::pipeline::Packet::icarus_pending
+//!
 //! # Cost per packet
 //!
 //! [`Icarus::check_and_update_batch`] dispatches the width once per batch,
@@ -519,6 +537,8 @@ pub struct Icarus {
     config: IcarusConfig,
     mask: Filter,
     empty: Filter,
+    /// An empty filter after this node's hop, and that hop's outcome.
+    fresh: (Filter, Outcome),
     counters: IcarusCounters,
 }
 
@@ -526,10 +546,17 @@ impl Icarus {
     /// A node with `config`; the mask is derived here, once.
     pub fn new(config: IcarusConfig) -> Self {
         let mask = node_mask(config.node_id, &config.params);
+        let empty = Filter::empty(config.params.width);
+        let mut fresh = empty;
+        let hop = match fresh.check_and_update(&mask) {
+            Hop::Marked => Outcome::Marked,
+            Hop::Loop => Outcome::Loop,
+        };
         Icarus {
             config,
             mask,
-            empty: Filter::empty(config.params.width),
+            empty,
+            fresh: (fresh, hop),
             counters: IcarusCounters::default(),
         }
     }
@@ -542,6 +569,12 @@ impl Icarus {
     /// This node's mask.
     pub fn mask(&self) -> &Filter {
         &self.mask
+    }
+
+    /// The filter an option inserted at this node's edge carries on: an
+    /// empty filter after this node's hop (its mask).
+    pub fn inserted_filter(&self) -> &Filter {
+        &self.fresh.0
     }
 
     /// The counters so far.
@@ -688,6 +721,37 @@ impl Icarus {
         self.hop(frame, l3_offset)
     }
 
+    /// [`ingress`](Self::ingress) with the insertion deferred: the frame is
+    /// changed only by the hop rule on an option it already carries. On an
+    /// insertion edge, a packet without the option that would take one is
+    /// counted as inserted and as hopped with [`inserted_filter`]
+    /// (`marked_hops`); the second value is then the bytes the option will
+    /// add, 0 otherwise. Counted as `ingress` counts.
+    ///
+    /// [`inserted_filter`]: Self::inserted_filter
+    pub fn ingress_deferred(
+        &mut self,
+        frame: &mut [u8],
+        l3_offset: usize,
+        port: u8,
+    ) -> (Outcome, u8) {
+        let edge = port < 64 && self.config.insert_on_ingress & (1 << port) != 0;
+        if edge {
+            match icarus::check_insert(frame, l3_offset, self.config.params.width) {
+                Ok((_, n)) => {
+                    self.counters.inserted = self.counters.inserted.wrapping_add(1);
+                    // At most 40 bytes (8 + a 256-bit filter).
+                    return (self.count(self.fresh.1), u8::try_from(n).unwrap_or(u8::MAX));
+                }
+                Err(IcarusError::AlreadyPresent) => {}
+                Err(IcarusError::NoRoom) => return (self.count(Outcome::NoRoom), 0),
+                Err(IcarusError::Jumbogram) => return (self.count(Outcome::Unsupported), 0),
+                Err(_) => return (self.count(Outcome::BadOption), 0),
+            }
+        }
+        (self.hop(frame, l3_offset), 0)
+    }
+
     /// A packet leaving through `port`: strips the option when `port` is a
     /// stripping edge. Returns whether the option was removed or
     /// neutralised (counted in `stripped`).
@@ -706,12 +770,15 @@ impl Icarus {
 }
 
 /// The stage: on every live IP packet of a batch, the edge insertion when
-/// it arrived on an insertion edge ([`Icarus::ingress`]: the frame grows,
-/// its `orig_len` with it, and it is parsed again), then the hop rule, in
-/// place; packets on a loop are dropped with [`DropReason::Loop`] under
-/// [`LoopAction::Drop`]. Stripping happens per copy in the egress stage
-/// ([`crate::stage::egress`]), since only the copies leaving a stripping
-/// edge lose the option.
+/// it arrived on an insertion edge, deferred ([`Icarus::ingress_deferred`]:
+/// the frame is left as it is and [`Packet::icarus_pending`] set, see the
+/// module docs), then the hop rule, in place; packets on a loop are
+/// dropped with [`DropReason::Loop`] under [`LoopAction::Drop`]. The
+/// egress stage ([`crate::stage::egress`]) inserts the option into the
+/// copies that keep it and strips it from the copies leaving a stripping
+/// edge.
+///
+/// [`Packet::icarus_pending`]: crate::pipeline::Packet::icarus_pending
 #[derive(Debug, Clone)]
 pub struct IcarusStage {
     core: Icarus,
@@ -737,8 +804,9 @@ impl IcarusStage {
             };
             let port = p.ingress;
             let o = if port < 64 && insert & (1 << port) != 0 {
-                let core = &mut self.core;
-                p.edit(|f| core.ingress(f, l3, port))
+                let (o, grow) = self.core.ingress_deferred(p.data_mut(), l3, port);
+                p.icarus_pending = grow;
+                o
             } else {
                 self.core.hop(p.data_mut(), l3)
             };

@@ -1060,9 +1060,66 @@ fn open_gap(frame: &mut Vec<u8>, at: usize, n: usize) {
     frame[at..at + n].fill(0);
 }
 
+/// What inserting an option of width `width` into the IP packet at
+/// `l3_offset` of `frame` would do, checked without changing anything: the
+/// packet's IP version and the bytes the frame would grow by, or why
+/// [`insert`] would refuse it (the same error).
+///
+/// The router checks at an insertion edge and inserts later, into the
+/// copies that leave by a port that keeps the option
+/// ([`crate::stage::icarus`]).
+pub fn check_insert(
+    frame: &[u8],
+    l3_offset: usize,
+    width: FilterWidth,
+) -> Result<(IpVersion, usize), IcarusError> {
+    let version = version_at(frame, l3_offset)?;
+    if find(frame, l3_offset)?.is_some() {
+        return Err(IcarusError::AlreadyPresent);
+    }
+    let l3 = l3_offset;
+    match version {
+        IpVersion::V4 => {
+            // `find` checked the whole header is present and IHL >= 5.
+            let hl = usize::from(frame[l3] & 0x0f) * 4;
+            let tl = usize::from(u16::from_be_bytes([frame[l3 + 2], frame[l3 + 3]]));
+            let n = width.ipv4_block_len();
+            if hl + n > IPV4_MAX_HEADER || (tl != 0 && tl + n > usize::from(u16::MAX)) {
+                return Err(IcarusError::NoRoom);
+            }
+            if tl != 0 && tl < hl {
+                return Err(IcarusError::Malformed);
+            }
+            Ok((version, n))
+        }
+        IpVersion::V6 => {
+            let pl = usize::from(u16::from_be_bytes([frame[l3 + 4], frame[l3 + 5]]));
+            if pl == 0 {
+                return Err(IcarusError::Jumbogram);
+            }
+            let n = width.ipv6_block_len();
+            if pl + n > usize::from(u16::MAX) {
+                return Err(IcarusError::NoRoom);
+            }
+            if frame[l3 + 6] == NH_HOP_BY_HOP {
+                // `find` checked the whole hop-by-hop header is present.
+                let len_field = usize::from(frame[l3 + IPV6_FIXED + 1]);
+                if (len_field + 1) * 8 + n > HBH_MAX {
+                    return Err(IcarusError::NoRoom);
+                }
+                if pl < (len_field + 1) * 8 {
+                    return Err(IcarusError::Malformed);
+                }
+            }
+            Ok((version, n))
+        }
+    }
+}
+
 /// Inserts the icarus option carrying `filter` into the IP packet at
 /// `l3_offset` of `frame` (see the module docs for the layouts and for
-/// when insertion is refused; a refused frame is left untouched).
+/// when insertion is refused, [`check_insert`]; a refused frame is left
+/// untouched).
 ///
 /// Returns the location of the new option.
 pub fn insert(
@@ -1070,24 +1127,13 @@ pub fn insert(
     l3_offset: usize,
     filter: &Filter,
 ) -> Result<Location, IcarusError> {
-    let version = version_at(frame, l3_offset)?;
-    if find(frame, l3_offset)?.is_some() {
-        return Err(IcarusError::AlreadyPresent);
-    }
     let w = filter.width();
+    let (version, n) = check_insert(frame, l3_offset, w)?;
     let l3 = l3_offset;
     match version {
         IpVersion::V4 => {
-            // `find` checked the whole header is present and IHL >= 5.
             let hl = usize::from(frame[l3] & 0x0f) * 4;
             let tl = usize::from(u16::from_be_bytes([frame[l3 + 2], frame[l3 + 3]]));
-            let n = w.ipv4_block_len();
-            if hl + n > IPV4_MAX_HEADER || (tl != 0 && tl + n > usize::from(u16::MAX)) {
-                return Err(IcarusError::NoRoom);
-            }
-            if tl != 0 && tl < hl {
-                return Err(IcarusError::Malformed);
-            }
             let old01 = u16::from_be_bytes([frame[l3], frame[l3 + 1]]);
             let at = l3 + IPV4_FIXED;
             open_gap(frame, at, n);
@@ -1113,23 +1159,9 @@ pub fn insert(
         }
         IpVersion::V6 => {
             let pl = usize::from(u16::from_be_bytes([frame[l3 + 4], frame[l3 + 5]]));
-            if pl == 0 {
-                return Err(IcarusError::Jumbogram);
-            }
-            let n = w.ipv6_block_len();
-            if pl + n > usize::from(u16::MAX) {
-                return Err(IcarusError::NoRoom);
-            }
             let hbh = l3 + IPV6_FIXED;
             if frame[l3 + 6] == NH_HOP_BY_HOP {
-                // `find` checked the whole hop-by-hop header is present.
                 let len_field = usize::from(frame[hbh + 1]);
-                if (len_field + 1) * 8 + n > HBH_MAX {
-                    return Err(IcarusError::NoRoom);
-                }
-                if pl < (len_field + 1) * 8 {
-                    return Err(IcarusError::Malformed);
-                }
                 let at = hbh + 2;
                 open_gap(frame, at, n);
                 emit_ipv6_front_block(filter, &mut frame[at..at + n]);

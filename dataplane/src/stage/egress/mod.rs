@@ -23,7 +23,12 @@
 //!   sent when the shaper releases it, at the release time.
 //!
 //! A copy leaving a port in the Icarus `strip_on` list loses its Icarus
-//! option first (the other copies of the packet keep theirs).
+//! option first (the other copies of the packet keep theirs). A packet
+//! whose insertion the Icarus stage deferred
+//! ([`Packet::icarus_pending`](crate::pipeline::Packet::icarus_pending))
+//! gets the option ([`Egress::set_icarus_insert`]) in each copy leaving by
+//! a port that keeps it; a copy leaving by a stripping port goes out as it
+//! came and counts as stripped.
 //!
 //! Copies go to a [`Transmit`]: a live socket, a capture file per port, or
 //! memory. Each [`TxFrame`] carries the arrival and departure times, so the
@@ -67,10 +72,11 @@ use serde::Serialize;
 pub use shaper::{Departure, EgressConfig, EgressQueue, EgressStats};
 
 use crate::clock::Timestamp;
-use crate::pipeline::{Batch, DropCounters, DropReason, PortSet, Verdict};
+use crate::pipeline::{Batch, DropCounters, DropReason, Packet, PortSet, Verdict};
 use crate::stage::sfb::{
     Arrival, Enqueued, PortKeys, SfbConfig, SfbConfigError, SfbCounters, SfbQueue,
 };
+use crate::wire::icarus::Filter;
 use crate::wire::{icarus, set_ce_at};
 
 /// A copy leaving a port.
@@ -496,6 +502,8 @@ pub struct Egress {
     /// (the one that made them; see [`Egress::share_queues`]).
     reports_queues: bool,
     keys: PortKeys,
+    /// The filter of a deferred Icarus insertion (see the module docs).
+    icarus_insert: Option<Filter>,
     scratch: Vec<u8>,
     offered: Vec<Offered>,
     outcomes: Vec<Result<Enqueued, DropReason>>,
@@ -551,6 +559,7 @@ impl Egress {
             all,
             reports_queues: true,
             keys: PortKeys::new(),
+            icarus_insert: None,
             scratch: Vec::with_capacity(FRAME_CAPACITY),
             offered: Vec::new(),
             outcomes: Vec::new(),
@@ -559,6 +568,13 @@ impl Egress {
             discarded_sole: 0,
             discarded_sole_marked: 0,
         })
+    }
+
+    /// The filter the copies of a packet whose Icarus insertion was
+    /// deferred get (the Icarus stage's
+    /// [`inserted_filter`](crate::stage::icarus::Icarus::inserted_filter)).
+    pub fn set_icarus_insert(&mut self, filter: Filter) {
+        self.icarus_insert = Some(filter);
     }
 
     /// Makes this stage use `owner`'s port queues instead of its own, so
@@ -756,20 +772,22 @@ impl Egress {
                 let strip = self.strip & (1u64 << o) != 0;
                 let port = &mut self.ports[o];
                 port.counters.copies += 1;
-                let (frame, wire_len) = match p.parsed.as_ref().filter(|x| strip && x.is_ip()) {
-                    Some(x) => {
+                let ip = p.parsed.as_ref().filter(|x| x.is_ip());
+                let (frame, wire_len) = match ip {
+                    Some(_) if strip && p.icarus_pending != 0 => {
+                        port.counters.stripped += 1;
+                        (p.data(), p.orig_len)
+                    }
+                    Some(x) if strip || p.icarus_pending != 0 => {
                         let s = &mut self.scratch;
                         s.clear();
                         s.extend_from_slice(p.data());
-                        if matches!(
-                            icarus::strip(s, x.l3_offset),
-                            Ok(icarus::Stripped::Removed(_) | icarus::Stripped::Neutralised)
-                        ) {
+                        if icarus_out(s, x.l3_offset, strip, p, self.icarus_insert.as_ref()) {
                             port.counters.stripped += 1;
                         }
                         (s.as_slice(), wire_len(p.orig_len, p.data().len(), s.len()))
                     }
-                    None => (p.data(), p.orig_len),
+                    _ => (p.data(), p.orig_len),
                 };
                 let t = p.ts.min(now);
                 let f = TxFrame {
@@ -829,12 +847,9 @@ impl Egress {
             };
             buf.extend_from_slice(pk.data());
             let ip = pk.parsed.as_ref().filter(|x| x.is_ip());
-            if strip
-                && let Some(x) = ip
-                && matches!(
-                    icarus::strip(buf, x.l3_offset),
-                    Ok(icarus::Stripped::Removed(_) | icarus::Stripped::Neutralised)
-                )
+            if let Some(x) = ip
+                && (strip || pk.icarus_pending != 0)
+                && icarus_out(buf, x.l3_offset, strip, pk, self.icarus_insert.as_ref())
             {
                 p.counters.stripped += 1;
             }
@@ -989,6 +1004,32 @@ fn send_departed(
         pool.put(d.item.slot);
     }
     n
+}
+
+/// The Icarus edge work on `copy` (a copy of `p`'s frame, IP header at
+/// `l3`) leaving by a port that strips (`strip`) or keeps the option:
+/// strips an option it carries, or, for a deferred insertion
+/// ([`Packet::icarus_pending`]), inserts `insert` where the port keeps it.
+/// Returns whether the copy counts as stripped.
+fn icarus_out(
+    copy: &mut Vec<u8>,
+    l3: usize,
+    strip: bool,
+    p: &Packet,
+    insert: Option<&Filter>,
+) -> bool {
+    if p.icarus_pending != 0 {
+        if !strip && let Some(f) = insert {
+            // The Icarus stage checked that it fits.
+            let _ = icarus::insert(copy, l3, f);
+        }
+        return strip;
+    }
+    strip
+        && matches!(
+            icarus::strip(copy, l3),
+            Ok(icarus::Stripped::Removed(_) | icarus::Stripped::Neutralised)
+        )
 }
 
 /// The wire length of a copy of `copy_len` bytes made from a frame of

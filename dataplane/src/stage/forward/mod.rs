@@ -449,6 +449,7 @@ impl Forward {
                     if let Some(p) = out.batch.packets_mut().last_mut() {
                         p.orig_len = held.orig_len;
                         p.to_ingress = port == held.ingress;
+                        p.icarus_pending = held.icarus_pending;
                     }
                 }
                 ok
@@ -593,12 +594,14 @@ impl Forward {
             p.drop_for(DropReason::NoRoute);
             return;
         };
-        if !fits(&x, p.data(), egress, &mut self.scratch) {
+        if !fits(&x, p, egress, &mut self.scratch) {
             // The sender must leave room for the Icarus option its packets
             // get at the domain's edge, or it would never fit (a port
             // that strips it was found too small without it).
             let overhead = if egress.strip {
                 0
+            } else if p.icarus_pending != 0 {
+                u32::from(p.icarus_pending)
             } else {
                 icarus_overhead(&x, p.data(), &mut self.scratch)
             };
@@ -625,7 +628,8 @@ impl Forward {
             };
             return;
         }
-        let held = Held::new(p.ts, p.orig_len, p.ingress);
+        let mut held = Held::new(p.ts, p.orig_len, p.ingress);
+        held.icarus_pending = p.icarus_pending;
         match self.neighbours.hold(via, port, p.data(), held, now) {
             Hold::Held => {
                 self.counters.held += 1;
@@ -870,19 +874,26 @@ fn ip_addr(frame: &[u8], l3: usize, v: IpVersion, f: Field) -> Option<IpAddr> {
     }
 }
 
-/// Whether the datagram fits `out`'s MTU as it will leave: as it is, or,
-/// on a port that strips Icarus, without its option (`scratch` holds the
-/// stripped copy, made only for a datagram too big as it is).
-fn fits(x: &Parsed, frame: &[u8], out: &PortInfo, scratch: &mut Vec<u8>) -> bool {
+/// Whether the datagram of `p` fits `out`'s MTU as it will leave: as it
+/// is, with the Icarus option the egress stage will insert
+/// ([`Packet::icarus_pending`]) on a port that keeps it, or, on a port that
+/// strips Icarus, without its option (`scratch` holds the stripped copy,
+/// made only for a datagram too big as it is).
+fn fits(x: &Parsed, p: &Packet, out: &PortInfo, scratch: &mut Vec<u8>) -> bool {
     let mtu = out.mtu as usize;
-    if x.ip_total_len <= mtu {
+    let grow = if out.strip {
+        0
+    } else {
+        usize::from(p.icarus_pending)
+    };
+    if x.ip_total_len + grow <= mtu {
         return true;
     }
-    if !out.strip {
+    if !out.strip || p.icarus_pending != 0 {
         return false;
     }
     scratch.clear();
-    scratch.extend_from_slice(frame);
+    scratch.extend_from_slice(p.data());
     match icarus::strip(scratch, x.l3_offset) {
         Ok(icarus::Stripped::Removed(n)) => x.ip_total_len.saturating_sub(n) <= mtu,
         _ => false,

@@ -38,6 +38,9 @@ pub struct Held {
     pub orig_len: u32,
     /// Its ingress port.
     pub ingress: u8,
+    /// Bytes of its deferred Icarus option
+    /// ([`Packet::icarus_pending`](crate::pipeline::Packet::icarus_pending)).
+    pub icarus_pending: u8,
 }
 
 impl Held {
@@ -49,6 +52,7 @@ impl Held {
             ts,
             orig_len,
             ingress,
+            icarus_pending: 0,
         }
     }
 }
@@ -361,12 +365,7 @@ mod tests {
             tries: 2,
             interval_ns: 100,
         });
-        let h = Held {
-            slot: 0,
-            ts: t(0),
-            orig_len: 3,
-            ingress: 1,
-        };
+        let h = Held::new(t(0), 3, 1);
         assert_eq!(n.hold(a, 0, &[1, 2, 3], h, t(0)), Hold::Held);
         assert_eq!(n.hold(a, 0, &[4, 5, 6], h, t(0)), Hold::Held);
         assert_eq!(n.hold(a, 0, &[7], h, t(0)), Hold::Full);
