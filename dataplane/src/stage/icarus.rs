@@ -144,6 +144,12 @@ use serde::Serialize;
 
 use crate::clock::Timestamp;
 use crate::pipeline::{Batch, DropReason, Stage};
+use crate::wire::IpVersion;
+
+/// Bytes of an IPv4 header without options.
+const IPV4_HEADER: usize = 20;
+/// Bytes of an IPv6 header without extension headers.
+const IPV6_HEADER: usize = 40;
 use crate::wire::icarus::{
     self, Filter, FilterWidth, Hop, IcarusError, Location, Stripped, WireMask,
 };
@@ -795,18 +801,29 @@ impl IcarusStage {
     /// Runs one batch (see the type's docs).
     pub fn process(&mut self, batch: &mut Batch) {
         let insert = self.core.config().insert_on_ingress;
+        let mut bare = 0u64;
         for p in batch.packets_mut() {
             if !p.is_live() {
                 continue;
             }
-            let Some(l3) = p.parsed.as_ref().filter(|q| q.is_ip()).map(|q| q.l3_offset) else {
+            let Some(q) = p.parsed.as_ref() else {
                 continue;
+            };
+            // A header with no options (IPv4) or no extension headers
+            // (IPv6) carries no option: most packets, told from the parse.
+            let (l3, plain) = match q.ip_version {
+                Some(IpVersion::V4) => (q.l3_offset, q.ip_header_len == IPV4_HEADER),
+                Some(IpVersion::V6) => (q.l3_offset, q.ip_header_len == IPV6_HEADER),
+                None => continue,
             };
             let port = p.ingress;
             let o = if port < 64 && insert & (1 << port) != 0 {
                 let (o, grow) = self.core.ingress_deferred(p.data_mut(), l3, port);
                 p.icarus_pending = grow;
                 o
+            } else if plain {
+                bare += 1;
+                continue;
             } else {
                 self.core.hop(p.data_mut(), l3)
             };
@@ -814,6 +831,8 @@ impl IcarusStage {
                 p.drop_for(DropReason::Loop);
             }
         }
+        let c = &mut self.core.counters.passed_without_option;
+        *c = c.wrapping_add(bare);
     }
 
     /// The node state and counters.
