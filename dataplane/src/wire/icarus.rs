@@ -1074,13 +1074,20 @@ pub fn check_insert(
     width: FilterWidth,
 ) -> Result<(IpVersion, usize), IcarusError> {
     let version = version_at(frame, l3_offset)?;
-    if find(frame, l3_offset)?.is_some() {
+    let l3 = l3_offset;
+    // A whole header without options (IPv4) or hop-by-hop header (IPv6)
+    // holds no option: `find` would say `None` after the same checks.
+    let plain = match version {
+        IpVersion::V4 => frame.len() >= l3 + IPV4_FIXED && frame[l3] & 0x0f == 5,
+        IpVersion::V6 => frame.len() >= l3 + IPV6_FIXED && frame[l3 + 6] != NH_HOP_BY_HOP,
+    };
+    if !plain && find(frame, l3_offset)?.is_some() {
         return Err(IcarusError::AlreadyPresent);
     }
-    let l3 = l3_offset;
     match version {
         IpVersion::V4 => {
-            // `find` checked the whole header is present and IHL >= 5.
+            // `find` (or `plain`) checked the whole header is present and
+            // IHL >= 5.
             let hl = usize::from(frame[l3] & 0x0f) * 4;
             let tl = usize::from(u16::from_be_bytes([frame[l3 + 2], frame[l3 + 3]]));
             let n = width.ipv4_block_len();
