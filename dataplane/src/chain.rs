@@ -183,7 +183,9 @@ impl Chain {
     }
 
     /// One batch through every stage at `now`; copies leave through `tx`.
-    /// The batch keeps its verdicts.
+    /// The batch keeps its verdicts and parse summaries; the frame of a
+    /// packet whose last copy went into an egress queue moved there (the
+    /// packet's bytes are then empty).
     pub fn process(&mut self, batch: &mut Batch, now: Timestamp, tx: &mut impl Transmit) {
         parse_batch(&self.parse, batch, &mut self.counters);
         if let Some(s) = &mut self.icarus {

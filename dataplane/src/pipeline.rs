@@ -325,6 +325,14 @@ impl Packet {
         &mut self.data
     }
 
+    /// Exchanges the frame's buffer with `buf`: the egress stage moves the
+    /// frame of a packet's last copy into its port's queue instead of
+    /// copying it, and leaves the queue's empty buffer in the slot.
+    #[inline]
+    pub(crate) fn swap_data(&mut self, buf: &mut Vec<u8>) {
+        core::mem::swap(&mut self.data, buf);
+    }
+
     /// Whether the packet is still to be forwarded (stages skip dropped ones).
     #[inline]
     pub fn is_live(&self) -> bool {

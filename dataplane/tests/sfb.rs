@@ -598,9 +598,11 @@ fn egress_stage_marks_drops_and_balances_in_the_chain() {
             match pk.verdict {
                 Verdict::Mark(ports) => {
                     assert!(ports.contains(1));
-                    // Only the queued copy is marked; the packet is not.
-                    let parsed = parse(LinkType::Ethernet, pk.data()).unwrap();
-                    assert_ne!(parsed.ecn, dataplane::wire::Ecn::Ce);
+                    // Only the queued copy is marked; the copy to port 2
+                    // left before it (checked below), and the frame itself
+                    // moved into port 1's queue as its last copy.
+                    assert!(pk.data().is_empty());
+                    assert_ne!(pk.parsed.unwrap().ecn, dataplane::wire::Ecn::Ce);
                     marked_seen += 1;
                 }
                 // A drop on port 1 leaves the copy to port 2.
@@ -617,6 +619,12 @@ fn egress_stage_marks_drops_and_balances_in_the_chain() {
             if s.port == 1 {
                 departures.push(s);
             } else {
+                let copy = parse(LinkType::Ethernet, &s.frame).unwrap();
+                assert_ne!(
+                    copy.ecn,
+                    dataplane::wire::Ecn::Ce,
+                    "port 2's copy is not marked"
+                );
                 to_c += 1;
             }
         }

@@ -11,7 +11,9 @@
 //! * a port **without a queue** sends the copy at once, at the packet's
 //!   arrival time;
 //! * a port **with a queue** (an `sfb` table in the config) copies the
-//!   frame into a buffer from the stage's pool and offers it to the port's
+//!   frame into a buffer from the stage's pool (the packet's last copy
+//!   takes the frame's own buffer, leaving the pool's empty one in the
+//!   batch: no copy) and offers it to the port's
 //!   [`SfbQueue`] (Stochastic Fair Blue in front of a token-bucket shaped
 //!   FIFO, [`shaper`]) at the packet's arrival time, all of a batch's
 //!   copies for that port in one [`SfbQueue::offer_batch`], the path the
@@ -836,16 +838,32 @@ impl Egress {
         st.queue.sfb_mut().tick(now);
         self.keys.hash(st.queue.sfb());
         self.offered.clear();
-        let packets = batch.packets();
+        // Queued ports after this one (ports go in increasing order, after
+        // the ports without a queue).
+        let later = self.queued
+            & 1u64
+                .checked_shl(port as u32 + 1)
+                .map_or(0, |b| b.wrapping_neg());
+        let packets = batch.packets_mut();
         for k in 0..self.keys.len() {
             let i = self.keys.packet(k);
-            let Some(pk) = packets.get(i) else { continue };
+            let Some(pk) = packets.get_mut(i) else {
+                continue;
+            };
             p.counters.copies += 1;
             let slot = st.pool.take();
             let Some(buf) = st.pool.buf_mut(slot) else {
                 continue;
             };
-            buf.extend_from_slice(pk.data());
+            let data_len = pk.data().len();
+            if pk.verdict.ports().mask() & later & !pk.ingress_mask() == 0 {
+                // The packet's last copy: its frame moves into the queue
+                // (the slot takes the pool's empty buffer).
+                pk.swap_data(buf);
+            } else {
+                buf.extend_from_slice(pk.data());
+            }
+            let pk = &*pk;
             let ip = pk.parsed.as_ref().filter(|x| x.is_ip());
             if let Some(x) = ip
                 && (strip || pk.icarus_pending != 0)
@@ -859,7 +877,7 @@ impl Egress {
                 packet: i as u32,
                 key: k as u32,
                 slot,
-                wire_len: wire_len(pk.orig_len, pk.data().len(), buf.len()),
+                wire_len: wire_len(pk.orig_len, data_len, buf.len()),
                 l3: ip.map_or(u32::MAX, |x| x.l3_offset as u32),
                 ecn: ip.is_some_and(|x| x.ecn.is_ect()),
                 t,
@@ -1299,9 +1317,15 @@ mod tests {
                 b.push_from(ms(round), f.len() as u32, LinkType::Ethernet, 0, &f);
             }
             r.run(&mut b, ms(round));
-            // The batch's own frames are untouched: only queued copies are
-            // marked.
-            assert!(b.packets().iter().all(|x| x.data()[15] & 3 != 3));
+            // Only queued copies are marked. A packet's last queued copy
+            // takes its frame (the slot is left empty); no frame left in
+            // the batch is marked.
+            assert!(
+                b.packets()
+                    .iter()
+                    .all(|x| x.data().get(15).is_none_or(|&t| t & 3 != 3))
+            );
+            assert!(b.packets().iter().all(|x| x.data().is_empty()));
             sent.extend(r.due(ms(round)));
             ect += 16;
             not_ect += 16;
