@@ -239,7 +239,9 @@ impl PortKeys {
             {
                 continue;
             }
-            match p.parsed.as_ref().and_then(|x| x.flow) {
+            // By reference: a copy of the key read back by field would
+            // miss store-to-load forwarding.
+            match p.parsed.as_ref().and_then(|x| x.flow.as_ref()) {
                 Some(FlowKey::V6(f)) => {
                     self.pending.push(Pending {
                         packet: i,
