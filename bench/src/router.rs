@@ -159,8 +159,16 @@ pub fn router(core: bool) -> RouterConfig {
 
 /// A worker of `router(core)` with [`mix64`] queued in its memory ports.
 pub fn worker(core: bool, frames: &[(u8, Vec<u8>)]) -> Worker<MemoryPorts> {
-    let cfg = router(core);
-    let chain = Chain::build(&cfg).expect("the built-in router builds");
+    worker_for(&router(core), frames)
+}
+
+/// A worker running `cfg` (the built-in router, changed) over memory ports
+/// holding `frames`, as [`worker`] does.
+///
+/// # Panics
+/// If the chain cannot be built from `cfg`.
+pub fn worker_for(cfg: &RouterConfig, frames: &[(u8, Vec<u8>)]) -> Worker<MemoryPorts> {
+    let chain = Chain::build(cfg).expect("the router builds");
     let mut io = MemoryPorts::new(cfg.interfaces.len());
     for (i, (port, f)) in frames.iter().enumerate() {
         let ts = Timestamp::from_nanos(SYNTH_START_NS + i as u64 * GAP_NS);

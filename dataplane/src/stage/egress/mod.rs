@@ -897,10 +897,11 @@ impl Egress {
         st.queue.offer_batch(
             offered.iter().map(|o| {
                 // The flow only names a penalised flow in the reports.
+                // By reference: it is read only for a penalised flow.
                 let flow = packets
                     .get(o.packet as usize)
                     .and_then(|p| p.parsed.as_ref())
-                    .and_then(|x| x.flow);
+                    .and_then(|x| x.flow.as_ref());
                 let arrival = Arrival {
                     key: keys.key(o.key as usize),
                     ecn_capable: o.ecn,

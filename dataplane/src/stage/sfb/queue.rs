@@ -141,9 +141,9 @@ impl<T: Copy + Default> SfbQueue<T> {
     /// for the kernel's backend, which inlines the kernel into it
     /// ([`kernels::sfb::Kernel::run`]), and the fused path is chosen once.
     #[inline]
-    pub fn offer_batch(
+    pub fn offer_batch<'f>(
         &mut self,
-        arrivals: impl IntoIterator<Item = (Arrival<T>, Option<FlowKey>)>,
+        arrivals: impl IntoIterator<Item = (Arrival<T>, Option<&'f FlowKey>)>,
         mut verdict: impl FnMut(usize, Result<Enqueued, DropReason>),
         mut departed: impl FnMut(Departure<T>),
     ) {
@@ -166,9 +166,9 @@ impl<T: Copy + Default> SfbQueue<T> {
     /// [`offer_batch`](Self::offer_batch)'s loop, on the fused path or not,
     /// with the fair-share check or not.
     #[inline(always)]
-    fn offer_each<const FUSED: bool, const FAIR: bool>(
+    fn offer_each<'f, const FUSED: bool, const FAIR: bool>(
         &mut self,
-        arrivals: impl Iterator<Item = (Arrival<T>, Option<FlowKey>)>,
+        arrivals: impl Iterator<Item = (Arrival<T>, Option<&'f FlowKey>)>,
         verdict: &mut impl FnMut(usize, Result<Enqueued, DropReason>),
         departed: &mut impl FnMut(Departure<T>),
     ) {
@@ -176,7 +176,7 @@ impl<T: Copy + Default> SfbQueue<T> {
             while let Some(d) = take::<T, FUSED, FAIR>(&mut self.sfb, &mut self.queue, a.now) {
                 departed(d);
             }
-            let v = offer::<T, FUSED, FAIR>(&mut self.sfb, &mut self.queue, &a, flow.as_ref());
+            let v = offer::<T, FUSED, FAIR>(&mut self.sfb, &mut self.queue, &a, flow);
             verdict(k, v);
         }
     }
