@@ -1,7 +1,8 @@
 //! What each stage adds to `pipeline/router/core`: the same worker and
 //! 64-byte mix with one part of the built-in router taken out at a time,
 //! ns per packet (best of five timings of six passes, per round):
-//! `cargo run --release -p bench --example router_ablate -- [rounds]`.
+//! `cargo run --release -p bench --example router_ablate -- [rounds [variant]]`
+//! (one variant alone, e.g. under callgrind).
 //!
 //! `-heavy`, `-multicast` and `-icarus` turn a stage off; `-queue` sends r-b's
 //! copies at once (no SFB, no shaper); `linux` runs r-b's SFB without the
@@ -24,6 +25,7 @@ fn main() {
         .nth(1)
         .and_then(|r| r.parse().ok())
         .unwrap_or(2);
+    let only = std::env::args().nth(2);
     let frames = bench::router::mix64();
     type Change = fn(&mut RouterConfig);
     let variants: [(&str, Change); 9] = [
@@ -53,6 +55,9 @@ fn main() {
     ];
     for round in 0..rounds {
         for (name, change) in variants {
+            if only.as_deref().is_some_and(|o| o != name) {
+                continue;
+            }
             let mut cfg = bench::router::router(true);
             change(&mut cfg);
             let mut w = bench::router::worker_for(&cfg, &frames);
