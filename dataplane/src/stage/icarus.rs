@@ -145,14 +145,14 @@ use serde::Serialize;
 use crate::clock::Timestamp;
 use crate::pipeline::{Batch, DropReason, Stage};
 use crate::wire::IpVersion;
+use crate::wire::icarus::{
+    self, Filter, FilterWidth, Hop, IcarusError, Location, Stripped, WireMask,
+};
 
 /// Bytes of an IPv4 header without options.
 const IPV4_HEADER: usize = 20;
 /// Bytes of an IPv6 header without extension headers.
 const IPV6_HEADER: usize = 40;
-use crate::wire::icarus::{
-    self, Filter, FilterWidth, Hop, IcarusError, Location, Stripped, WireMask,
-};
 
 /// The default domain seed for node masks (ASCII "icarus-1").
 pub const DEFAULT_SEED: u64 = 0x6963_6172_7573_2d31;
@@ -782,7 +782,8 @@ impl Icarus {
 /// dropped with [`DropReason::Loop`] under [`LoopAction::Drop`]. The
 /// egress stage ([`crate::stage::egress`]) inserts the option into the
 /// copies that keep it and strips it from the copies leaving a stripping
-/// edge.
+/// edge (a [`Pipeline`](crate::pipeline::Pipeline) of single stages,
+/// having no egress stage, inserts nothing).
 ///
 /// [`Packet::icarus_pending`]: crate::pipeline::Packet::icarus_pending
 #[derive(Debug, Clone)]

@@ -896,8 +896,8 @@ impl Egress {
         outcomes.clear();
         st.queue.offer_batch(
             offered.iter().map(|o| {
-                // The flow only names a penalised flow in the reports.
-                // By reference: it is read only for a penalised flow.
+                // The flow only names a penalised flow in the reports:
+                // passed by reference, not copied per packet.
                 let flow = packets
                     .get(o.packet as usize)
                     .and_then(|p| p.parsed.as_ref())
