@@ -298,25 +298,40 @@ fn multicast_egress_sets_equal_the_truth() {
 /// Exceeded; those for the default route wait for 10.3.0.254, which the
 /// router asks for on r-c (an ARP request a second, three in all), and
 /// are dropped when it never answers; frames to another MAC are dropped.
+/// A UDP frame from 10.1.0.7 (a host behind r-a of
+/// `dataplane/examples/router-l3.toml`) to `dst`, sent to `dst_mac`.
+fn routed_frame(dst_mac: [u8; 6], dst: [u8; 4], ttl: u8) -> Vec<u8> {
+    let mut f = dst_mac.to_vec();
+    f.extend_from_slice(&[2, 0, 0, 0, 1, 7, 0x08, 0x00]);
+    let mut ip = vec![
+        0x45, 0, 0, 48, 0, 1, 0x40, 0, ttl, 17, 0, 0, 10, 1, 0, 7, 0, 0, 0, 0,
+    ];
+    ip[16..20].copy_from_slice(&dst);
+    let sum = !checksum::sum(&ip);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&[0x13, 0x88, 0, 9, 0, 28, 0, 0]);
+    f.extend_from_slice(&[0xab; 20]);
+    f
+}
+
+/// r-a's MAC in `dataplane/examples/router-l3.toml`.
+const ROUTER_MAC: [u8; 6] = [2, 0, 0, 0, 0x0a, 1];
+
+fn l3_router() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../dataplane/examples/router-l3.toml"
+    ))
+    .unwrap()
+}
+
 #[test]
 fn routed_replay_rewrites_ttl_and_macs() {
     let dir = scratch("l3");
     let pcap = dir.join("routed.pcap");
-    let router_mac = [2, 0, 0, 0, 0x0a, 1];
-    let frame = |dst_mac: [u8; 6], dst: [u8; 4], ttl: u8| {
-        let mut f = dst_mac.to_vec();
-        f.extend_from_slice(&[2, 0, 0, 0, 1, 7, 0x08, 0x00]);
-        let mut ip = vec![
-            0x45, 0, 0, 48, 0, 1, 0x40, 0, ttl, 17, 0, 0, 10, 1, 0, 7, 0, 0, 0, 0,
-        ];
-        ip[16..20].copy_from_slice(&dst);
-        let sum = !checksum::sum(&ip);
-        ip[10..12].copy_from_slice(&sum.to_be_bytes());
-        f.extend_from_slice(&ip);
-        f.extend_from_slice(&[0x13, 0x88, 0, 9, 0, 28, 0, 0]);
-        f.extend_from_slice(&[0xab; 20]);
-        f
-    };
+    let router_mac = ROUTER_MAC;
+    let frame = routed_frame;
     let mut w = CaptureWriter::create(&pcap, LinkType::Ethernet, 65535).unwrap();
     let (mut routed, mut expired, mut far, mut other) = (0u64, 0u64, 0u64, 0u64);
     for i in 0..400u64 {
@@ -344,13 +359,8 @@ fn routed_replay_rewrites_ttl_and_macs() {
             .unwrap();
     }
     w.finish().unwrap();
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../dataplane/examples/router-l3.toml"
-    ))
-    .unwrap();
     let out = dir.join("out");
-    let report = run(&pcap, &text, &out);
+    let report = run(&pcap, &l3_router(), &out);
     let r = &report.router;
     assert_eq!(r.pipeline.received, 400);
     assert_eq!(r.pipeline.forwarded, routed);
@@ -391,4 +401,42 @@ fn routed_replay_rewrites_ttl_and_macs() {
             .all(|g| (1_000_000_000..1_400_000_000).contains(g)),
         "{gaps:?}"
     );
+}
+
+/// A capture that ends while packets wait for a next hop that never
+/// answers: the replay runs its clock on as a router left alone would (an
+/// ARP request a second, three in all, then `no_neighbour`), rather than
+/// ending with them held.
+#[test]
+fn held_packets_at_the_end_of_a_replay_are_given_up() {
+    let dir = scratch("l3-end");
+    let pcap = dir.join("held.pcap");
+    let mut w = CaptureWriter::create(&pcap, LinkType::Ethernet, 65535).unwrap();
+    // One packet routed to the static neighbour, then two for the default
+    // route, the last frames of the capture.
+    let frames = [
+        routed_frame(ROUTER_MAC, [10, 9, 0, 1], 64),
+        routed_frame(ROUTER_MAC, [192, 0, 2, 1], 64),
+        routed_frame(ROUTER_MAC, [192, 0, 2, 2], 64),
+    ];
+    for (i, f) in frames.iter().enumerate() {
+        w.write(1_000_000_000 + i as u64 * 1_000_000, f.len() as u32, f)
+            .unwrap();
+    }
+    w.finish().unwrap();
+    let out = dir.join("out");
+    let report = run(&pcap, &l3_router(), &out);
+    let r = &report.router;
+    assert_eq!(r.pipeline.received, 3);
+    assert_eq!(r.pipeline.forwarded, 1);
+    assert_eq!(r.pipeline.held, 0, "{:?}", r.pipeline);
+    assert_eq!(r.pipeline.drops.get("no_neighbour"), Some(&2));
+    let f = r.forward.expect("the forwarding stage's counters");
+    assert_eq!((f.forwarded, f.arp_requests), (1, 3));
+    let c = records(&out.join("r-c.pcap"));
+    assert_eq!(c.len(), 3, "three ARP requests for 10.3.0.254");
+    assert!(c.iter().all(|(_, _, d)| d[12..14] == [0x08, 0x06]));
+    let gaps: Vec<u64> = c.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    assert!(gaps.iter().all(|&g| g == 1_000_000_000), "{gaps:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -19,8 +19,10 @@
 //! (replay, memory). Then [`Worker::finish`]: on real time, what the
 //! sockets still hold is processed and the queues are sent at their rate,
 //! both until [`DRAIN_DEADLINE`]; what is still queued then is dropped and
-//! counted (`egress_shutdown`). On capture time the queues are sent at the
-//! times their shapers release them, and nothing is lost.
+//! counted (`egress_shutdown`). On capture time the clock runs on until
+//! the forwarding stage has released or given up on every packet it holds
+//! for an unresolved next hop, then the queues are sent at the times their
+//! shapers release them, and nothing is lost.
 //!
 //! # Latency
 //!
@@ -56,6 +58,10 @@ pub const TICK: Duration = Duration::from_millis(100);
 /// is still queued is dropped (and counted), what is still unread stays in
 /// the socket.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The most ticks [`Worker::finish`] runs on capture time for the held
+/// packets (see `finish_held`).
+const MAX_FINISH_TICKS: usize = 100_000;
 
 /// An empty latency histogram: 1 ns .. 100 s, 3 significant digits
 /// (longer values are recorded as 100 s).
@@ -314,6 +320,7 @@ impl<P: Ports> Worker<P> {
         if self.io.real_time() {
             self.finish_live();
         } else {
+            self.finish_held();
             let mut tap = Tap {
                 io: &mut self.io,
                 latency: &mut self.latency,
@@ -324,6 +331,23 @@ impl<P: Ports> Worker<P> {
         self.io.refresh_counters();
         let now = self.last_now;
         self.chain.finish(now);
+    }
+
+    /// The end of input on capture time: the clock runs on, tick by tick,
+    /// until every next hop still being resolved has released its held
+    /// packets or given up on them (counted `no_neighbour`), as a router
+    /// left alone would; its solicitations leave as they would.
+    fn finish_held(&mut self) {
+        // Each round solicits or gives up on at least one next hop, unless
+        // the originated batch was full; the bound only guards a mistake.
+        for _ in 0..MAX_FINISH_TICKS {
+            let Some(t) = self.chain.forward().and_then(|f| f.neighbours().next_due()) else {
+                return;
+            };
+            let now = t.max(self.last_now);
+            self.last_now = now;
+            self.tick(now);
+        }
     }
 
     /// A live stop: the sockets' backlog, then the queues at their rate,

@@ -184,6 +184,13 @@ impl Neighbours {
         self.pending.len()
     }
 
+    /// When [`due`](Self::due) next has work for a next hop being
+    /// resolved (its next solicitation, or giving up); `None` when none
+    /// is.
+    pub fn next_due(&self) -> Option<Timestamp> {
+        self.pending.values().map(|p| p.next).min()
+    }
+
     /// Holds `frame` until `addr` (out of `port`) is resolved.
     pub fn hold(
         &mut self,
