@@ -365,25 +365,6 @@ impl Packet {
         };
     }
 
-    /// Changes the frame through `f`, which may change its length (Icarus
-    /// inserts and strips an option); then `orig_len` moves by the same
-    /// number of bytes and the frame is parsed again, so [`Packet::parsed`]
-    /// describes the new bytes. Returns what `f` returns.
-    pub fn edit<R>(&mut self, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
-        let before = self.data.len();
-        let r = f(&mut self.data);
-        let after = self.data.len();
-        self.orig_len = if after >= before {
-            self.orig_len.saturating_add((after - before) as u32)
-        } else {
-            self.orig_len.saturating_sub((before - after) as u32)
-        };
-        if after != before {
-            self.malformed = parse_into(self.link_type, &self.data, None, &mut self.parsed).err();
-        }
-        r
-    }
-
     /// Turns a forward into a mark to the same ports (no effect on a drop).
     #[inline]
     pub fn mark(&mut self) {

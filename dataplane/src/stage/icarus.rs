@@ -714,17 +714,35 @@ impl Icarus {
     /// packet lacks the option and `port` is an insertion edge, then
     /// applies the hop rule. Counted.
     pub fn ingress(&mut self, frame: &mut Vec<u8>, l3_offset: usize, port: u8) -> Outcome {
-        let edge = port < 64 && self.config.insert_on_ingress & (1 << port) != 0;
-        if edge {
+        if self.inserts_on(port) {
             match icarus::insert(frame, l3_offset, &self.empty) {
                 Ok(_) => self.counters.inserted = self.counters.inserted.wrapping_add(1),
-                Err(IcarusError::AlreadyPresent) => {}
-                Err(IcarusError::NoRoom) => return self.count(Outcome::NoRoom),
-                Err(IcarusError::Jumbogram) => return self.count(Outcome::Unsupported),
-                Err(_) => return self.count(Outcome::BadOption),
+                Err(e) => {
+                    if let Some(o) = self.refusal(e) {
+                        return o;
+                    }
+                }
             }
         }
         self.hop(frame, l3_offset)
+    }
+
+    /// Whether `port` is an insertion edge.
+    #[inline]
+    fn inserts_on(&self, port: u8) -> bool {
+        port < 64 && self.config.insert_on_ingress & (1 << port) != 0
+    }
+
+    /// An insertion edge's refusal `e`, counted as its outcome; `None`
+    /// when the packet already carries the option (the hop rule applies).
+    fn refusal(&mut self, e: IcarusError) -> Option<Outcome> {
+        let o = match e {
+            IcarusError::AlreadyPresent => return None,
+            IcarusError::NoRoom => Outcome::NoRoom,
+            IcarusError::Jumbogram => Outcome::Unsupported,
+            _ => Outcome::BadOption,
+        };
+        Some(self.count(o))
     }
 
     /// [`ingress`](Self::ingress) with the insertion deferred: the frame is
@@ -741,18 +759,18 @@ impl Icarus {
         l3_offset: usize,
         port: u8,
     ) -> (Outcome, u8) {
-        let edge = port < 64 && self.config.insert_on_ingress & (1 << port) != 0;
-        if edge {
+        if self.inserts_on(port) {
             match icarus::check_insert(frame, l3_offset, self.config.params.width) {
                 Ok((_, n)) => {
                     self.counters.inserted = self.counters.inserted.wrapping_add(1);
                     // At most 40 bytes (8 + a 256-bit filter).
                     return (self.count(self.fresh.1), u8::try_from(n).unwrap_or(u8::MAX));
                 }
-                Err(IcarusError::AlreadyPresent) => {}
-                Err(IcarusError::NoRoom) => return (self.count(Outcome::NoRoom), 0),
-                Err(IcarusError::Jumbogram) => return (self.count(Outcome::Unsupported), 0),
-                Err(_) => return (self.count(Outcome::BadOption), 0),
+                Err(e) => {
+                    if let Some(o) = self.refusal(e) {
+                        return (o, 0);
+                    }
+                }
             }
         }
         (self.hop(frame, l3_offset), 0)
@@ -801,7 +819,6 @@ impl IcarusStage {
 
     /// Runs one batch (see the type's docs).
     pub fn process(&mut self, batch: &mut Batch) {
-        let insert = self.core.config().insert_on_ingress;
         let mut bare = 0u64;
         for p in batch.packets_mut() {
             if !p.is_live() {
@@ -818,7 +835,7 @@ impl IcarusStage {
                 None => continue,
             };
             let port = p.ingress;
-            let o = if port < 64 && insert & (1 << port) != 0 {
+            let o = if self.core.inserts_on(port) {
                 let (o, grow) = self.core.ingress_deferred(p.data_mut(), l3, port);
                 p.icarus_pending = grow;
                 o

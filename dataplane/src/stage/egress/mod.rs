@@ -74,7 +74,7 @@ use serde::Serialize;
 pub use shaper::{Departure, EgressConfig, EgressQueue, EgressStats};
 
 use crate::clock::Timestamp;
-use crate::pipeline::{Batch, DropCounters, DropReason, Packet, PortSet, Verdict};
+use crate::pipeline::{Batch, DropCounters, DropReason, PortSet, Verdict};
 use crate::stage::sfb::{
     Arrival, Enqueued, PortKeys, SfbConfig, SfbConfigError, SfbCounters, SfbQueue,
 };
@@ -784,7 +784,13 @@ impl Egress {
                         let s = &mut self.scratch;
                         s.clear();
                         s.extend_from_slice(p.data());
-                        if icarus_out(s, x.l3_offset, strip, p, self.icarus_insert.as_ref()) {
+                        if icarus_out(
+                            s,
+                            x.l3_offset,
+                            strip,
+                            p.icarus_pending != 0,
+                            self.icarus_insert.as_ref(),
+                        ) {
                             port.counters.stripped += 1;
                         }
                         (s.as_slice(), wire_len(p.orig_len, p.data().len(), s.len()))
@@ -867,7 +873,13 @@ impl Egress {
             let ip = pk.parsed.as_ref().filter(|x| x.is_ip());
             if let Some(x) = ip
                 && (strip || pk.icarus_pending != 0)
-                && icarus_out(buf, x.l3_offset, strip, pk, self.icarus_insert.as_ref())
+                && icarus_out(
+                    buf,
+                    x.l3_offset,
+                    strip,
+                    pk.icarus_pending != 0,
+                    self.icarus_insert.as_ref(),
+                )
             {
                 p.counters.stripped += 1;
             }
@@ -1025,19 +1037,20 @@ fn send_departed(
     n
 }
 
-/// The Icarus edge work on `copy` (a copy of `p`'s frame, IP header at
-/// `l3`) leaving by a port that strips (`strip`) or keeps the option:
-/// strips an option it carries, or, for a deferred insertion
-/// ([`Packet::icarus_pending`]), inserts `insert` where the port keeps it.
-/// Returns whether the copy counts as stripped.
+/// The Icarus edge work on `copy` (a copy of a frame, IP header at `l3`)
+/// leaving by a port that strips (`strip`) or keeps the option: strips an
+/// option it carries, or, for a deferred insertion (`pending`:
+/// [`Packet::icarus_pending`](crate::pipeline::Packet::icarus_pending)),
+/// inserts `insert` where the port keeps it. Returns whether the copy
+/// counts as stripped.
 fn icarus_out(
     copy: &mut Vec<u8>,
     l3: usize,
     strip: bool,
-    p: &Packet,
+    pending: bool,
     insert: Option<&Filter>,
 ) -> bool {
-    if p.icarus_pending != 0 {
+    if pending {
         if !strip && let Some(f) = insert {
             // The Icarus stage checked that it fits.
             let _ = icarus::insert(copy, l3, f);
