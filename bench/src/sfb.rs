@@ -10,8 +10,12 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput};
 use dataplane::clock::Timestamp;
-use dataplane::stage::egress::EgressConfig;
-use dataplane::stage::sfb::{Arrival, Enqueued, KeyBatch, SfbConfig, SfbProfile, SfbQueue};
+use dataplane::flow::FlowKey;
+use dataplane::pipeline::DropReason;
+use dataplane::stage::egress::{Departure, EgressConfig};
+use dataplane::stage::sfb::{
+    Arrival, Enqueued, Feed, KeyBatch, SfbConfig, SfbKey, SfbProfile, SfbQueue,
+};
 use kernels::{Backend, BackendError, splitmix64};
 
 use crate::measure::{Figure, figure};
@@ -126,30 +130,68 @@ impl BenchWorkload {
         for (keys, ecn) in self.keys.chunks(batch).zip(self.ecn.chunks(batch)) {
             q.sfb_mut().tick(Timestamp::from_nanos(t));
             kb.hash(q.sfb(), keys);
-            let (t0, gap, kb) = (t, self.gap, &kb);
-            let arrivals = kb.keys().iter().zip(ecn).enumerate();
-            q.offer_batch(
-                arrivals.map(move |(i, (&key, &ecn_capable))| {
-                    let a = Arrival {
-                        key,
-                        ecn_capable,
-                        item: i as u32,
-                        len: 1000,
-                        now: Timestamp::from_nanos(t0 + i as u64 * gap),
-                    };
-                    (a, None)
-                }),
-                |_, v| match v {
-                    Ok(Enqueued::Forward) => sum += 1 << 20,
-                    Ok(Enqueued::Mark) => sum += 1 << 40,
-                    Err(_) => {}
-                },
-                |_| departed += 1,
-            );
+            let mut feed = BatchFeed {
+                keys: kb.keys(),
+                ecn,
+                t0: t,
+                gap: self.gap,
+                sum: &mut sum,
+                departed: &mut departed,
+            };
+            q.offer_batch(&mut feed);
             t += ecn.len() as u64 * self.gap;
         }
         sum += departed;
         (sum, t)
+    }
+}
+
+/// One batch of [`BenchWorkload::run`] as SFB takes it: 1000-byte
+/// arrivals `gap` ns apart from `t0`, verdicts and departures counted.
+struct BatchFeed<'a> {
+    keys: &'a [SfbKey],
+    ecn: &'a [bool],
+    t0: u64,
+    gap: u64,
+    sum: &'a mut u64,
+    departed: &'a mut u64,
+}
+
+impl Feed<u32> for BatchFeed<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.keys.len().min(self.ecn.len())
+    }
+
+    #[inline(always)]
+    fn time(&mut self, k: usize) -> Timestamp {
+        Timestamp::from_nanos(self.t0 + k as u64 * self.gap)
+    }
+
+    #[inline(always)]
+    fn arrival(&mut self, k: usize, now: Timestamp) -> (Arrival<u32>, Option<&FlowKey>) {
+        let a = Arrival {
+            key: self.keys.get(k).copied().unwrap_or_default(),
+            ecn_capable: self.ecn.get(k).copied().unwrap_or(false),
+            item: k as u32,
+            len: 1000,
+            now,
+        };
+        (a, None)
+    }
+
+    #[inline(always)]
+    fn verdict(&mut self, _: usize, v: Result<Enqueued, DropReason>) {
+        match v {
+            Ok(Enqueued::Forward) => *self.sum += 1 << 20,
+            Ok(Enqueued::Mark) => *self.sum += 1 << 40,
+            Err(_) => {}
+        }
+    }
+
+    #[inline(always)]
+    fn departed(&mut self, _: Departure<u32>) {
+        *self.departed += 1;
     }
 }
 

@@ -74,9 +74,10 @@ use serde::Serialize;
 pub use shaper::{Departure, EgressConfig, EgressQueue, EgressStats};
 
 use crate::clock::Timestamp;
-use crate::pipeline::{Batch, DropCounters, DropReason, PortSet, Verdict};
+use crate::flow::FlowKey;
+use crate::pipeline::{Batch, DropCounters, DropReason, Packet, PortSet, Verdict};
 use crate::stage::sfb::{
-    Arrival, Enqueued, PortKeys, SfbConfig, SfbConfigError, SfbCounters, SfbQueue,
+    Arrival, Enqueued, Feed, PortKeys, SfbConfig, SfbConfigError, SfbCounters, SfbQueue,
 };
 use crate::wire::icarus::Filter;
 use crate::wire::{icarus, set_ce_at};
@@ -393,17 +394,16 @@ impl FramePool {
         i
     }
 
-    /// A free slot, emptied.
+    /// A free slot, emptied, and its buffer.
     #[inline]
-    fn take(&mut self) -> u32 {
+    fn take(&mut self) -> (u32, &mut Vec<u8>) {
         let i = match self.free.pop() {
-            Some(i) => i,
-            None => self.grow(),
+            Some(i) if (i as usize) < self.bufs.len() => i,
+            _ => self.grow(),
         };
-        if let Some(b) = self.bufs.get_mut(i as usize) {
-            b.clear();
-        }
-        i
+        let b = &mut self.bufs[i as usize];
+        b.clear();
+        (i, b)
     }
 
     #[inline]
@@ -474,22 +474,6 @@ struct Port {
     counters: PortCounters,
 }
 
-/// A copy of the batch being offered to a queue: its packet and its key's
-/// index in [`PortKeys`], its buffer, what SFB is told about it, and where
-/// the verdict callback marks it (the IP header's offset; `u32::MAX`: not
-/// IP). Small and `Copy`: the arrivals are made from it as SFB takes them,
-/// so no arrival (with a flow key, over a hundred bytes) is stored.
-#[derive(Debug, Clone, Copy)]
-struct Offered {
-    packet: u32,
-    key: u32,
-    slot: u32,
-    wire_len: u32,
-    l3: u32,
-    ecn: bool,
-    t: Timestamp,
-}
-
 /// The egress stage (see the module docs).
 #[derive(Debug)]
 pub struct Egress {
@@ -507,9 +491,6 @@ pub struct Egress {
     /// The filter of a deferred Icarus insertion (see the module docs).
     icarus_insert: Option<Filter>,
     scratch: Vec<u8>,
-    offered: Vec<Offered>,
-    outcomes: Vec<Result<Enqueued, DropReason>>,
-    departed: Vec<Departure<Held>>,
     /// Forwarded packets whose port set was empty (nothing sent).
     no_egress: u64,
     /// Discarded at shutdown: sole copies, and of those the marked ones.
@@ -563,9 +544,6 @@ impl Egress {
             keys: PortKeys::new(),
             icarus_insert: None,
             scratch: Vec::with_capacity(FRAME_CAPACITY),
-            offered: Vec::new(),
-            outcomes: Vec::new(),
-            departed: Vec::new(),
             no_egress: 0,
             discarded_sole: 0,
             discarded_sole_marked: 0,
@@ -793,7 +771,10 @@ impl Egress {
                         ) {
                             port.counters.stripped += 1;
                         }
-                        (s.as_slice(), wire_len(p.orig_len, p.data().len(), s.len()))
+                        (
+                            s.as_slice(),
+                            wire_len_of(p.orig_len, p.data().len(), s.len()),
+                        )
                     }
                     _ => (p.data(), p.orig_len),
                 };
@@ -826,148 +807,37 @@ impl Egress {
         let Some(q) = &p.queue else {
             return;
         };
-        if self.keys.gather(batch, port as u8, true) == 0 {
-            let mut guard = lock(q);
-            guard.queue.sfb_mut().tick(now);
-            drain_into(&mut guard, now, &mut self.departed);
-            send_departed(
-                port,
-                &mut guard.pool,
-                &mut p.counters,
-                &mut self.departed,
-                tx,
-            );
-            return;
-        }
+        let copies = self.keys.gather(batch, port as u8, true);
         let mut guard = lock(q);
         let st = &mut *guard;
         st.queue.sfb_mut().tick(now);
-        self.keys.hash(st.queue.sfb());
-        self.offered.clear();
-        // Queued ports after this one (ports go in increasing order, after
-        // the ports without a queue).
-        let later = self.queued
-            & 1u64
-                .checked_shl(port as u32 + 1)
-                .map_or(0, |b| b.wrapping_neg());
-        let packets = batch.packets_mut();
-        for k in 0..self.keys.len() {
-            let i = self.keys.packet(k);
-            let Some(pk) = packets.get_mut(i) else {
-                continue;
+        if copies != 0 {
+            self.keys.hash(st.queue.sfb());
+            // Queued ports after this one (ports go in increasing order,
+            // after the ports without a queue).
+            let later = self.queued
+                & 1u64
+                    .checked_shl(port as u32 + 1)
+                    .map_or(0, |b| b.wrapping_neg());
+            let mut feed = PortFeed {
+                port,
+                strip,
+                later,
+                insert: self.icarus_insert.as_ref(),
+                now,
+                keys: &self.keys,
+                packets: batch.packets_mut(),
+                pool: &mut st.pool,
+                last: &mut st.last,
+                counters: &mut p.counters,
+                tx: &mut *tx,
+                current: Current::default(),
             };
-            p.counters.copies += 1;
-            let slot = st.pool.take();
-            let Some(buf) = st.pool.buf_mut(slot) else {
-                continue;
-            };
-            let data_len = pk.data().len();
-            if pk.verdict.ports().mask() & later & !pk.ingress_mask() == 0 {
-                // The packet's last copy: its frame moves into the queue
-                // (the slot takes the pool's empty buffer).
-                pk.swap_data(buf);
-            } else {
-                buf.extend_from_slice(pk.data());
-            }
-            let pk = &*pk;
-            let ip = pk.parsed.as_ref().filter(|x| x.is_ip());
-            if let Some(x) = ip
-                && (strip || pk.icarus_pending != 0)
-                && icarus_out(
-                    buf,
-                    x.l3_offset,
-                    strip,
-                    pk.icarus_pending != 0,
-                    self.icarus_insert.as_ref(),
-                )
-            {
-                p.counters.stripped += 1;
-            }
-            let t = pk.ts.min(now).max(st.last);
-            st.last = t;
-            self.offered.push(Offered {
-                packet: i as u32,
-                key: k as u32,
-                slot,
-                wire_len: wire_len(pk.orig_len, data_len, buf.len()),
-                l3: ip.map_or(u32::MAX, |x| x.l3_offset as u32),
-                ecn: ip.is_some_and(|x| x.ecn.is_ect()),
-                t,
-            });
+            st.queue.offer_batch(&mut feed);
         }
-        // A mark is set on the copy as soon as it is decided: the copy may
-        // leave before the batch ends. Departures are only collected here
-        // and sent below.
-        let (pool, keys, offered, outcomes, departed) = (
-            &mut st.pool,
-            &self.keys,
-            &self.offered,
-            &mut self.outcomes,
-            &mut self.departed,
-        );
-        outcomes.clear();
-        st.queue.offer_batch(
-            offered.iter().map(|o| {
-                // The flow only names a penalised flow in the reports:
-                // passed by reference, not copied per packet.
-                let flow = packets
-                    .get(o.packet as usize)
-                    .and_then(|p| p.parsed.as_ref())
-                    .and_then(|x| x.flow.as_ref());
-                let arrival = Arrival {
-                    key: keys.key(o.key as usize),
-                    ecn_capable: o.ecn,
-                    item: Held {
-                        slot: o.slot,
-                        wire_len: o.wire_len,
-                    },
-                    len: o.wire_len,
-                    now: o.t,
-                };
-                (arrival, flow)
-            }),
-            |k, v| {
-                if v == Ok(Enqueued::Mark)
-                    && let Some(o) = offered.get(k)
-                    && let Some(buf) = pool.buf_mut(o.slot)
-                {
-                    set_ce_at(buf, o.l3 as usize);
-                }
-                outcomes.push(v);
-            },
-            |d| departed.push(d),
-        );
-        let this = 1u64 << port;
-        let packets = batch.packets_mut();
-        for (o, &res) in self.offered.iter().zip(&self.outcomes) {
-            let Some(pk) = packets.get_mut(o.packet as usize) else {
-                continue;
-            };
-            match res {
-                Ok(how) => {
-                    p.counters.enqueued += 1;
-                    let others = match pk.verdict {
-                        Verdict::Forward(ps) | Verdict::Mark(ps) => {
-                            ps.mask() & !this & !pk.ingress_mask()
-                        }
-                        _ => 0,
-                    };
-                    let mut flags = if others == 0 { SOLE } else { 0 };
-                    if how == Enqueued::Mark {
-                        pk.mark();
-                        flags |= MARKED;
-                    }
-                    st.pool.set_flags(o.slot, flags);
-                }
-                Err(reason) => {
-                    st.pool.put(o.slot);
-                    p.counters.dropped.record(reason);
-                    pk.drop_port(port as u8, reason);
-                }
-            }
-        }
-        drain_into(st, now, &mut self.departed);
-        send_departed(port, &mut st.pool, &mut p.counters, &mut self.departed, tx);
+        st.queue.drain_until(now, |d| {
+            send_one(port, &mut st.pool, &mut p.counters, d, tx)
+        });
     }
 
     /// Dequeues what port `port`'s shaper released by `now` and sends it;
@@ -988,53 +858,197 @@ impl Egress {
                 Err(std::sync::TryLockError::WouldBlock) => return 0,
             }
         };
-        drain_into(&mut guard, now, &mut self.departed);
-        send_departed(
-            port,
-            &mut guard.pool,
-            &mut p.counters,
-            &mut self.departed,
-            tx,
-        )
+        let st = &mut *guard;
+        st.queue.drain_until(now, |d| {
+            send_one(port, &mut st.pool, &mut p.counters, d, tx)
+        })
     }
 }
 
-/// Moves what `st`'s shaper released by `now` to `departed`.
-fn drain_into(st: &mut QueueState, now: Timestamp, departed: &mut Vec<Departure<Held>>) {
-    st.queue.drain_until(now, |d| departed.push(d));
-}
-
-/// Sends the departures collected for `port` and frees their buffers;
-/// returns how many.
-fn send_departed(
+/// Sends a departure from `port`'s queue and frees its buffer.
+#[inline]
+fn send_one(
     port: usize,
     pool: &mut FramePool,
     c: &mut PortCounters,
-    departed: &mut Vec<Departure<Held>>,
+    d: Departure<Held>,
     tx: &mut impl Transmit,
-) -> usize {
-    let n = departed.len();
-    for d in departed.drain(..) {
-        let f = TxFrame {
-            port: port as u8,
-            frame: pool.buf(d.item.slot),
-            wire_len: d.item.wire_len,
-            arrived: d.enqueued,
-            departs: d.departed,
-            queued: true,
-        };
-        if tx.send(&f) {
-            c.sent += 1;
-            c.sent_bytes += u64::from(d.item.wire_len);
-        } else {
-            c.send_errors += 1;
-        }
-        let sojourn = d.departed.nanos_since(d.enqueued);
-        c.sojourn_sum_ns = c.sojourn_sum_ns.wrapping_add(sojourn);
-        c.sojourn_max_ns = c.sojourn_max_ns.max(sojourn);
-        pool.put(d.item.slot);
+) {
+    let f = TxFrame {
+        port: port as u8,
+        frame: pool.buf(d.item.slot),
+        wire_len: d.item.wire_len,
+        arrived: d.enqueued,
+        departs: d.departed,
+        queued: true,
+    };
+    if tx.send(&f) {
+        c.sent += 1;
+        c.sent_bytes += u64::from(d.item.wire_len);
+    } else {
+        c.send_errors += 1;
     }
-    n
+    let sojourn = d.departed.nanos_since(d.enqueued);
+    c.sojourn_sum_ns = c.sojourn_sum_ns.wrapping_add(sojourn);
+    c.sojourn_max_ns = c.sojourn_max_ns.max(sojourn);
+    pool.put(d.item.slot);
+}
+
+/// The arrival [`PortFeed`] made last: where its verdict applies.
+#[derive(Debug, Clone, Copy, Default)]
+struct Current {
+    packet: usize,
+    slot: u32,
+    /// The IP header's offset (`usize::MAX`: not IP).
+    l3: usize,
+    /// No other port takes a copy of the packet.
+    sole: bool,
+}
+
+/// A batch's copies for one queued port as its queue takes them
+/// ([`Feed`]): each arrival gets a pool buffer (the frame itself when no
+/// later queued port takes the packet, else a copy) with the Icarus edge
+/// work done; a mark is set on the buffer and the packet as soon as it is
+/// decided (the copy may leave before the batch ends), a drop frees the
+/// buffer and takes the port from the packet's verdict, and a departure is
+/// sent at once.
+struct PortFeed<'a, X> {
+    port: usize,
+    strip: bool,
+    /// Queued ports after this one.
+    later: u64,
+    /// The filter of a deferred Icarus insertion.
+    insert: Option<&'a Filter>,
+    now: Timestamp,
+    keys: &'a PortKeys,
+    packets: &'a mut [Packet],
+    pool: &'a mut FramePool,
+    /// The latest arrival offered to the queue.
+    last: &'a mut Timestamp,
+    counters: &'a mut PortCounters,
+    tx: &'a mut X,
+    current: Current,
+}
+
+impl<X: Transmit> Feed<Held> for PortFeed<'_, X> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    #[inline(always)]
+    fn time(&mut self, k: usize) -> Timestamp {
+        let ts = self
+            .packets
+            .get(self.keys.packet(k))
+            .map_or(self.now, |p| p.ts);
+        let t = ts.min(self.now).max(*self.last);
+        *self.last = t;
+        t
+    }
+
+    #[inline(always)]
+    fn arrival(&mut self, k: usize, now: Timestamp) -> (Arrival<Held>, Option<&FlowKey>) {
+        let i = self.keys.packet(k);
+        self.counters.copies += 1;
+        let (slot, buf) = self.pool.take();
+        let Some(pk) = self.packets.get_mut(i) else {
+            // Not reached (the keys name packets of this batch): an empty
+            // copy, accounted for like any other.
+            self.current = Current {
+                packet: i,
+                slot,
+                l3: usize::MAX,
+                sole: true,
+            };
+            let a = Arrival {
+                key: self.keys.key(k),
+                ecn_capable: false,
+                item: Held { slot, wire_len: 0 },
+                len: 0,
+                now,
+            };
+            return (a, None);
+        };
+        let data_len = pk.data().len();
+        let others = pk.verdict.ports().mask() & !pk.ingress_mask() & !(1u64 << self.port);
+        if others & self.later == 0 {
+            // The packet's last copy: its frame moves into the queue (the
+            // slot takes the pool's empty buffer).
+            pk.swap_data(buf);
+        } else {
+            buf.extend_from_slice(pk.data());
+        }
+        let ip = pk.parsed.as_ref().filter(|x| x.is_ip());
+        if let Some(x) = ip
+            && (self.strip || pk.icarus_pending != 0)
+            && icarus_out(
+                buf,
+                x.l3_offset,
+                self.strip,
+                pk.icarus_pending != 0,
+                self.insert,
+            )
+        {
+            self.counters.stripped += 1;
+        }
+        let wire_len = wire_len_of(pk.orig_len, data_len, buf.len());
+        self.current = Current {
+            packet: i,
+            slot,
+            l3: ip.map_or(usize::MAX, |x| x.l3_offset),
+            sole: others == 0,
+        };
+        let arrival = Arrival {
+            key: self.keys.key(k),
+            ecn_capable: ip.is_some_and(|x| x.ecn.is_ect()),
+            item: Held { slot, wire_len },
+            len: wire_len,
+            now,
+        };
+        // The flow only names a penalised flow in the reports: passed by
+        // reference, not copied per packet.
+        (arrival, ip.and_then(|x| x.flow.as_ref()))
+    }
+
+    #[inline(always)]
+    fn verdict(&mut self, _: usize, v: Result<Enqueued, DropReason>) {
+        let Current {
+            packet,
+            slot,
+            l3,
+            sole,
+        } = self.current;
+        let pk = self.packets.get_mut(packet);
+        match v {
+            Ok(how) => {
+                self.counters.enqueued += 1;
+                let mut flags = if sole { SOLE } else { 0 };
+                if how == Enqueued::Mark {
+                    if let Some(buf) = self.pool.buf_mut(slot) {
+                        set_ce_at(buf, l3);
+                    }
+                    if let Some(pk) = pk {
+                        pk.mark();
+                    }
+                    flags |= MARKED;
+                }
+                self.pool.set_flags(slot, flags);
+            }
+            Err(reason) => {
+                self.pool.put(slot);
+                self.counters.dropped.record(reason);
+                if let Some(pk) = pk {
+                    pk.drop_port(self.port as u8, reason);
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn departed(&mut self, d: Departure<Held>) {
+        send_one(self.port, self.pool, self.counters, d, self.tx);
+    }
 }
 
 /// The Icarus edge work on `copy` (a copy of a frame, IP header at `l3`)
@@ -1066,7 +1080,7 @@ fn icarus_out(
 
 /// The wire length of a copy of `copy_len` bytes made from a frame of
 /// `data_len` captured bytes and `orig_len` on the wire.
-fn wire_len(orig_len: u32, data_len: usize, copy_len: usize) -> u32 {
+fn wire_len_of(orig_len: u32, data_len: usize, copy_len: usize) -> u32 {
     let cut = (orig_len as usize).saturating_sub(data_len);
     u32::try_from(copy_len + cut).unwrap_or(u32::MAX)
 }

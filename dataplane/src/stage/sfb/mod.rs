@@ -207,7 +207,8 @@
 //! * **One loop, compiled once per path.** The fused path is a compile-time
 //!   parameter (`const FUSED`), so each path is compiled without the
 //!   other's tests; the kernel shape's bins are fixed arrays (no length
-//!   checks); arrivals come as an iterator (no bounds checks); and
+//!   checks); the caller makes each arrival as it is offered (a [`Feed`]: no
+//!   list of arrivals, verdicts or departures in between); and
 //!   [`SfbQueue::offer_batch`] runs its loop inside
 //!   [`kernels::sfb::Kernel::run`], compiled with the kernel's target
 //!   feature, so that the kernel and the departure are inlined into it (the
@@ -226,7 +227,7 @@
 // penalty.rs    the penalty box's token bucket
 // rate.rs       the fair-share check: rate sketch, max-min share, verdicts
 // keys.rs       SfbKey, SfbTag, indices from a hash pair, KeyBatch, PortKeys
-// queue.rs      SfbQueue (SFB + the shaped FIFO), Arrival, offer / take, offer_batch
+// queue.rs      SfbQueue (SFB + the shaped FIFO), Arrival, Feed, offer / take, offer_batch
 // stats.rs      SfbCounters, PenalisedFlow, SfbStats
 
 mod algorithm;
@@ -242,6 +243,6 @@ pub use config::{
     BinIndex, MAX_LEVELS, MAX_LOG2_BINS, SFB_MAX_PROB, SfbConfig, SfbConfigError, SfbProfile,
 };
 pub use keys::{KeyBatch, PortKeys, SfbKey, SfbTag, field_width, row_index, slice_index, slices};
-pub use queue::{Arrival, Enqueued, Queued, SfbQueue};
+pub use queue::{Arrival, Enqueued, Feed, Queued, SfbQueue};
 pub use rate::{FairRate, FirstRow, MAX_RATE_LOG2_BINS, MAX_RATE_ROWS, RateVerdict};
 pub use stats::{PenalisedFlow, SfbCounters, SfbStats};

@@ -134,31 +134,23 @@ impl<T: Copy + Default> SfbQueue<T> {
 
     /// A batch of arrivals in time order, each as
     /// [`drain_until`](Self::drain_until) its time (every departure to
-    /// `departed`) and then [`enqueue`](Self::enqueue): `arrivals` yields
-    /// each arrival and its flow (for the penalty-box listing),
-    /// `verdict(k, ..)` receives the outcome of the `k`-th. Equal, packet
-    /// for packet, to those calls; faster, because the loop is compiled
-    /// for the kernel's backend, which inlines the kernel into it
-    /// ([`kernels::sfb::Kernel::run`]), and the fused path is chosen once.
+    /// [`Feed::departed`]) and then [`enqueue`](Self::enqueue) (the
+    /// outcome to [`Feed::verdict`]). Equal, packet for packet, to those
+    /// calls; faster, because the loop is compiled for the kernel's
+    /// backend, which inlines the kernel into it
+    /// ([`kernels::sfb::Kernel::run`]), the fused path is chosen once, and
+    /// the caller makes each arrival when it is offered and acts on each
+    /// verdict and departure at once, with no list of them in between.
     #[inline]
-    pub fn offer_batch<'f>(
-        &mut self,
-        arrivals: impl IntoIterator<Item = (Arrival<T>, Option<&'f FlowKey>)>,
-        mut verdict: impl FnMut(usize, Result<Enqueued, DropReason>),
-        mut departed: impl FnMut(Departure<T>),
-    ) {
+    pub fn offer_batch(&mut self, feed: &mut impl Feed<T>) {
         let kernel = self.sfb.kernel;
         kernel.run(
             #[inline(always)]
-            || {
-                let arrivals = arrivals.into_iter();
-                let (v, d) = (&mut verdict, &mut departed);
-                match (self.sfb.fused, self.sfb.rate.is_some()) {
-                    (true, true) => self.offer_each::<true, true>(arrivals, v, d),
-                    (true, false) => self.offer_each::<true, false>(arrivals, v, d),
-                    (false, true) => self.offer_each::<false, true>(arrivals, v, d),
-                    (false, false) => self.offer_each::<false, false>(arrivals, v, d),
-                }
+            || match (self.sfb.fused, self.sfb.rate.is_some()) {
+                (true, true) => self.offer_each::<true, true>(feed),
+                (true, false) => self.offer_each::<true, false>(feed),
+                (false, true) => self.offer_each::<false, true>(feed),
+                (false, false) => self.offer_each::<false, false>(feed),
             },
         );
     }
@@ -166,20 +158,35 @@ impl<T: Copy + Default> SfbQueue<T> {
     /// [`offer_batch`](Self::offer_batch)'s loop, on the fused path or not,
     /// with the fair-share check or not.
     #[inline(always)]
-    fn offer_each<'f, const FUSED: bool, const FAIR: bool>(
-        &mut self,
-        arrivals: impl Iterator<Item = (Arrival<T>, Option<&'f FlowKey>)>,
-        verdict: &mut impl FnMut(usize, Result<Enqueued, DropReason>),
-        departed: &mut impl FnMut(Departure<T>),
-    ) {
-        for (k, (a, flow)) in arrivals.enumerate() {
-            while let Some(d) = take::<T, FUSED, FAIR>(&mut self.sfb, &mut self.queue, a.now) {
-                departed(d);
+    fn offer_each<const FUSED: bool, const FAIR: bool>(&mut self, feed: &mut impl Feed<T>) {
+        for k in 0..feed.len() {
+            let now = feed.time(k);
+            while let Some(d) = take::<T, FUSED, FAIR>(&mut self.sfb, &mut self.queue, now) {
+                feed.departed(d);
             }
+            let (a, flow) = feed.arrival(k, now);
             let v = offer::<T, FUSED, FAIR>(&mut self.sfb, &mut self.queue, &a, flow);
-            verdict(k, v);
+            feed.verdict(k, v);
         }
     }
+}
+
+/// The caller's side of [`SfbQueue::offer_batch`]: a batch's arrivals,
+/// made one at a time as the queue takes them, and what becomes of each.
+pub trait Feed<T> {
+    /// Arrivals in the batch.
+    fn len(&self) -> usize;
+    /// When arrival `k` reaches the queue: not before arrival `k - 1`.
+    /// Called once per arrival, before its departures and
+    /// [`arrival`](Self::arrival).
+    fn time(&mut self, k: usize) -> Timestamp;
+    /// Arrival `k`, at `now` (what [`time`](Self::time) said), and its
+    /// flow (only named in the penalty box's listing).
+    fn arrival(&mut self, k: usize, now: Timestamp) -> (Arrival<T>, Option<&FlowKey>);
+    /// SFB's and the queue's verdict on arrival `k`.
+    fn verdict(&mut self, k: usize, v: Result<Enqueued, DropReason>);
+    /// A packet the shaper released, in departure order.
+    fn departed(&mut self, d: Departure<T>);
 }
 
 /// One arrival offered to an [`SfbQueue`] ([`SfbQueue::offer_batch`]).
@@ -327,6 +334,41 @@ mod tests {
     /// leaves the same bins, through swaps, double buffering, the penalty
     /// box, early drops and marks, bucket drops and child drops, on every
     /// backend's kernel.
+    /// Arrivals at `times` with `keys`' bins, each verdict and departure
+    /// kept.
+    struct TestFeed<'a> {
+        keys: &'a KeyBatch,
+        ecns: &'a [bool],
+        times: &'a [u64],
+        verdicts: &'a mut Vec<(usize, Result<Enqueued, DropReason>)>,
+        departures: &'a mut Vec<Departure<u32>>,
+    }
+
+    impl Feed<u32> for TestFeed<'_> {
+        fn len(&self) -> usize {
+            self.times.len()
+        }
+        fn time(&mut self, k: usize) -> Timestamp {
+            Timestamp::from_nanos(self.times[k])
+        }
+        fn arrival(&mut self, k: usize, now: Timestamp) -> (Arrival<u32>, Option<&FlowKey>) {
+            let a = Arrival {
+                key: self.keys.key(k),
+                ecn_capable: self.ecns[k],
+                item: k as u32,
+                len: 1000,
+                now,
+            };
+            (a, None)
+        }
+        fn verdict(&mut self, k: usize, v: Result<Enqueued, DropReason>) {
+            self.verdicts.push((k, v));
+        }
+        fn departed(&mut self, d: Departure<u32>) {
+            self.departures.push(d);
+        }
+    }
+
     #[test]
     fn fused_batched_and_general_paths_agree() {
         for profile in [SfbProfile::Linux, SfbProfile::Fair] {
@@ -410,20 +452,14 @@ mod tests {
                 }
                 let (mut bdeps, mut bverdicts) = (Vec::new(), Vec::new());
                 batched.sfb_mut().tick(Timestamp::from_nanos(t));
-                batched.offer_batch(
-                    (0..keys.len()).map(|i| {
-                        let a = Arrival {
-                            key: kb.key(i),
-                            ecn_capable: ecns[i],
-                            item: i as u32,
-                            len: 1000,
-                            now: now(i),
-                        };
-                        (a, None)
-                    }),
-                    |i, v| bverdicts.push((i, v)),
-                    |d| bdeps.push(d),
-                );
+                let mut feed = TestFeed {
+                    keys: &kb,
+                    ecns: &ecns,
+                    times: &times,
+                    verdicts: &mut bverdicts,
+                    departures: &mut bdeps,
+                };
+                batched.offer_batch(&mut feed);
                 assert_eq!(bverdicts, verdicts, "{backend:?} batch {batch}");
                 assert_eq!(bdeps, deps, "{backend:?} batch {batch}");
                 assert_eq!(
