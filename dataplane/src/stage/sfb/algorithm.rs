@@ -326,7 +326,12 @@ impl Sfb {
     /// arrivals at `now` (hashes made before a swap are stale).
     pub fn tick(&mut self, now: Timestamp) {
         if let Some(r) = &mut self.rate {
-            r.tick(now);
+            // The period's sweeps over the sketch vectorise with the
+            // kernel's target feature.
+            self.kernel.run(
+                #[inline(always)]
+                || r.tick(now),
+            );
         }
         let start = *self.rehash_time.get_or_insert(now);
         if self.penalty.at.is_none() {

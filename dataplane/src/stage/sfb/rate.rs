@@ -342,6 +342,7 @@ impl FairRate {
     /// flows that idle the link may be responsive ones that Blue holds
     /// back, and the spare would then all go to the unresponsive flow) until
     /// the port is full, and shrinks back by 1/64 per period while it is.
+    #[inline(always)]
     pub fn tick(&mut self, now: Timestamp) {
         let next = *self
             .next
@@ -397,6 +398,7 @@ impl FairRate {
     }
 
     /// Each counter (and the departures) loses `1/2^shift`, `periods` times.
+    #[inline(always)]
     fn decay(&mut self, periods: u64) {
         let s = self.shift;
         if periods.saturating_mul(u64::from(s)) >= 32 {
@@ -433,6 +435,7 @@ impl FairRate {
     /// 95% of the capacity): the capacity left by the light flows (under half an
     /// equal share), divided equally among the others, their number
     /// corrected for collisions by linear counting.
+    #[inline(always)]
     fn fair_share(&mut self) -> u32 {
         let cap = self.capacity();
         let row = &self.counts[..1 << self.log2];
@@ -473,6 +476,7 @@ impl FairRate {
 /// rounds run it over a whole row each, once per period, which on a replay
 /// faster than real time (capture time, many periods per second of work)
 /// was most of the period's cost.
+#[inline(always)]
 fn split(row: &[u32], held: &[u8], light_below: u64) -> (u64, u64) {
     debug_assert!(row.len() <= 1 << MAX_RATE_LOG2_BINS);
     let t = u32::try_from(light_below).unwrap_or(u32::MAX);
