@@ -1024,6 +1024,14 @@ impl Stage for HeavyStage {
         let mut n = 0;
         let mut skipped = 0u64;
         let mut at = now;
+        // Where the next epoch starts (`Some(0)`: no epoch yet; `None`:
+        // never): `t / l > cur` is `t >= (cur + 1) * l`, with no division
+        // per packet.
+        let next_start = |e: Option<(u64, u64)>, l: u64| match e {
+            None => Some(0),
+            Some((cur, _)) => cur.checked_add(1).and_then(|c| c.checked_mul(l)),
+        };
+        let mut next = epoch_ns.and_then(|l| next_start(self.epoch, l));
         for p in batch.packets() {
             if !p.is_live() {
                 continue;
@@ -1035,10 +1043,11 @@ impl Stage for HeavyStage {
             };
             if let Some(l) = epoch_ns {
                 let t = p.ts.min(now);
-                if self.epoch.is_none_or(|(cur, _)| t.as_nanos() / l > cur) {
+                if next.is_some_and(|b| t.as_nanos() >= b) {
                     self.count(&flows[..n], &lens[..n], at);
                     n = 0;
                     self.advance_epoch(t, t);
+                    next = next_start(self.epoch, l);
                 }
                 at = t;
             }
