@@ -159,7 +159,7 @@ struct BatchFeed<'a> {
 
 impl Feed<u32> for BatchFeed<'_> {
     #[inline(always)]
-    fn len(&self) -> usize {
+    fn arrivals(&self) -> usize {
         self.keys.len().min(self.ecn.len())
     }
 

@@ -932,7 +932,7 @@ struct PortFeed<'a, X> {
 
 impl<X: Transmit> Feed<Held> for PortFeed<'_, X> {
     #[inline(always)]
-    fn len(&self) -> usize {
+    fn arrivals(&self) -> usize {
         self.keys.len()
     }
 

@@ -159,7 +159,7 @@ impl<T: Copy + Default> SfbQueue<T> {
     /// with the fair-share check or not.
     #[inline(always)]
     fn offer_each<const FUSED: bool, const FAIR: bool>(&mut self, feed: &mut impl Feed<T>) {
-        for k in 0..feed.len() {
+        for k in 0..feed.arrivals() {
             let now = feed.time(k);
             while let Some(d) = take::<T, FUSED, FAIR>(&mut self.sfb, &mut self.queue, now) {
                 feed.departed(d);
@@ -175,7 +175,7 @@ impl<T: Copy + Default> SfbQueue<T> {
 /// made one at a time as the queue takes them, and what becomes of each.
 pub trait Feed<T> {
     /// Arrivals in the batch.
-    fn len(&self) -> usize;
+    fn arrivals(&self) -> usize;
     /// When arrival `k` reaches the queue: not before arrival `k - 1`.
     /// Called once per arrival, before its departures and
     /// [`arrival`](Self::arrival).
@@ -345,7 +345,7 @@ mod tests {
     }
 
     impl Feed<u32> for TestFeed<'_> {
-        fn len(&self) -> usize {
+        fn arrivals(&self) -> usize {
             self.times.len()
         }
         fn time(&mut self, k: usize) -> Timestamp {
