@@ -144,10 +144,10 @@ use serde::Serialize;
 
 use crate::clock::Timestamp;
 use crate::pipeline::{Batch, DropReason, Stage};
-use crate::wire::IpVersion;
 use crate::wire::icarus::{
     self, Filter, FilterWidth, Hop, IcarusError, Location, Stripped, WireMask,
 };
+use crate::wire::{IpProtocol, IpVersion, Parsed};
 
 /// Bytes of an IPv4 header without options.
 const IPV4_HEADER: usize = 20;
@@ -761,11 +761,7 @@ impl Icarus {
     ) -> (Outcome, u8) {
         if self.inserts_on(port) {
             match icarus::check_insert(frame, l3_offset, self.config.params.width) {
-                Ok((_, n)) => {
-                    self.counters.inserted = self.counters.inserted.wrapping_add(1);
-                    // At most 40 bytes (8 + a 256-bit filter).
-                    return (self.count(self.fresh.1), u8::try_from(n).unwrap_or(u8::MAX));
-                }
+                Ok((_, n)) => return self.deferred_insert(n),
                 Err(e) => {
                     if let Some(o) = self.refusal(e) {
                         return (o, 0);
@@ -774,6 +770,49 @@ impl Icarus {
             }
         }
         (self.hop(frame, l3_offset), 0)
+    }
+
+    /// A deferred insertion of `n` bytes that [`icarus::check_insert`]
+    /// (or [`plain_insert`](Self::plain_insert)) allowed: counted as
+    /// inserted and hopped with [`inserted_filter`](Self::inserted_filter).
+    #[inline]
+    fn deferred_insert(&mut self, n: usize) -> (Outcome, u8) {
+        self.counters.inserted = self.counters.inserted.wrapping_add(1);
+        // At most 40 bytes (8 + a 256-bit filter).
+        (self.count(self.fresh.1), u8::try_from(n).unwrap_or(u8::MAX))
+    }
+
+    /// [`ingress_deferred`](Self::ingress_deferred) on an insertion edge
+    /// for a packet whose parse found a header that cannot hold the option
+    /// (`parsed.ip_header_len` 20 for IPv4, 40 for IPv6): decided from the
+    /// parse, without reading the frame again. `None` when the parse alone
+    /// cannot tell (not such a header, or the option might not fit);
+    /// `ingress_deferred` then decides. The same outcome as
+    /// [`icarus::check_insert`] on such a header: IPv4 refuses only a total
+    /// length over 65,535 with the option (a length 0, taken from the
+    /// capture, is left so), IPv6 a payload length of 0 (a jumbogram's) or
+    /// over 65,535 with the option.
+    #[inline]
+    pub fn plain_insert(&mut self, parsed: &Parsed) -> Option<(Outcome, u8)> {
+        let w = self.config.params.width;
+        let n = match parsed.ip_version? {
+            IpVersion::V4 if parsed.ip_header_len == IPV4_HEADER => {
+                let n = w.ipv4_block_len();
+                let room = parsed.ip_len_from_capture || parsed.ip_total_len + n <= 65_535;
+                room.then_some(n)?
+            }
+            IpVersion::V6
+                if parsed.ip_header_len == IPV6_HEADER
+                    && !parsed.jumbo
+                    && parsed.protocol != IpProtocol::HopByHop =>
+            {
+                let n = w.ipv6_block_len();
+                let pl = parsed.ip_total_len.checked_sub(IPV6_HEADER)?;
+                (pl != 0 && pl + n <= 65_535).then_some(n)?
+            }
+            _ => return None,
+        };
+        Some(self.deferred_insert(n))
     }
 
     /// A packet leaving through `port`: strips the option when `port` is a
@@ -836,7 +875,10 @@ impl IcarusStage {
             };
             let port = p.ingress;
             let o = if self.core.inserts_on(port) {
-                let (o, grow) = self.core.ingress_deferred(p.data_mut(), l3, port);
+                let (o, grow) = match self.core.plain_insert(q) {
+                    Some(d) => d,
+                    None => self.core.ingress_deferred(p.data_mut(), l3, port),
+                };
                 p.icarus_pending = grow;
                 o
             } else if plain {
@@ -929,5 +971,70 @@ mod tests {
             ParamsError::BadWidth(100)
         );
         assert!(FilterParams::from_bits(256, 8).is_ok());
+    }
+
+    /// `plain_insert` decides from the parse exactly as `ingress_deferred`
+    /// does from the frame, on IPv4 and IPv6 headers without options at
+    /// every length where the option stops fitting, and says `None` where
+    /// the frame is needed.
+    #[test]
+    fn plain_insert_agrees_with_check_insert() {
+        let eth = |ethertype: [u8; 2]| {
+            let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+            f.extend_from_slice(&ethertype);
+            f
+        };
+        let mut decided = 0;
+        for w in FilterWidth::ALL {
+            let params = FilterParams::new(w, 4).unwrap();
+            let (n4, n6) = (w.ipv4_block_len(), w.ipv6_block_len());
+            let mut frames = Vec::new();
+            for total in [
+                0,
+                20,
+                64,
+                1500,
+                65_535 - n4 - 1,
+                65_535 - n4,
+                65_536 - n4,
+                65_535,
+            ] {
+                let mut f = eth([0x08, 0x00]);
+                let t = u16::try_from(total).unwrap();
+                f.extend_from_slice(&[0x45, 0, t.to_be_bytes()[0], t.to_be_bytes()[1]]);
+                f.extend_from_slice(&[0, 0, 0, 0, 64, 253, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+                f.resize(14 + 64, 0);
+                frames.push(f);
+            }
+            for pl in [0, 1, 24, 65_535 - n6 - 1, 65_535 - n6, 65_536 - n6, 65_535] {
+                let mut f = eth([0x86, 0xdd]);
+                let p = u16::try_from(pl).unwrap().to_be_bytes();
+                f.extend_from_slice(&[0x60, 0, 0, 0, p[0], p[1], 59, 64]);
+                f.extend_from_slice(&[0xfd; 32]);
+                f.resize(14 + 40 + 24, 0);
+                frames.push(f);
+            }
+            for mut f in frames {
+                let Ok(parsed) = crate::wire::parse(crate::wire::LinkType::Ethernet, &f) else {
+                    continue;
+                };
+                let cfg = IcarusConfig {
+                    params,
+                    ..IcarusConfig::new(42)
+                }
+                .insert_on(0);
+                let (mut fast, mut slow) = (Icarus::new(cfg), Icarus::new(cfg));
+                let Some(got) = fast.plain_insert(&parsed) else {
+                    continue;
+                };
+                let want = slow.ingress_deferred(&mut f, parsed.l3_offset, 0);
+                assert_eq!(got, want, "{w:?} {parsed:?}");
+                assert_eq!(fast.counters(), slow.counters(), "{w:?} {parsed:?}");
+                decided += 1;
+            }
+        }
+        // Per width: IPv4 totals 0, 20, 64, 1500 and the two that fit;
+        // IPv6 payloads 1, 24 and the two that fit.
+        assert_eq!(decided, 3 * (6 + 4));
     }
 }
