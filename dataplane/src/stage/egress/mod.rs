@@ -952,52 +952,40 @@ impl<X: Transmit> Feed<Held> for PortFeed<'_, X> {
         let i = self.keys.packet(k);
         self.counters.copies += 1;
         let (slot, buf) = self.pool.take();
-        let Some(pk) = self.packets.get_mut(i) else {
-            // Not reached (the keys name packets of this batch): an empty
-            // copy, accounted for like any other.
-            self.current = Current {
-                packet: i,
-                slot,
-                l3: usize::MAX,
-                sole: true,
-            };
-            let a = Arrival {
-                key: self.keys.key(k),
-                ecn_capable: false,
-                item: Held { slot, wire_len: 0 },
-                len: 0,
-                now,
-            };
-            return (a, None);
+        // The keys name packets of this batch; were one missing, its copy
+        // would be empty and accounted for like any other.
+        let (ip, wire_len, sole) = match self.packets.get_mut(i) {
+            Some(pk) => {
+                let data_len = pk.data().len();
+                let others = pk.verdict.ports().mask() & !pk.ingress_mask() & !(1u64 << self.port);
+                if others & self.later == 0 {
+                    // The packet's last copy: its frame moves into the queue
+                    // (the slot takes the pool's empty buffer).
+                    pk.swap_data(buf);
+                } else {
+                    buf.extend_from_slice(pk.data());
+                }
+                let pending = pk.icarus_pending != 0;
+                let ip = pk.parsed.as_ref().filter(|x| x.is_ip());
+                if let Some(x) = ip
+                    && (self.strip || pending)
+                    && icarus_out(buf, x.l3_offset, self.strip, pending, self.insert)
+                {
+                    self.counters.stripped += 1;
+                }
+                (
+                    ip,
+                    wire_len_of(pk.orig_len, data_len, buf.len()),
+                    others == 0,
+                )
+            }
+            None => (None, 0, true),
         };
-        let data_len = pk.data().len();
-        let others = pk.verdict.ports().mask() & !pk.ingress_mask() & !(1u64 << self.port);
-        if others & self.later == 0 {
-            // The packet's last copy: its frame moves into the queue (the
-            // slot takes the pool's empty buffer).
-            pk.swap_data(buf);
-        } else {
-            buf.extend_from_slice(pk.data());
-        }
-        let ip = pk.parsed.as_ref().filter(|x| x.is_ip());
-        if let Some(x) = ip
-            && (self.strip || pk.icarus_pending != 0)
-            && icarus_out(
-                buf,
-                x.l3_offset,
-                self.strip,
-                pk.icarus_pending != 0,
-                self.insert,
-            )
-        {
-            self.counters.stripped += 1;
-        }
-        let wire_len = wire_len_of(pk.orig_len, data_len, buf.len());
         self.current = Current {
             packet: i,
             slot,
             l3: ip.map_or(usize::MAX, |x| x.l3_offset),
-            sole: others == 0,
+            sole,
         };
         let arrival = Arrival {
             key: self.keys.key(k),
