@@ -262,11 +262,15 @@ impl Hasher {
     }
 
     /// Partitioned indices for `pairs` (see [`index::partitioned`]).
+    #[inline]
     pub fn partitioned(&self, pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
-        index::partitioned(self.backend, pairs, layout, out)
+        // SAFETY: the backend was available when the hasher was built (the
+        // field's invariant), and a CPU does not lose features.
+        unsafe { index::partitioned_on(self.backend, pairs, layout, out) }
     }
 
     /// Blocked indices for `pairs` (see [`index::blocked`]).
+    #[inline]
     pub fn blocked(
         &self,
         pairs: &[HashPair],
@@ -274,6 +278,7 @@ impl Hasher {
         blocks: &mut [u32],
         bits: &mut [u32],
     ) {
-        index::blocked(self.backend, pairs, layout, blocks, bits)
+        // SAFETY: as in `partitioned`.
+        unsafe { index::blocked_on(self.backend, pairs, layout, blocks, bits) }
     }
 }

@@ -48,6 +48,7 @@ impl Partitioned {
     ///
     /// # Panics
     /// If `rows` is 0 or `log2_width > 32`.
+    #[inline]
     pub fn new(rows: usize, log2_width: u32) -> Self {
         assert!(rows >= 1, "partitioned layout needs at least one row");
         assert!(log2_width <= 32, "row width 2^{log2_width} exceeds 2^32");
@@ -55,11 +56,13 @@ impl Partitioned {
     }
 
     /// Number of rows (indices per key).
+    #[inline]
     pub fn rows(&self) -> usize {
         self.rows
     }
 
     /// log2 of the row width.
+    #[inline]
     pub fn log2_width(&self) -> u32 {
         self.log2_width
     }
@@ -94,17 +97,20 @@ impl SplitBlock {
     ///
     /// # Panics
     /// If `log2_blocks > 32`.
+    #[inline]
     pub fn new(log2_blocks: u32) -> Self {
         assert!(log2_blocks <= 32, "2^{log2_blocks} blocks exceed 2^32");
         SplitBlock { log2_blocks }
     }
 
     /// log2 of the number of blocks.
+    #[inline]
     pub fn log2_blocks(&self) -> u32 {
         self.log2_blocks
     }
 
     /// The number of blocks, `2^log2_blocks`.
+    #[inline]
     pub fn blocks(&self) -> u64 {
         1 << self.log2_blocks
     }
@@ -143,6 +149,7 @@ impl Blocked {
     /// # Panics
     /// If `k` is not in `1..=32`, `log2_blocks > 32` or `log2_block_bits` is
     /// 0 or above 16.
+    #[inline]
     pub fn new(log2_blocks: u32, log2_block_bits: u32, k: usize) -> Self {
         assert!(
             (1..=MAX_BLOCKED_K).contains(&k),
@@ -161,16 +168,19 @@ impl Blocked {
     }
 
     /// log2 of the number of blocks.
+    #[inline]
     pub fn log2_blocks(&self) -> u32 {
         self.log2_blocks
     }
 
     /// log2 of the bits per block.
+    #[inline]
     pub fn log2_block_bits(&self) -> u32 {
         self.log2_block_bits
     }
 
     /// Bit positions per key.
+    #[inline]
     pub fn k(&self) -> usize {
         self.k
     }
@@ -183,22 +193,42 @@ impl Blocked {
 /// If `out` is shorter than `rows * n`, or `backend` is not available on
 /// this CPU.
 pub fn partitioned(backend: Backend, pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
+    // SAFETY: `checked` returns only a backend this CPU has.
+    unsafe { partitioned_on(checked(backend), pairs, layout, out) }
+}
+
+/// [`partitioned`] on a backend already known to be available: a
+/// [`Hasher`](crate::Hasher) checked its backend when it was built, so its
+/// per-batch calls skip the check (and the detection call it may make,
+/// which costs the dispatcher a stack frame).
+///
+/// # Safety
+/// `backend.is_available()` must hold.
+///
+/// # Panics
+/// If `out` is shorter than `rows * n`.
+#[inline]
+pub(crate) unsafe fn partitioned_on(
+    backend: Backend,
+    pairs: &[HashPair],
+    layout: Partitioned,
+    out: &mut [u32],
+) {
     let need = layout.rows * pairs.len();
-    assert!(
-        out.len() >= need,
-        "partitioned: output holds {} indices, need {need}",
-        out.len()
-    );
-    match checked(backend) {
+    if out.len() < need {
+        too_short("partitioned: output holds", out.len(), "indices", need);
+    }
+    match backend {
         #[cfg(target_arch = "x86_64")]
         Backend::Avx2 => {
-            // SAFETY: `checked` proved AVX2 is available; `out` is long enough.
+            // SAFETY: the caller promises AVX2 is available; `out` is long
+            // enough.
             unsafe { arch::x86_64::avx2::partitioned(pairs, layout, out) }
         }
         #[cfg(target_arch = "x86_64")]
         Backend::Avx512 => {
-            // SAFETY: `checked` proved AVX-512F is available; `out` is long
-            // enough.
+            // SAFETY: the caller promises AVX-512F is available; `out` is
+            // long enough.
             unsafe { arch::x86_64::avx512::partitioned(pairs, layout, out) }
         }
         #[cfg(target_arch = "aarch64")]
@@ -220,27 +250,48 @@ pub fn blocked(
     blocks: &mut [u32],
     bits: &mut [u32],
 ) {
+    // SAFETY: `checked` returns only a backend this CPU has.
+    unsafe { blocked_on(checked(backend), pairs, layout, blocks, bits) }
+}
+
+/// [`blocked`] on a backend already known to be available (see
+/// [`partitioned_on`]).
+///
+/// # Safety
+/// `backend.is_available()` must hold.
+///
+/// # Panics
+/// If `blocks` is shorter than `n` or `bits` than `k * n`.
+#[inline]
+pub(crate) unsafe fn blocked_on(
+    backend: Backend,
+    pairs: &[HashPair],
+    layout: Blocked,
+    blocks: &mut [u32],
+    bits: &mut [u32],
+) {
     let n = pairs.len();
-    assert!(
-        blocks.len() >= n,
-        "blocked: {} block slots for {n} keys",
-        blocks.len()
-    );
-    assert!(
-        bits.len() >= layout.k * n,
-        "blocked: output holds {} bit positions, need {}",
-        bits.len(),
-        layout.k * n
-    );
-    match checked(backend) {
+    if blocks.len() < n {
+        too_short("blocked: output holds", blocks.len(), "block slots", n);
+    }
+    if bits.len() < layout.k * n {
+        too_short(
+            "blocked: output holds",
+            bits.len(),
+            "bit positions",
+            layout.k * n,
+        );
+    }
+    match backend {
         #[cfg(target_arch = "x86_64")]
         Backend::Avx2 => {
-            // SAFETY: `checked` proved AVX2 is available; lengths checked above.
+            // SAFETY: the caller promises AVX2 is available; lengths checked
+            // above.
             unsafe { arch::x86_64::avx2::blocked(pairs, layout, blocks, bits) }
         }
         #[cfg(target_arch = "x86_64")]
         Backend::Avx512 => {
-            // SAFETY: `checked` proved AVX-512F is available; lengths
+            // SAFETY: the caller promises AVX-512F is available; lengths
             // checked above.
             unsafe { arch::x86_64::avx512::blocked(pairs, layout, blocks, bits) }
         }
@@ -303,9 +354,27 @@ pub fn split_block_insert(
 }
 
 /// `backend` if this CPU has it (a cached flag), else a panic naming it.
+#[inline]
 fn checked(backend: Backend) -> Backend {
     match backend.require() {
         Ok(b) => b,
-        Err(e) => panic!("{e}"),
+        Err(e) => unavailable(e),
     }
+}
+
+// The panics live out of line, so the dispatchers above stay a few
+// instructions with no stack frame of their own: they run once per batch
+// of 32-64 keys, where a frame's saves and restores were a measurable part
+// of the call.
+
+#[cold]
+#[inline(never)]
+fn unavailable(e: crate::backend::BackendError) -> ! {
+    panic!("{e}")
+}
+
+#[cold]
+#[inline(never)]
+fn too_short(what: &str, have: usize, unit: &str, need: usize) -> ! {
+    panic!("{what} {have} {unit}, need {need}")
 }

@@ -54,53 +54,6 @@ pub(crate) trait Lanes: Copy {
     unsafe fn store(self, out: *mut u32);
 }
 
-/// The widest backend's lane count (AVX-512); tails are padded to it on the
-/// stack.
-pub(crate) const MAX_LANES: usize = 16;
-
-/// Stores one vector of indices at `out[at..at + LANES]`, or only its first
-/// `valid` lanes when the vector is a padded tail.
-#[inline(always)]
-unsafe fn store_some<V: Lanes>(v: V, out: &mut [u32], at: usize, valid: usize) {
-    if valid == V::LANES {
-        debug_assert!(at + V::LANES <= out.len());
-        // SAFETY: the callers only pass `valid == LANES` when
-        // `at + LANES <= out.len()`; backend support is the caller's promise.
-        unsafe { v.store(out.as_mut_ptr().add(at)) }
-    } else {
-        let mut tmp = [0u32; MAX_LANES];
-        // SAFETY: `tmp` holds MAX_LANES >= LANES words.
-        unsafe { v.store(tmp.as_mut_ptr()) }
-        out[at..at + valid].copy_from_slice(&tmp[..valid]);
-    }
-}
-
-/// Loads the pairs `pairs[i..]` as one vector: straight from the slice when
-/// a whole vector remains, else zero-padded through `buf`. Returns the number
-/// of valid lanes.
-#[inline(always)]
-unsafe fn load_pair_vector<V: Lanes>(
-    pairs: &[HashPair],
-    i: usize,
-    buf: &mut [HashPair; MAX_LANES],
-) -> (V, V, usize) {
-    let valid = (pairs.len() - i).min(V::LANES);
-    // SAFETY: backend support is the caller's promise. Either LANES pairs are
-    // readable at `pairs[i]`, or the tail is copied into `buf`, which holds
-    // MAX_LANES >= LANES pairs.
-    unsafe {
-        if valid == V::LANES {
-            let (h1, h2) = V::load_pairs(pairs.as_ptr().add(i));
-            (h1, h2, valid)
-        } else {
-            *buf = [HashPair::default(); MAX_LANES];
-            buf[..valid].copy_from_slice(&pairs[i..]);
-            let (h1, h2) = V::load_pairs(buf.as_ptr());
-            (h1, h2, valid)
-        }
-    }
-}
-
 /// Partitioned indices, row-major: `out[r * n + i]` is key `i`'s index in
 /// row `r`, `(h1 + r * (h2 | 1)) >> (32 - log2_width)`.
 ///
@@ -118,12 +71,12 @@ pub(crate) unsafe fn partitioned<V: Lanes>(
     let shift = 32 - log2_width;
     // Plain loops, no closures: a closure would not inherit the caller's
     // `#[target_feature]`, and the lane operations would not inline into it.
-    // SAFETY: backend support is the caller's promise; `rows_of` writes
-    // `out[r * n + i ..][..valid]`, inside `out` because `i + valid <= n`
+    let mut i = 0;
+    // SAFETY: backend support is the caller's promise; each store writes
+    // `out[r * n + i ..][..LANES]`, inside `out` because `i + LANES <= n`
     // and `r < rows`.
     unsafe {
         let one = V::splat(1);
-        let mut i = 0;
         // Four vectors of keys at a time, row by row: each row's stores are
         // then one contiguous run (4 vectors), rather than one vector in
         // each of `rows` rows. Interleaving rows per vector measured up to
@@ -155,16 +108,24 @@ pub(crate) unsafe fn partitioned<V: Lanes>(
             }
             i += V::LANES;
         }
-        if i < n {
-            let mut buf = [HashPair::default(); MAX_LANES];
-            let (h1, h2, valid) = load_pair_vector::<V>(pairs, i, &mut buf);
-            let (step, mut g) = (h2.or(one), h1);
-            for r in 0..rows {
-                store_some(g.shr_var(shift), out, r * n + i, valid);
-                g = g.add(step);
-            }
+    }
+    // The last `n % LANES` keys one at a time: a padded vector would need a
+    // stack buffer for the pairs and another for the stores, and that frame
+    // (with the registers it saves) cost every call, tail or not.
+    for (j, p) in pairs.iter().enumerate().skip(i) {
+        let mut g = p.h1;
+        for r in 0..rows {
+            out[r * n + j] = shr(g, shift);
+            g = g.wrapping_add(p.h2 | 1);
         }
     }
+}
+
+/// `x >> n`, 0 when `n >= 32` (a layout of width 1 shifts by 32), as the
+/// vector shifts define it.
+#[inline(always)]
+fn shr(x: u32, n: u32) -> u32 {
+    x.checked_shr(n).unwrap_or(0)
 }
 
 /// Odd multipliers for blocked bit positions. The first eight are the salts
@@ -233,12 +194,10 @@ pub(crate) unsafe fn blocked<V: Lanes>(
     debug_assert!(blocks.len() >= n && bits.len() >= k * n && k <= SALTS.len());
     let block_shift = 32 - log2_blocks;
     let bit_shift = 32 - log2_block_bits;
-    let mut buf = [HashPair::default(); MAX_LANES];
+    let mut i = 0;
     // SAFETY: as in `partitioned`: every store stays inside `blocks[..n]`
-    // and `bits[..k * n]` (a four-vector step writes `i .. i + 4 LANES <= n`
-    // of each).
+    // and `bits[..k * n]` (a step writes `i .. i + LANES <= n` of each).
     unsafe {
-        let mut i = 0;
         // Four vectors at a time, position by position, as in `partitioned`.
         while i + 4 * V::LANES <= n {
             let mut h2 = [V::splat(0); 4];
@@ -257,18 +216,22 @@ pub(crate) unsafe fn blocked<V: Lanes>(
             }
             i += 4 * V::LANES;
         }
-        while i < n {
-            let (h1, h2, valid) = load_pair_vector::<V>(pairs, i, &mut buf);
-            store_some(h1.shr_var(block_shift), blocks, i, valid);
+        while i + V::LANES <= n {
+            let (h1, h2) = V::load_pairs(pairs.as_ptr().add(i));
+            h1.shr_var(block_shift).store(blocks.as_mut_ptr().add(i));
             for (j, &salt) in SALTS[..k].iter().enumerate() {
-                store_some(
-                    h2.mul(V::splat(salt)).shr_var(bit_shift),
-                    bits,
-                    j * n + i,
-                    valid,
-                );
+                h2.mul(V::splat(salt))
+                    .shr_var(bit_shift)
+                    .store(bits.as_mut_ptr().add(j * n + i));
             }
             i += V::LANES;
+        }
+    }
+    // The last `n % LANES` keys one at a time (see `partitioned`).
+    for (t, p) in pairs.iter().enumerate().skip(i) {
+        blocks[t] = shr(p.h1, block_shift);
+        for (j, &salt) in SALTS[..k].iter().enumerate() {
+            bits[j * n + t] = shr(p.h2.wrapping_mul(salt), bit_shift);
         }
     }
 }

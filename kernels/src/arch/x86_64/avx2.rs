@@ -91,6 +91,7 @@ unsafe fn blocked_avx2(
 ///
 /// # Panics
 /// If `out` is shorter than `rows * pairs.len()`.
+#[inline]
 pub unsafe fn partitioned(pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
     assert!(
         out.len() >= layout.rows() * pairs.len(),
@@ -107,6 +108,7 @@ pub unsafe fn partitioned(pairs: &[HashPair], layout: Partitioned, out: &mut [u3
 ///
 /// # Panics
 /// If `blocks` is shorter than `pairs` or `bits` than `k * pairs.len()`.
+#[inline]
 pub unsafe fn blocked(pairs: &[HashPair], layout: Blocked, blocks: &mut [u32], bits: &mut [u32]) {
     assert!(
         blocks.len() >= pairs.len(),
