@@ -26,15 +26,15 @@
 //!
 //! # Why AES rounds
 //!
-//! The previous hash was two 32-bit multiply chains in 32-bit lanes. A
-//! 32-bit lane multiply (`VPMULLD`) costs one micro-op with 3 cycles of
-//! latency on AMD Zen 4 but two micro-ops with 10 cycles on Intel Golden
-//! Cove (uops.info), and the hash needed 14 of them per vector: on an
-//! Intel Xeon it ran at 1.5 ns per key, slower than `ahash` one key at a
-//! time. One AES round mixes 128 bits for one micro-op (`VAESENC`: two per
-//! cycle on 256-bit vectors on both Zen 4 and Golden Cove, one per cycle on
-//! 512-bit vectors), so the new hash costs 0.3-0.45 ns per IPv4 key on both
-//! machines (README, benchmarks).
+//! Lane multiplies cost very differently across the x86 cores the router
+//! runs on: a 32-bit lane multiply (`VPMULLD`) is one micro-op with 3
+//! cycles of latency on AMD Zen 4 but two micro-ops with 10 cycles on
+//! Intel Golden Cove (uops.info), so a multiply-chain hash in 32-bit lanes
+//! (this project's first, 14 of them per vector) ran on Intel Xeons
+//! slower than `ahash` one key at a time. One AES round mixes 128 bits for
+//! one micro-op on both (`VAESENC`: two per cycle on 256-bit vectors on
+//! Zen 4 and Golden Cove, one per cycle on 512-bit vectors), so the same
+//! code is several times faster than `ahash` on both (README, benchmarks).
 //!
 //! # Backends
 //!

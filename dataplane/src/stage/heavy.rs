@@ -46,10 +46,10 @@
 //! follows whatever mix arrives instead of being split in advance (a split
 //! halves the width each family gets and doubles the overestimate of the
 //! family that carries the traffic). Four words rather than the IPv4-mapped
-//! ten-word form for IPv4, because of measurement: the batch hash costs
-//! 0.74 ns per key at four words and 1.9 ns at ten on the AVX2 backend
-//! (`hash/ipv4/avx2` and `hash/ipv6/avx2` in the bench report), and most
-//! traffic is IPv4. A four-word and a ten-word key are different hash inputs, so
+//! ten-word form for IPv4, because the batch hash costs more than twice as
+//! much per key at ten words as at four (`hash/ipv4/*` against
+//! `hash/ipv6/*` in the bench report: one AES round per 16-byte block), and
+//! most traffic is IPv4. A four-word and a ten-word key are different hash inputs, so
 //! sharing counters between them is ordinary count-min collision, and every
 //! estimate stays an upper bound.
 //!

@@ -158,12 +158,11 @@
 //! groups), where the split-block layout needed the same 32 Ki positions
 //! (its `k = 8` misses 0.1% at 16 Ki) with 8 lines per query and a rate
 //! of 0.004%: the same memory, a rate still within the target, and
-//! 3 lines instead of 8. Measured on `multicast/query/64` (64 interfaces,
-//! `report --only stages`, medians of five runs alternating with the
-//! previous code; callgrind on `bench/examples/stages_cg.rs`): split block
-//! 5.50 ns and 55.4 instructions per packet, blocked `k = 3` 3.06 ns and
-//! 40.5 (6.31 ns and 68.5 before the query and the egress mask were fused,
-//! see [`PortFilter::query_batch_low`]). The measured false-forwarding rate
+//! 3 lines instead of 8. Callgrind on `bench/examples/stages_cg.rs`
+//! counts 55 instructions per packet for the split-block query of
+//! `multicast/query/64` (64 interfaces) and 41 for blocked `k = 3` with the
+//! egress mask fused into the query ([`PortFilter::query_batch_low`]); the
+//! README's benchmark tables give the times. The measured false-forwarding rate
 //! matches the blocked formula at `k` = 2, 3, 4 for 8 to 64 interfaces
 //! (`tests/multicast.rs`, `false_forward_rate_matches_formula_blocked`).
 //! [`MulticastStage::with_params`] takes any geometry.

@@ -50,28 +50,29 @@
 //! # Choice of the default layout
 //!
 //! [`Layout::default`] and [`Bloom::with_rate`] pick [`Layout::SplitBlock`]:
-//! at the same false-positive *target* it is about 3.5x faster to query
-//! than the 512-bit blocked layout. Measured with
-//! `cargo run --release -p bench --bin report -- --only bloom` (64-key
+//! at the same false-positive *target* it is about 3.5-4x faster to query
+//! than the 512-bit blocked layout (`bloom/query/*` against
+//! `bloom/query-blocked512/*` in the README's benchmark tables: 64-key
 //! batches of 13-byte IPv4 keys, hashing included, filters sized for
-//! n = 50,000 at p = 1%, AVX2, an AMD EPYC VM with 2 shared cores at load
-//! average 7.5, so the absolute figures are inflated; ratios are within one
-//! run):
+//! n = 50,000 at p = 1%). The sizes and the false-positive rates measured
+//! on those filters:
 //!
-//! | layout                | size    | measured rate | query ns/key | insert ns/key |
-//! |-----------------------|---------|---------------|--------------|---------------|
-//! | SplitBlock (k = 8)    | 128 KiB | 0.032%        | 2.25         | 2.31          |
-//! | Blocked 512 (k = 5)   | 64 KiB  | 0.89%         | 8.11         | ~9.6          |
-//! | sbbf-rs (11 bits/key) | 67 KiB  | 0.80%         | 3.59         | 4.85          |
-//! | fastbloom (SipHash)   | 59 KiB  | 1.00%         | 22.7         | 37.3          |
+//! | layout                | size    | measured rate |
+//! |-----------------------|---------|---------------|
+//! | SplitBlock (k = 8)    | 64 KiB  | 0.99%         |
+//! | Blocked 512 (k = 5)   | 64 KiB  | 0.90%         |
+//! | sbbf-rs (11 bits/key) | 67 KiB  | 0.80%         |
+//! | fastbloom (SipHash)   | 59 KiB  | 0.99%         |
 //!
 //! Instruction counts (callgrind, repeatable): 26 per key for a split-block
 //! query (hash 9.8, mask and test 13.3, the rest batching) against 149 for
 //! the blocked one, whose `k` scalar bit tests, per-call zeroed scratch and
 //! index arrays the split-block kernel does without. The cost of the choice
 //! is memory at some `(n, p)`: the block count is a power of two and the
-//! rate falls about 30-fold per doubling, so here 2^11 blocks (64 KiB)
-//! would give 1.02%, just over the target, and 2^12 are needed. Where memory
+//! rate falls about 30-fold per doubling (2^12 blocks, 128 KiB, give 0.03%
+//! here), so a target just under what 2^b blocks give takes twice the
+//! memory: here 2^11 blocks (64 KiB) give 0.99% against the 1% target,
+//! and a 0.95% target would take 2^12. Where memory
 //! matters more than speed, or another `k` is wanted, size with
 //! `Params::for_items(Layout::Blocked, ..)`; Classic remains for the
 //! textbook formulas and compressed transfer.

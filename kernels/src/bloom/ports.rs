@@ -167,14 +167,11 @@ impl From<Incompatible> for PortError {
 /// [`CountingBloom`]s (the control path), all with the same [`Params`] and
 /// key.
 ///
-/// Measured on the dataplane's 64-port query (`multicast/query/64`,
-/// callgrind on `bench/examples/stages_cg.rs`, split-block filter of 32 Ki
-/// positions): 68.5 instructions per key when each answer went through a
-/// [`PortSet`] and a second loop applied the ingress mask; 55.4 with
-/// [`PortFilter::query_batch_low`], where the caller's mask and store run
-/// inside the query loop and the span needs no bounds check (6.31 -> 5.50
-/// ns/key, `report --only stages`, medians of three runs alternating with
-/// the previous code).
+/// The dataplane queries through [`PortFilter::query_batch_low`], where
+/// the caller's ingress mask and store run inside the query loop and the
+/// span needs no bounds check: a [`PortSet`] per answer and a second loop
+/// for the mask cost about a fifth more instructions per key (callgrind on
+/// `bench/examples/stages_cg.rs`, `multicast/query/64`).
 #[derive(Debug, Clone)]
 pub struct PortFilter {
     params: Params,
@@ -378,11 +375,10 @@ impl PortFilter {
     /// key's lines first.
     ///
     /// The positions are derived per key with scalar multiplies by
-    /// constants: measured against deriving them eight keys per AVX2
-    /// multiply into a position array (fewer instructions, 6.0 against 5.3
-    /// ns/key on a 256 KiB split-block filter; again in this session, 6.5
-    /// against 5.4 ns), the array's stores and reloads cost more than the
-    /// multiplies they save.
+    /// constants, not eight keys per AVX2 multiply into a position array:
+    /// that takes fewer instructions but measured 13-20% slower on a
+    /// 256 KiB split-block filter, the array's stores and reloads costing
+    /// more than the multiplies they save.
     #[inline(always)]
     fn query_span<
         const W: usize,
