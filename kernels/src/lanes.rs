@@ -111,12 +111,16 @@ pub(crate) unsafe fn partitioned<V: Lanes>(
     }
     // The last `n % LANES` keys one at a time: a padded vector would need a
     // stack buffer for the pairs and another for the stores, and that frame
-    // (with the registers it saves) cost every call, tail or not.
-    for (j, p) in pairs.iter().enumerate().skip(i) {
-        let mut g = p.h1;
-        for r in 0..rows {
-            out[r * n + j] = shr(g, shift);
-            g = g.wrapping_add(p.h2 | 1);
+    // (with the registers it saves) cost every call, tail or not. The
+    // scalar backend's loop above leaves none: said as a constant, its code
+    // is compiled without this loop.
+    if V::LANES > 1 {
+        for (j, p) in pairs.iter().enumerate().skip(i) {
+            let mut g = p.h1;
+            for r in 0..rows {
+                out[r * n + j] = shr(g, shift);
+                g = g.wrapping_add(p.h2 | 1);
+            }
         }
     }
 }
@@ -228,10 +232,12 @@ pub(crate) unsafe fn blocked<V: Lanes>(
         }
     }
     // The last `n % LANES` keys one at a time (see `partitioned`).
-    for (t, p) in pairs.iter().enumerate().skip(i) {
-        blocks[t] = shr(p.h1, block_shift);
-        for (j, &salt) in SALTS[..k].iter().enumerate() {
-            bits[j * n + t] = shr(p.h2.wrapping_mul(salt), bit_shift);
+    if V::LANES > 1 {
+        for (t, p) in pairs.iter().enumerate().skip(i) {
+            blocks[t] = shr(p.h1, block_shift);
+            for (j, &salt) in SALTS[..k].iter().enumerate() {
+                bits[j * n + t] = shr(p.h2.wrapping_mul(salt), bit_shift);
+            }
         }
     }
 }
