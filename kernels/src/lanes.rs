@@ -126,9 +126,10 @@ pub(crate) unsafe fn partitioned<V: Lanes>(
 }
 
 /// `x >> n`, 0 when `n >= 32` (a layout of width 1 shifts by 32), as the
-/// vector shifts define it.
+/// vector shifts define it: the scalar backend's [`Lanes::shr_var`], and
+/// the vector backends' one-key tails.
 #[inline(always)]
-fn shr(x: u32, n: u32) -> u32 {
+pub(crate) fn shr(x: u32, n: u32) -> u32 {
     x.checked_shr(n).unwrap_or(0)
 }
 

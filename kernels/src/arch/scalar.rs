@@ -28,7 +28,7 @@ impl Lanes for u32 {
     }
     #[inline(always)]
     unsafe fn shr_var(self, n: u32) -> Self {
-        self.checked_shr(n).unwrap_or(0)
+        lanes::shr(self, n)
     }
     #[inline(always)]
     unsafe fn load_pairs(p: *const HashPair) -> (Self, Self) {
