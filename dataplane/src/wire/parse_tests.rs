@@ -961,3 +961,62 @@ fn cut_by_the_snapshot_after_the_ports_is_not_malformed() {
         Err(Malformed::Ipv4TotalLengthBeyondFrame)
     );
 }
+
+/// `parse_into`'s shortcut ([`plain`]) gives [`parse`]'s summary on every
+/// frame it takes and declines every frame it cannot decide: four plain
+/// frames (IPv4 and IPv6, UDP and TCP, with and without Ethernet padding)
+/// with each header byte set to values that matter to some check (version,
+/// header length, fragment bits, protocol numbers, length fields), and cut
+/// at every length.
+#[test]
+fn plain_agrees_with_the_general_parser() {
+    let ether = |b: Built| {
+        assert_eq!(b.link, LinkType::Ethernet);
+        b.bytes
+    };
+    // link 0 (Ethernet), no tags, no IPv4 options or IPv6 extension
+    // headers; proto 0 is TCP (no options), 1 UDP.
+    let udp4 = ether(build(0, 0, false, 0, 0, 1, 0, 18, (1000, 53)));
+    let tcp4 = ether(build(0, 0, false, 0, 0, 0, 0, 6, (40000, 443)));
+    let udp6 = ether(build(0, 0, true, 0, 0, 1, 0, 0, (5353, 5353)));
+    let tcp6 = ether(build(0, 0, true, 0, 0, 0, 3, 0, (22, 50000)));
+    let mut padded = udp4.clone();
+    padded.extend_from_slice(&[0; 6]);
+    let values = [
+        0x00, 0x01, 0x04, 0x05, 0x06, 0x07, 0x08, 0x11, 0x14, 0x1c, 0x20, 0x28, 0x2c, 0x3a, 0x40,
+        0x45, 0x46, 0x4f, 0x50, 0x60, 0x86, 0xdd, 0xe0, 0xef, 0xf0, 0xff,
+    ];
+    let (mut taken, mut declined) = (0, 0);
+    let mut check = |f: &[u8]| {
+        let mut out = parse(LinkType::RawIp, &[0x45; 28]).ok();
+        if plain(f, &mut out) {
+            taken += 1;
+            assert_eq!(
+                out.ok_or(Malformed::TruncatedL2),
+                parse(LinkType::Ethernet, f),
+                "{f:02x?}"
+            );
+        } else {
+            declined += 1;
+        }
+    };
+    for base in [&udp4, &tcp4, &udp6, &tcp6, &padded] {
+        let headers = base.len().min(ethernet::HEADER_LEN + ipv6::HEADER_LEN + 20);
+        for i in 0..headers {
+            for v in values {
+                let mut f = base.clone();
+                f[i] = v;
+                check(&f);
+            }
+        }
+        for cut in 0..=base.len() {
+            check(&base[..cut]);
+        }
+    }
+    // Most single-byte changes (addresses, ports, TTL) keep a frame plain;
+    // the checked fields and the cuts are declined.
+    assert!(
+        taken > 5000 && declined > 1000,
+        "taken {taken}, declined {declined}"
+    );
+}

@@ -1,8 +1,9 @@
 //! `parse`: arbitrary bytes through `dataplane::wire::parse` with every link
-//! type; the returned offsets lie within the buffer, and the views and
-//! `set_ce` run over whatever parsed.
+//! type; the returned offsets lie within the buffer, the hot path's
+//! `parse_into` (with its shortcut for plain frames) gives the by-value
+//! functions' results, and the views and `set_ce` run over whatever parsed.
 
-use dataplane::wire::{self, LinkType, igmp, mld, parse, parse_with_orig_len, set_ce};
+use dataplane::wire::{self, LinkType, igmp, mld, parse, parse_into, parse_with_orig_len, set_ce};
 
 const LINKS: [LinkType; 4] = [
     LinkType::Ethernet,
@@ -14,7 +15,15 @@ const LINKS: [LinkType; 4] = [
 /// Checks one input (see the module docs).
 pub fn check(data: &[u8]) {
     for link in LINKS {
-        let _ = parse_with_orig_len(link, data, data.len());
+        for orig_len in [None, Some(data.len())] {
+            let by_value = match orig_len {
+                Some(len) => parse_with_orig_len(link, data, len),
+                None => parse(link, data),
+            };
+            let mut out = None;
+            let res = parse_into(link, data, orig_len, &mut out);
+            assert_eq!(res.map(|()| out), by_value.map(Some));
+        }
         let Ok(p) = parse(link, data) else { continue };
         assert!(p.l3_offset <= data.len());
         if p.is_ip() {
