@@ -375,8 +375,8 @@ pub fn parse_into(
 }
 
 /// The common case without the general parser's steps: an untagged
-/// Ethernet frame carrying IPv4 without options and not a fragment, or IPv6
-/// without extension headers, whose datagram lies whole within the frame,
+/// Ethernet frame carrying IPv4 that is not a fragment, or IPv6 without
+/// extension headers, whose datagram lies whole within the frame,
 /// with a UDP or TCP header that fits it. `false`, with `out` untouched,
 /// for anything else, which the general parser decides. What it writes is
 /// what [`parse`] returns (the tests compare the two on every public
@@ -386,11 +386,13 @@ pub fn parse_into(
 /// applies to such a frame). Most of a router's traffic is such frames.
 #[inline(always)]
 fn plain(frame: &[u8], out: &mut Option<Parsed>) -> bool {
-    let Some(eth) = frame.first_chunk::<{ ethernet::HEADER_LEN }>() else {
+    let Some(eth) = frame.first_chunk::<{ PLAIN_L3 + 1 }>() else {
         return false;
     };
     match EtherType::from(u16::from_be_bytes([eth[12], eth[13]])) {
-        EtherType::Ipv4 => plain_ipv4(frame, out).is_some(),
+        // Without options, the common case, every offset is a constant.
+        EtherType::Ipv4 if eth[PLAIN_L3] == 0x45 => plain_ipv4::<false>(frame, out).is_some(),
+        EtherType::Ipv4 => plain_ipv4::<true>(frame, out).is_some(),
         EtherType::Ipv6 => plain_ipv6(frame, out).is_some(),
         _ => false,
     }
@@ -399,18 +401,24 @@ fn plain(frame: &[u8], out: &mut Option<Parsed>) -> bool {
 /// The first byte after the Ethernet header.
 const PLAIN_L3: usize = ethernet::HEADER_LEN;
 
-/// [`plain`]'s IPv4.
+/// [`plain`]'s IPv4, with `OPTIONS` (skipped, as the general parser skips
+/// them: an Icarus filter travels there) or without.
 #[inline(always)]
-fn plain_ipv4(frame: &[u8], out: &mut Option<Parsed>) -> Option<()> {
-    const L4: usize = PLAIN_L3 + ipv4::MIN_HEADER_LEN;
-    let h: &[u8; L4] = frame.first_chunk()?;
+fn plain_ipv4<const OPTIONS: bool>(frame: &[u8], out: &mut Option<Parsed>) -> Option<()> {
+    const FIXED: usize = PLAIN_L3 + ipv4::MIN_HEADER_LEN;
+    let h: &[u8; FIXED] = frame.first_chunk()?;
     let ip = |i: usize| h[PLAIN_L3 + i];
     let be = |i: usize| u16::from_be_bytes([ip(i), ip(i + 1)]);
-    if ip(0) != 0x45 || be(6) & 0x3fff != 0 {
+    let ihl = if OPTIONS {
+        usize::from(ip(0) & 0x0f) * 4
+    } else {
+        ipv4::MIN_HEADER_LEN
+    };
+    if ip(0) >> 4 != 4 || ihl < ipv4::MIN_HEADER_LEN || be(6) & 0x3fff != 0 {
         return None;
     }
     let total = usize::from(be(2));
-    let l4 = plain_l4(frame, L4, total.checked_sub(ipv4::MIN_HEADER_LEN)?, ip(9))?;
+    let l4 = plain_l4(frame, PLAIN_L3 + ihl, total.checked_sub(ihl)?, ip(9))?;
     let src = Ipv4Addr::new(ip(12), ip(13), ip(14), ip(15));
     let dst = Ipv4Addr::new(ip(16), ip(17), ip(18), ip(19));
     let flow = FlowKey::V4(Flow4 {
@@ -422,7 +430,7 @@ fn plain_ipv4(frame: &[u8], out: &mut Option<Parsed>) -> Option<()> {
     });
     let ip = PlainIp {
         version: IpVersion::V4,
-        header: ipv4::MIN_HEADER_LEN,
+        header: ihl,
         total,
         tc: ip(1),
         ttl: ip(8),

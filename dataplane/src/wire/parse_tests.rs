@@ -963,11 +963,11 @@ fn cut_by_the_snapshot_after_the_ports_is_not_malformed() {
 }
 
 /// `parse_into`'s shortcut ([`plain`]) gives [`parse`]'s summary on every
-/// frame it takes and declines every frame it cannot decide: four plain
-/// frames (IPv4 and IPv6, UDP and TCP, with and without Ethernet padding)
-/// with each header byte set to values that matter to some check (version,
-/// header length, fragment bits, protocol numbers, length fields), and cut
-/// at every length.
+/// frame it takes and declines every frame it cannot decide: six plain
+/// frames (IPv4 with and without options and IPv6, UDP and TCP, with and
+/// without Ethernet padding) with each header byte set to values that
+/// matter to some check (version, header length, fragment bits, protocol
+/// numbers, length fields), and cut at every length.
 #[test]
 fn plain_agrees_with_the_general_parser() {
     let ether = |b: Built| {
@@ -980,6 +980,8 @@ fn plain_agrees_with_the_general_parser() {
     let tcp4 = ether(build(0, 0, false, 0, 0, 0, 0, 6, (40000, 443)));
     let udp6 = ether(build(0, 0, true, 0, 0, 1, 0, 0, (5353, 5353)));
     let tcp6 = ether(build(0, 0, true, 0, 0, 0, 3, 0, (22, 50000)));
+    // Two words of IPv4 options (where an Icarus filter travels).
+    let options = ether(build(0, 0, false, 2, 0, 1, 0, 20, (7, 9)));
     let mut padded = udp4.clone();
     padded.extend_from_slice(&[0; 6]);
     let values = [
@@ -1000,7 +1002,7 @@ fn plain_agrees_with_the_general_parser() {
             declined += 1;
         }
     };
-    for base in [&udp4, &tcp4, &udp6, &tcp6, &padded] {
+    for base in [&udp4, &tcp4, &udp6, &tcp6, &options, &padded] {
         let headers = base.len().min(ethernet::HEADER_LEN + ipv6::HEADER_LEN + 20);
         for i in 0..headers {
             for v in values {
