@@ -139,7 +139,7 @@ impl DualCountMin {
     /// callers that decide per key whether to update at all (no batch
     /// buffers, inlined: the heavy-flow stage calls it for the packets its
     /// flow memory does not absorb).
-    #[inline]
+    #[inline(always)]
     pub fn add_conservative_pair(&mut self, p: HashPair, a: u32, b: u32) -> [u32; 2] {
         let lb = self.log2_width;
         match self.rows {
