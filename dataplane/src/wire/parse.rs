@@ -543,10 +543,10 @@ struct PlainIp {
 
 impl PlainL4 {
     /// Writes the summary into `out`, field by field into a slot that
-    /// holds one already (a batch slot's last packet's; built on the stack
-    /// and copied, the summary cost a third of this path). The pattern
-    /// names every field, so a field added to [`Parsed`] fails to compile
-    /// here until it is written.
+    /// usually holds one already (a batch slot's last packet's): a summary
+    /// built on the stack and copied in costs more than reading the
+    /// headers. The pattern names every field, so a field added to
+    /// [`Parsed`] fails to compile here until it is written.
     #[inline(always)]
     fn write(self, ip: PlainIp, flow: FlowKey, out: &mut Option<Parsed>) {
         let ethertype = match ip.version {
