@@ -133,9 +133,9 @@ pub fn lower(bins: &mut [u32; SLOTS], offs: u64) {
     lower_bytes(bins, &offs.to_le_bytes());
 }
 
-/// [`lower`] of an offset word kept in memory as its bytes (a queued
-/// packet's tag): each slot is then one byte load rather than a shift and
-/// a mask of the word in a register.
+/// [`lower`] of an offset word in memory (a queued packet's tag), read
+/// as its bytes: each slot is then one byte load rather than a shift and
+/// a mask of the word in a register. The slots may come in any order.
 #[inline(always)]
 pub fn lower_bytes(bins: &mut [u32; SLOTS], offs: &[u8; 8]) {
     for &o in offs {

@@ -422,16 +422,30 @@ impl Sfb {
             .update_raise(&mut self.kbins[set & 1], offs, &self.steps)
     }
 
-    /// Takes back [`update_raise`](Self::update_raise)'s raise (or a
-    /// queued packet's count) in the sets of `sets`; `offs`: per set, the
-    /// offset word's bytes (as a [`Queued`] tag keeps them).
+    /// Takes back [`update_raise`](Self::update_raise)'s raise in the sets
+    /// of `sets`; `offs`: per set, the offset word.
+    #[inline(always)]
+    pub(super) fn lower_fused(&mut self, sets: u8, offs: [u64; 2]) {
+        for (set, o) in offs.into_iter().enumerate() {
+            if sets & (1 << set) != 0 {
+                sfb_kernel::lower(&mut self.kbins[set], o);
+            }
+        }
+    }
+
+    /// [`lower_fused`](Self::lower_fused) for a packet leaving the queue,
+    /// its offset words read in place from its tag (a [`Queued`]): one byte
+    /// load per slot, where a word loaded whole takes a shift and a mask
+    /// per slot. (The tag holds words rather than bytes because the
+    /// compiler builds an array of bytes byte by byte.)
     ///
     /// [`Queued`]: super::Queued
     #[inline(always)]
-    pub(super) fn lower_fused(&mut self, sets: u8, offs: &[[u8; 8]; 2]) {
+    pub(super) fn lower_queued(&mut self, sets: u8, offs: &[u64; 2]) {
         for (set, o) in offs.iter().enumerate() {
             if sets & (1 << set) != 0 {
-                sfb_kernel::lower_bytes(&mut self.kbins[set], o);
+                // The slots in any order: every one is lowered.
+                sfb_kernel::lower_bytes(&mut self.kbins[set], bytemuck::cast_ref(o));
             }
         }
     }
@@ -543,7 +557,7 @@ impl Sfb {
         if minq >= self.max && !under_share {
             self.counters.bucketdrop += 1;
             if fused.is_some() {
-                self.lower_fused(sets, &offs.map(u64::to_le_bytes));
+                self.lower_fused(sets, offs);
             }
             return Err(SfbDrop::Bucket);
         }
@@ -568,7 +582,7 @@ impl Sfb {
         if early {
             self.counters.earlydrop += 1;
             if fused.is_some() {
-                self.lower_fused(sets, &offs.map(u64::to_le_bytes));
+                self.lower_fused(sets, offs);
             }
             return Err(SfbDrop::Early);
         }
@@ -612,7 +626,7 @@ impl Sfb {
             if let Some(o) = fused {
                 let mut offs = [standby; 2];
                 offs[a & 1] = o;
-                self.lower_fused(sets, &offs.map(u64::to_le_bytes));
+                self.lower_fused(sets, offs);
             }
             return Err(SfbDrop::Penalty);
         }

@@ -177,8 +177,8 @@
 //! high), always read and written whole; the set's bins are fixed arrays.
 //! A key's bins become an offset word (byte `r` = slot of level `r`) with
 //! two bit operations, the slices being one level per byte; the packet's
-//! tag, kept in its egress slot, holds that word's bytes, and a departure
-//! lowers its eight counts reading them in place. The decisions, counters
+//! tag, kept in its egress slot, holds that word, and a departure lowers
+//! its eight counts reading the word's bytes in place. The decisions, counters
 //! and bins equal the general path's, and [`SfbQueue::offer_batch`] equals
 //! the per-packet calls (unit test `fused_batched_and_general_paths_agree`,
 //! through swaps, double buffering and every drop reason).
@@ -215,8 +215,10 @@
 //!   closure is `#[inline(always)]`; without it the loop stays out of line).
 //! * **Few instructions per index.** Slices give eight levels one byte each,
 //!   so the kernel's offset word is two bit operations from the packed
-//!   indices, and a queued packet's tag keeps that word's bytes in its
-//!   egress slot, where a departure reads them in place.
+//!   indices, and a queued packet's tag keeps that word in its egress
+//!   slot, where a departure reads its bytes in place (one byte load per
+//!   slot). The tag holds the word, not an array of its bytes: the
+//!   compiler assembled such an array byte by byte on every enqueue.
 //!
 //! The loop then runs several instructions per cycle, so the instruction
 //! count (callgrind) is the figure to watch.

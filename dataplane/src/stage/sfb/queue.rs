@@ -36,18 +36,9 @@ pub struct SfbQueue<T> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Queued<T> {
     item: T,
-    /// Per set, the word's bytes (little-endian): on the fused path a
-    /// departure reads its eight slots from here one byte each.
-    words: [[u8; 8]; 2],
+    /// Per set, the word.
+    words: [u64; 2],
     sets: u8,
-}
-
-impl<T> Queued<T> {
-    /// The words.
-    #[inline(always)]
-    fn words(&self) -> [u64; 2] {
-        self.words.map(u64::from_le_bytes)
-    }
 }
 
 impl<T: Copy + Default> SfbQueue<T> {
@@ -271,7 +262,7 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
     };
     let queued = Queued {
         item: a.item,
-        words: words.map(u64::to_le_bytes),
+        words,
         sets,
     };
     match queue.enqueue(queued, a.len, a.now) {
@@ -288,7 +279,7 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
         Err(r) => {
             sfb.child_drop();
             if FUSED {
-                sfb.lower_fused(sets, &queued.words);
+                sfb.lower_fused(sets, queued.words);
             }
             Err(r)
         }
@@ -306,9 +297,9 @@ fn take<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
     debug_assert_eq!(FUSED, sfb.fused);
     let d = queue.dequeue_with(now, |q| {
         if FUSED {
-            sfb.lower_fused(q.sets, &q.words);
+            sfb.lower_queued(q.sets, &q.words);
         } else {
-            sfb.adjust(q.sets, q.words(), false);
+            sfb.adjust(q.sets, q.words, false);
         }
     })?;
     if FAIR && let Some(r) = &mut sfb.rate {
