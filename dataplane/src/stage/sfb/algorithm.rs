@@ -436,8 +436,8 @@ impl Sfb {
     /// [`lower_fused`](Self::lower_fused) for a packet leaving the queue,
     /// its offset words read in place from its tag (a [`Queued`]): one byte
     /// load per slot, where a word loaded whole takes a shift and a mask
-    /// per slot. (The tag holds words rather than bytes because the
-    /// compiler builds an array of bytes byte by byte.)
+    /// per slot. (The tag holds words, not arrays of their bytes: the
+    /// compiler assembled such arrays byte by byte on every enqueue.)
     ///
     /// [`Queued`]: super::Queued
     #[inline(always)]

@@ -36,7 +36,9 @@ pub struct SfbQueue<T> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Queued<T> {
     item: T,
-    /// Per set, the word.
+    /// Per set, its word: the offset word on the fused path, whose bytes a
+    /// departure reads in place ([`Sfb::lower_queued`]); packed indices
+    /// otherwise.
     words: [u64; 2],
     sets: u8,
 }
