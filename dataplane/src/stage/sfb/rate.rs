@@ -184,6 +184,11 @@ pub struct FairRate {
     alpha_peak: u32,
     /// `alpha_peak` scaled to now (see the module docs).
     alpha: u32,
+    /// The verdict's thresholds from `alpha` ([`set_alpha`](Self::set_alpha)),
+    /// kept beside it so that an arrival only compares: `alpha << 16` and
+    /// `2 * alpha`.
+    alpha_q16: u64,
+    alpha_twice: u64,
 }
 
 impl FairRate {
@@ -209,6 +214,8 @@ impl FairRate {
             next: None,
             alpha_peak: u32::MAX,
             alpha: u32::MAX,
+            alpha_q16: u64::from(u32::MAX) << 16,
+            alpha_twice: 2 * u64::from(u32::MAX),
         }
     }
 
@@ -221,6 +228,14 @@ impl FairRate {
     /// The fair share now, in decayed bytes (`u32::MAX`: not congested).
     pub fn alpha(&self) -> u32 {
         self.alpha
+    }
+
+    /// Sets the share now and the verdict's thresholds with it.
+    #[inline(always)]
+    fn set_alpha(&mut self, alpha: u32) {
+        self.alpha = alpha;
+        self.alpha_q16 = u64::from(alpha) << 16;
+        self.alpha_twice = 2 * u64::from(alpha);
     }
 
     /// The flow's counter indices, one per row.
@@ -261,16 +276,17 @@ impl FairRate {
             3 => self.count::<3>(word, len),
             _ => self.count::<4>(word, len),
         };
-        let alpha = u64::from(self.alpha);
         let rate = u64::from(rate);
         // Refused with probability 1 - alpha / rate (never when rate <=
-        // alpha): coin / 2^16 < (rate - alpha) / rate.
-        let refuse = u64::from(coin) * rate < rate.saturating_sub(alpha) << 16;
+        // alpha): coin / 2^16 < (rate - alpha) / rate, that is
+        // rate * (2^16 - coin) > alpha * 2^16, which is false for every
+        // coin when rate <= alpha (no saturating difference needed).
+        let refuse = rate * ((1 << 16) - u64::from(coin)) > self.alpha_q16;
         // An ECN-capable flow is marked up to twice the share; beyond, it
         // is not responding to marks.
-        let markable = ecn_capable & (rate < 2 * alpha);
+        let markable = ecn_capable & (rate < self.alpha_twice);
         let v = RateVerdict {
-            under: rate <= alpha,
+            under: rate <= u64::from(self.alpha),
             mark: refuse & markable,
             drop: refuse & !markable,
         };
@@ -382,7 +398,7 @@ impl FairRate {
             self.next = Some(next.add_nanos(periods.saturating_mul(self.period_ns)));
         }
         if self.alpha_peak == u32::MAX {
-            self.alpha = u32::MAX;
+            self.set_alpha(u32::MAX);
             return;
         }
         // A steady flow's counter is (1 - 2^-shift) of its peak just after a
@@ -394,7 +410,7 @@ impl FairRate {
         let frac_done = ((self.period_ns - left) << 16) / self.period_ns;
         let lost = (1u64 << 16) >> self.shift;
         let scale = (1u64 << 16) - lost + ((lost * frac_done) >> 16);
-        self.alpha = ((u64::from(self.alpha_peak) * scale) >> 16) as u32;
+        self.set_alpha(((u64::from(self.alpha_peak) * scale) >> 16) as u32);
     }
 
     /// Each counter (and the departures) loses `1/2^shift`, `periods` times.
@@ -664,12 +680,71 @@ mod tests {
         assert!(use_ > 0.95, "link use {use_}");
     }
 
+    /// The verdict as it reads in the module docs (a saturating
+    /// difference), against the thresholds `arrive` compares with: equal on
+    /// every share, rate, coin and ECN capability tried, the edges included.
+    #[test]
+    fn verdict_equals_the_documented_rule() {
+        let reference = |rate: u64, alpha: u64, coin: u16, ecn: bool| {
+            let refuse = u64::from(coin) * rate < rate.saturating_sub(alpha) << 16;
+            let markable = ecn & (rate < 2 * alpha);
+            RateVerdict {
+                under: rate <= alpha,
+                mark: refuse & markable,
+                drop: refuse & !markable,
+            }
+        };
+        let mut s = 5u64;
+        let edges = [
+            0u32,
+            1,
+            2,
+            999,
+            1000,
+            1001,
+            u32::MAX / 2,
+            u32::MAX - 1,
+            u32::MAX,
+        ];
+        for i in 0..200_000u32 {
+            let r = kernels::splitmix64(&mut s);
+            let alpha = match i % 3 {
+                0 => edges[(r % edges.len() as u64) as usize],
+                1 => (r >> 32) as u32,
+                _ => (r >> 48) as u32,
+            };
+            // A rate near the share, near twice it, or anywhere.
+            let rate = match (r >> 8) % 4 {
+                0 => alpha.wrapping_add((r >> 40) as u32 % 5).wrapping_sub(2),
+                1 => alpha
+                    .wrapping_mul(2)
+                    .wrapping_add((r >> 40) as u32 % 5)
+                    .wrapping_sub(2),
+                2 => edges[((r >> 16) % edges.len() as u64) as usize],
+                _ => kernels::splitmix64(&mut s) as u32,
+            }
+            .max(1);
+            let coin = match (r >> 4) % 4 {
+                0 => 0,
+                1 => u16::MAX,
+                _ => (r >> 20) as u16,
+            };
+            let ecn = r & 1 == 0;
+            // A fresh sketch counts the arrival at its length.
+            let mut f = FairRate::new(2, 4, 100, 3, 0);
+            f.set_alpha(alpha);
+            let got = f.arrive(r, rate, ecn, coin);
+            let want = reference(u64::from(rate), u64::from(alpha), coin, ecn);
+            assert_eq!(got, want, "rate {rate} alpha {alpha} coin {coin} ecn {ecn}");
+        }
+    }
+
     #[test]
     fn ecn_capable_packets_are_marked_under_twice_the_share() {
         let mut f = FairRate::new(2, 10, 100, 3, 8_000_000);
         let w = 0x1234_5678_9abc_def0;
         // Force a share: 100 bytes, and a flow counted at 150.
-        f.alpha = 100;
+        f.set_alpha(100);
         f.alpha_peak = 100;
         let mut verdicts = Vec::new();
         for coin in [0u16, 65535] {
