@@ -198,7 +198,7 @@ impl FairRate {
     pub fn new(rows: usize, log2: u32, period_ms: u64, shift: u32, link_bps: u64) -> Self {
         let rows = rows.clamp(1, MAX_RATE_ROWS);
         let log2 = log2.clamp(1, MAX_RATE_LOG2_BINS);
-        FairRate {
+        let mut f = FairRate {
             rows,
             log2,
             shift: shift.clamp(1, 16),
@@ -213,10 +213,13 @@ impl FairRate {
             link_bytes_per_s: link_bps / 8,
             next: None,
             alpha_peak: u32::MAX,
-            alpha: u32::MAX,
-            alpha_q16: u64::from(u32::MAX) << 16,
-            alpha_twice: 2 * u64::from(u32::MAX),
-        }
+            alpha: 0,
+            alpha_q16: 0,
+            alpha_twice: 0,
+        };
+        // No congestion yet; the thresholds follow from the share.
+        f.set_alpha(u32::MAX);
+        f
     }
 
     /// The shaper's rate, bits per second (0: unshaped, the capacity is
