@@ -868,11 +868,17 @@ impl IcarusStage {
             };
             // A header with no options (IPv4) or no extension headers
             // (IPv6) carries no option: most packets, told from the parse.
-            let (l3, plain) = match q.ip_version {
-                Some(IpVersion::V4) => (q.l3_offset, q.ip_header_len == IPV4_HEADER),
-                Some(IpVersion::V6) => (q.l3_offset, q.ip_header_len == IPV6_HEADER),
-                None => continue,
+            // The family is a select, not a branch: in mixed traffic it
+            // changes at random from packet to packet.
+            let Some(version) = q.ip_version else {
+                continue;
             };
+            let bare_len = core::hint::select_unpredictable(
+                version == IpVersion::V6,
+                IPV6_HEADER,
+                IPV4_HEADER,
+            );
+            let (l3, plain) = (q.l3_offset, q.ip_header_len == bare_len);
             let port = p.ingress;
             let o = if self.core.inserts_on(port) {
                 let (o, grow) = match self.core.plain_insert(q) {
