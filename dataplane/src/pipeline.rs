@@ -608,7 +608,8 @@ impl DropCounters {
         *c = c.saturating_add(n);
     }
 
-    /// Adds drops counted per reason in [`DropReason::index`] order.
+    /// Adds drops counted per reason in [`DropReason::index`] order;
+    /// entries past the last reason (a tally's spare) are left out.
     #[inline]
     fn add_counts(&mut self, n: &[u32]) {
         for (c, &n) in self.counts.iter_mut().zip(n) {

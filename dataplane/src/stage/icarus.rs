@@ -878,7 +878,8 @@ impl IcarusStage {
                 IPV6_HEADER,
                 IPV4_HEADER,
             );
-            let (l3, plain) = (q.l3_offset, q.ip_header_len == bare_len);
+            let l3 = q.l3_offset;
+            let plain = q.ip_header_len == bare_len;
             let port = p.ingress;
             let o = if self.core.inserts_on(port) {
                 let (o, grow) = match self.core.plain_insert(q) {
