@@ -49,6 +49,7 @@ use crate::stage::heavy::HeavyStage;
 use crate::stage::icarus::IcarusStage;
 use crate::stage::multicast::{MulticastError, MulticastStage};
 use crate::stage::wires::Wires;
+use crate::timing::{Lap, Step};
 
 /// Why a chain could not be built from a config (which validation should
 /// have refused already).
@@ -187,22 +188,29 @@ impl Chain {
     /// packet whose last copy went into an egress queue moved there (the
     /// packet's bytes are then empty).
     pub fn process(&mut self, batch: &mut Batch, now: Timestamp, tx: &mut impl Transmit) {
+        let mut lap = Lap::start();
         parse_batch(&self.parse, batch, &mut self.counters);
+        lap.lap(Step::Parse);
         if let Some(s) = &mut self.icarus {
             s.process(batch);
         }
+        lap.lap(Step::Icarus);
         if let Some(s) = &mut self.heavy {
             Stage::process(s, batch, now);
         }
+        lap.lap(Step::Heavy);
         self.originated.clear();
         if let Some(s) = &mut self.forward {
             s.process(batch, now, &mut self.originated);
         }
         self.wires.process(batch);
+        lap.lap(Step::Forward);
         if let Some(s) = &mut self.multicast {
             Stage::process(s, batch, now);
         }
+        lap.lap(Step::Multicast);
         self.egress.process(batch, now, tx);
+        lap.lap(Step::Egress);
         count_verdicts(batch, &mut self.counters);
         if !self.originated.is_empty() {
             self.egress.process(self.originated.batch_mut(), now, tx);
@@ -211,6 +219,7 @@ impl Chain {
         if let Some(log) = &mut self.packet_log {
             log(batch, now);
         }
+        lap.lap(Step::Tail);
     }
 
     /// Hands every processed batch to `log` (see [`PacketLog`]).

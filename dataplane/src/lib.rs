@@ -49,4 +49,5 @@ pub mod pipeline;
 pub mod route;
 pub mod runtime;
 pub mod stage;
+pub mod timing;
 pub mod wire;

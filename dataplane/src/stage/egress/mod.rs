@@ -79,6 +79,7 @@ use crate::pipeline::{Batch, DropCounters, DropReason, Packet, PortSet, Verdict}
 use crate::stage::sfb::{
     Arrival, Enqueued, Feed, PortKeys, SfbConfig, SfbConfigError, SfbCounters, SfbQueue,
 };
+use crate::timing::{Lap, Step};
 use crate::wire::icarus::Filter;
 use crate::wire::{icarus, set_ce_at};
 
@@ -668,12 +669,14 @@ impl Egress {
     /// Sends every packet of `batch` out of its ports (see the module
     /// docs); `now` is the batch's time.
     pub fn process(&mut self, batch: &mut Batch, now: Timestamp, tx: &mut impl Transmit) {
+        let mut lap = Lap::start();
         self.send_direct(batch, now, tx);
+        lap.lap(Step::EgressDirect);
         let mut q = self.queued;
         while q != 0 {
             let port = q.trailing_zeros() as usize;
             q &= q - 1;
-            self.offer(port, batch, now, tx);
+            self.offer(port, batch, now, tx, &mut lap);
         }
     }
 
@@ -799,7 +802,15 @@ impl Egress {
 
     /// Offers the batch's copies for queued port `port` (see the module
     /// docs), then sends what the shaper released by `now`.
-    fn offer(&mut self, port: usize, batch: &mut Batch, now: Timestamp, tx: &mut impl Transmit) {
+    /// `lap` times the steps ([`crate::timing`]).
+    fn offer(
+        &mut self,
+        port: usize,
+        batch: &mut Batch,
+        now: Timestamp,
+        tx: &mut impl Transmit,
+        lap: &mut Lap,
+    ) {
         let strip = self.strip & (1u64 << port) != 0;
         let Some(p) = self.ports.get_mut(port) else {
             return;
@@ -808,11 +819,14 @@ impl Egress {
             return;
         };
         let copies = self.keys.gather(batch, port as u8, true);
+        lap.lap(Step::EgressGather);
         let mut guard = lock(q);
         let st = &mut *guard;
         st.queue.sfb_mut().tick(now);
+        lap.lap(Step::EgressLock);
         if copies != 0 {
             self.keys.hash(st.queue.sfb());
+            lap.lap(Step::EgressHash);
             // Queued ports after this one (ports go in increasing order,
             // after the ports without a queue).
             let later = self.queued
@@ -834,10 +848,12 @@ impl Egress {
                 current: Current::default(),
             };
             st.queue.offer_batch(&mut feed);
+            lap.lap(Step::EgressOffer);
         }
         st.queue.drain_until(now, |d| {
             send_one(port, &mut st.pool, &mut p.counters, d, tx)
         });
+        lap.lap(Step::EgressDrain);
     }
 
     /// Dequeues what port `port`'s shaper released by `now` and sends it;
