@@ -1,13 +1,15 @@
 //! Runs `pipeline/router/<case>` passes for a profiler:
-//! `cargo run --release -p bench --example router_cg -- [default|core] [passes] [links]`
+//! `cargo run --release -p bench --example router_cg -- [default|core] [passes] [links] [linux]`
 //! (e.g. under `valgrind --tool=callgrind` or `perf record`).
 //!
 //! Built with `--features step-timing` it also prints the time of each
 //! step of the chain per packet ([`dataplane::timing`]); with `links` it
 //! prints, per pass, what the shaped SFB port r-b was offered and sent and
-//! the rate it sent at in capture time.
+//! the rate it sent at in capture time; `linux` runs r-b's SFB with
+//! sch_sfb's rules (`profile = "linux"`) instead of the default.
 
 use dataplane::clock::Timestamp;
+use dataplane::stage::sfb::SfbProfile;
 use dataplane::timing::{self, Step};
 
 fn main() {
@@ -16,7 +18,15 @@ fn main() {
     let passes: u64 = args.get(1).and_then(|p| p.parse().ok()).unwrap_or(50);
     let links = args.iter().any(|a| a == "links");
     let frames = bench::router::mix64();
-    let mut w = bench::router::worker(core, &frames);
+    let mut cfg = bench::router::router(core);
+    if args.iter().any(|a| a == "linux") {
+        for i in &mut cfg.interfaces {
+            if let Some(s) = &mut i.sfb {
+                s.profile = SfbProfile::Linux;
+            }
+        }
+    }
+    let mut w = bench::router::worker_for(&cfg, &frames);
     let pass_s = (bench::router::FRAMES as u64 * bench::router::GAP_NS) as f64 / 1e9;
     let (t, ticks0) = (std::time::Instant::now(), timing::ticks());
     let mut n = 0;
