@@ -10,8 +10,8 @@
 //! Instruction counts (callgrind) do not show where the router stalls:
 //! a step with few instructions can take long (a mispredicted branch on a
 //! random outcome, a load that waits on another). A wall-clock timer around
-//! each step does, at the cost of two counter reads per step and batch (a
-//! batch is up to 32 packets). `bench/examples/router_cg` prints the steps
+//! each step does, at the cost of one counter read per step and batch (a
+//! lap ends where the next begins; a batch is up to 32 packets). `bench/examples/router_cg` prints the steps
 //! in nanoseconds per packet when built with the feature:
 //!
 //! ```text
