@@ -56,7 +56,8 @@
 //!   last second competes for the link whatever its rate
 //!   ([`FairRate::signal`]), so that responsive flows Blue holds back are
 //!   not taken for light ones whose unused share goes to the flows over
-//!   it.
+//!   it; a hold ends early when the flow's rate does not fall after the
+//!   signal (an unresponsive flow is not held back by Blue).
 //!
 //! Measured with real CUBIC flows and one unresponsive UDP flow through the
 //! live router (`../shared/tools/flowmix`), the fair profile holds the UDP

@@ -48,8 +48,14 @@
 //!   long windows (8 CUBIC flows at 100 Mbit/s and 50 ms, 46 packets each)
 //!   responsive flows that Blue holds back sit under half the share, and
 //!   counted as light they handed their part of the link to the
-//!   unresponsive flow (4-5x its fair share in the model). Between periods the
-//!   share is scaled the way a steady flow's counter grows (from `1 -
+//!   unresponsive flow (4-5x its fair share in the model). A hold lasts
+//!   only while the flow responds: a held counter that climbs back to its
+//!   value at the hold's first period boundary, or near it, ends its hold
+//!   (`FairRate::review_holds`). Without that, a flood of small
+//!   unresponsive flows, hundreds of which Blue signals whenever the queue
+//!   builds, counted as hundreds of competitors, cut the share to a sixth
+//!   and left the link at 70% of its rate for a second at a time. Between
+//!   periods the share is scaled the way a steady flow's counter grows (from `1 -
 //!   1/2^shift` of its peak back to the peak), so a flow is compared at the
 //!   same point of the sawtooth.
 //! * **Verdict.** A packet of a flow whose rate `r` exceeds `alpha` is
@@ -162,6 +168,12 @@ pub struct FairRate {
     /// as competing because Blue signalled one of them
     /// ([`signal`](Self::signal)).
     held: Vec<u8>,
+    /// Per first-row counter, its value at the first period boundary of
+    /// its hold (0: not taken yet) and at the last one: a hold ends early
+    /// when the counter climbs back to its base
+    /// ([`review_holds`](Self::review_holds)).
+    hold_base: Vec<u32>,
+    hold_last: Vec<u32>,
     /// Decayed bytes that left the queue, up to the last period boundary.
     departed: u64,
     /// Bytes that left since the last period boundary (not decayed).
@@ -205,6 +217,8 @@ impl FairRate {
             period_ns: period_ms.max(1).saturating_mul(NS_PER_MS),
             counts: vec![0; rows << log2],
             held: vec![0; 1 << log2],
+            hold_base: vec![0; 1 << log2],
+            hold_last: vec![0; 1 << log2],
             departed: 0,
             departed_now: 0,
             short_periods: 0,
@@ -373,6 +387,7 @@ impl FairRate {
             for _ in 0..periods.min(64) {
                 self.warm += ((1 << 16) - self.warm) >> self.shift;
             }
+            self.review_holds();
             let share = self.fair_share();
             if share == u32::MAX || self.link_bytes_per_s == 0 {
                 self.gain = 1 << 16;
@@ -416,6 +431,40 @@ impl FairRate {
         self.set_alpha(((u64::from(self.alpha_peak) * scale) >> 16) as u32);
     }
 
+    /// At a period boundary, before the share: ends the holds of flows that
+    /// do not slow down. A held counter's value at the first boundary of
+    /// its hold is its base. At a later boundary the hold ends when the
+    /// counter is back at its base, or within an eighth of it and no lower
+    /// than at the boundary before: its flows did not answer Blue's signal,
+    /// so Blue is not what holds them back, and the counter competes only
+    /// if its rate makes it heavy. A responsive flow that halved its rate
+    /// sits well under its base for about a second (a decayed count falls
+    /// while the rate is under it, by a sixteenth a period at first), about
+    /// as long as a hold lasts; a steady flow's counter moves around its
+    /// base by noise only, and the eighth lets the small flows, whose
+    /// noise is largest, go as soon as they stop falling.
+    ///
+    /// Boundaries only, because a steady flow's counter is at the same
+    /// point of its sawtooth there (its peak, before the decay); the first
+    /// boundary only takes the base, so that a flow signalled late in a
+    /// period has had a period to answer.
+    fn review_holds(&mut self) {
+        let row = &self.counts[..self.held.len()];
+        let holds = self.held.iter_mut().zip(&mut self.hold_base);
+        for (((h, base), last), &c) in holds.zip(&mut self.hold_last).zip(row) {
+            if *h == 0 {
+                continue;
+            }
+            if *base == 0 {
+                *base = c.max(1);
+            } else if c >= *base || (c >= *last && c >= *base - (*base >> 3)) {
+                *h = 0;
+                *base = 0;
+            }
+            *last = c;
+        }
+    }
+
     /// Each counter (and the departures) loses `1/2^shift`, `periods` times.
     #[inline(always)]
     fn decay(&mut self, periods: u64) {
@@ -423,13 +472,17 @@ impl FairRate {
         if periods.saturating_mul(u64::from(s)) >= 32 {
             self.counts.fill(0);
             self.held.fill(0);
+            self.hold_base.fill(0);
             self.departed = 0;
             self.warm = 0;
             return;
         }
         let p = u8::try_from(periods).unwrap_or(u8::MAX);
-        for h in &mut self.held {
+        for (h, b) in self.held.iter_mut().zip(&mut self.hold_base) {
             *h = h.saturating_sub(p);
+            if *h == 0 {
+                *b = 0;
+            }
         }
         for _ in 0..periods {
             for c in &mut self.counts {
@@ -588,23 +641,36 @@ mod tests {
     }
 
     /// A flow under half the share is light and keeps what it sends; the
-    /// others share the rest. Once Blue signals it, it competes: the share
-    /// is the equal one whatever its rate.
+    /// others share the rest. Once Blue signals it and it slows down, it
+    /// competes: the share is the equal one whatever its rate. Signalled
+    /// but not slowing down, its holds end early and the share is well
+    /// above the equal one.
     #[test]
-    fn signalled_flows_compete_whatever_their_rate() {
-        let run = |signal: bool| {
+    fn signalled_flows_compete_while_they_respond() {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Light {
+            Unsignalled,
+            Responsive,
+            Unresponsive,
+        }
+        let run = |light_flow: Light| {
             let mut f = FairRate::new(2, 12, 100, 3, 1000 * 8 * 1000);
             let (light, heavy) = (11u64, 12u64);
             let mut s = 5u64;
             let mut admitted = 0u64;
             for t in 0..6000u64 {
                 f.tick(ms(t));
-                for _ in 0..2 {
+                // 200 B/ms; from 1 s on, 100 B/ms when it responds to the
+                // signals.
+                let pkts = if light_flow == Light::Responsive && t >= 1000 {
+                    1
+                } else {
+                    2
+                };
+                for _ in 0..pkts {
                     f.arrive(light, 100, false, 0);
                 }
-                if signal {
-                    f.signal(light, true);
-                }
+                f.signal(light, light_flow != Light::Unsignalled);
                 for _ in 0..12 {
                     let coin = (kernels::splitmix64(&mut s) >> 48) as u16;
                     if f.arrive(heavy, 100, false, coin) != RateVerdict::DROP && t >= 2000 {
@@ -617,11 +683,82 @@ mod tests {
         };
         // 200 B/ms is light against an equal share of 500: the 1200 B/ms
         // flow gets the other 800.
-        let free = run(false);
+        let free = run(Light::Unsignalled);
         assert!((free - 800.0).abs() < 0.05 * 800.0, "{free}");
-        // Signalled, it competes: the equal share, 500.
-        let held = run(true);
+        // Signalled and slowed down, it competes: the equal share, 500.
+        let held = run(Light::Responsive);
         assert!((held - 500.0).abs() < 0.05 * 500.0, "{held}");
+        // Signalled but steady: held at every other boundary at most (a
+        // hold takes its base at one and ends at the next), so the share
+        // is well above the equal one.
+        let steady = run(Light::Unresponsive);
+        assert!(steady > 600.0, "{steady}");
+    }
+
+    /// A hold takes its base at the first period boundary and ends at a
+    /// later one where the counter is back at the base, or near it and no
+    /// longer falling; a flow that slowed down stays held until the hold
+    /// lapses.
+    #[test]
+    fn a_hold_ends_when_its_flow_does_not_slow_down() {
+        let mut f = FairRate::new(1, 4, 100, 3, 0);
+        let words = [3u64, 5, 6];
+        let [steady, dipped, slowed] = words.map(|w| f.index(w, 0));
+        assert!(steady != dipped && dipped != slowed && steady != slowed);
+        // Each flow's bytes per 10 ms.
+        let send = |f: &mut FairRate, t: u64, bytes: [u32; 3]| {
+            f.tick(ms(t));
+            for (w, b) in words.into_iter().zip(bytes) {
+                f.arrive(w, b, false, 0);
+            }
+        };
+        // 1000 B per 10 ms each for 3 s: the counters within 2% of steady.
+        let mut t = 0;
+        while t < 3000 {
+            send(&mut f, t, [1000; 3]);
+            t += 10;
+        }
+        for w in words {
+            f.signal(w, true);
+        }
+        // The first boundary (3 s) takes the bases.
+        send(&mut f, t, [1000, 800, 500]);
+        t += 10;
+        assert!(
+            [steady, dipped, slowed]
+                .iter()
+                .all(|&i| f.held[i] == HOLD_PERIODS - 1)
+        );
+        assert!([steady, dipped, slowed].iter().all(|&i| f.hold_base[i] > 0));
+        // The next: `steady` is back at its base; `dipped` (800 B for a
+        // period) and `slowed` (500 B from now on) are under it.
+        while t <= 3100 {
+            send(&mut f, t, [1000, 800, 500]);
+            t += 10;
+        }
+        assert_eq!((f.held[steady], f.hold_base[steady]), (0, 0), "steady");
+        assert_eq!(f.held[dipped], HOLD_PERIODS - 2, "dipped: held");
+        assert_eq!(f.held[slowed], HOLD_PERIODS - 2, "slowed: held");
+        // `dipped` back at 1000 B: still under its base at the next
+        // boundary, but rising and within an eighth of it: released.
+        let base = f.hold_base[dipped];
+        while t < 3200 {
+            send(&mut f, t, [1000, 1000, 500]);
+            t += 10;
+        }
+        let c = f.counts[dipped];
+        assert!(c < base && c >= base - base / 8, "{c} against {base}");
+        send(&mut f, t, [1000, 1000, 500]);
+        t += 10;
+        assert_eq!(f.held[dipped], 0, "dipped: released");
+        // `slowed` stays held until the hold lapses.
+        while t < 3000 + 100 * u64::from(HOLD_PERIODS - 1) {
+            send(&mut f, t, [1000, 1000, 500]);
+            assert!(f.held[slowed] > 0, "slowed at {t} ms");
+            t += 10;
+        }
+        send(&mut f, t, [1000, 1000, 500]);
+        assert_eq!((f.held[slowed], f.hold_base[slowed]), (0, 0), "lapsed");
     }
 
     #[test]
