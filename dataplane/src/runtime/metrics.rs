@@ -473,6 +473,32 @@ impl Collector for StatsCollector {
                 .iter()
                 .map(|(n, _, q)| ([("interface", *n)], probability(q.avgprob))),
         )?;
+        // The fair-share check (the default profile's queues only).
+        let fair: Vec<_> = queues
+            .iter()
+            .filter_map(|(n, _, q)| q.fair.map(|f| (*n, f)))
+            .collect();
+        f.gauges(
+            "sfb_fair_share_bytes_per_second",
+            "The fair-share check's share (0: the demands fit the link).",
+            None,
+            fair.iter()
+                .map(|(n, s)| ([("interface", *n)], s.share_bps / 8)),
+        )?;
+        f.gauges(
+            "sfb_fair_competing",
+            "Flows the fair share is divided among.",
+            None,
+            fair.iter()
+                .map(|(n, s)| ([("interface", *n)], u64::from(s.competing))),
+        )?;
+        f.gauges(
+            "sfb_fair_held",
+            "Flows counted as competing because SFB marked or dropped them in the last second and their rate has not come back.",
+            None,
+            fair.iter()
+                .map(|(n, s)| ([("interface", *n)], u64::from(s.held))),
+        )?;
 
         // Stages.
         let w = &s.wires;
@@ -904,6 +930,11 @@ mod tests {
             maxprob: 32768,
             avgprob: SFB_MAX_PROB,
             maxqlen: 9,
+            fair: Some(crate::stage::sfb::FairStats {
+                share_bps: 1_250_000,
+                competing: 17,
+                held: 3,
+            }),
             ..SfbSummary::default()
         };
         sfb.counters.marked = 11;
@@ -976,6 +1007,9 @@ mod tests {
             "bloomplane_queue_backlog_bytes{interface=\"r-b\"} 4500\n",
             "bloomplane_sfb_maxqlen{interface=\"r-b\"} 9\n",
             "bloomplane_sfb_avgprob{interface=\"r-b\"} 1.0\n",
+            "bloomplane_sfb_fair_share_bytes_per_second{interface=\"r-b\"} 156250\n",
+            "bloomplane_sfb_fair_competing{interface=\"r-b\"} 17\n",
+            "bloomplane_sfb_fair_held{interface=\"r-b\"} 3\n",
             "bloomplane_heavy_detections_total 4\n",
             "bloomplane_heavy_reported_total 3\n",
             "bloomplane_icarus_loops_total 28\n",

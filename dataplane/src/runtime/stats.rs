@@ -752,6 +752,9 @@ fn render_port(s: &mut String, i: &InterfaceReport) {
         sc.ratedrop,
         sc.ratemark
     );
+    if let Some(fair) = &sfb.fair {
+        let _ = writeln!(s, "      {fair}");
+    }
     let _ = writeln!(
         s,
         "      maxqlen {} maxprob {:.5} avgprob {:.5} sojourn mean {:.3} ms max {:.3} ms",

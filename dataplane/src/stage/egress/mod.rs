@@ -77,7 +77,7 @@ use crate::clock::Timestamp;
 use crate::flow::FlowKey;
 use crate::pipeline::{Batch, DropCounters, DropReason, Packet, PortSet, Verdict};
 use crate::stage::sfb::{
-    Arrival, Enqueued, Feed, PortKeys, SfbConfig, SfbConfigError, SfbCounters, SfbQueue,
+    Arrival, Enqueued, FairStats, Feed, PortKeys, SfbConfig, SfbConfigError, SfbCounters, SfbQueue,
 };
 use crate::timing::{Lap, Step};
 use crate::wire::icarus::Filter;
@@ -222,6 +222,8 @@ pub struct SfbSummary {
     pub avgprob: u16,
     /// Flows recently in the penalty box (at most 16).
     pub penalised: Vec<PenalisedSummary>,
+    /// The fair-share check's state (`None`: `profile = "linux"`).
+    pub fair: Option<FairStats>,
 }
 
 /// Penalised flows kept in a merged summary.
@@ -229,9 +231,18 @@ const MAX_PENALISED: usize = 16;
 
 impl SfbSummary {
     /// Adds another worker's figures for the same port (counts add up,
-    /// the largest bin and probabilities take the larger).
+    /// the largest bin and probabilities take the larger; of the
+    /// fair-share checks, the larger share and the sums of the flows).
     pub fn merge(&mut self, o: &SfbSummary) {
         self.counters.merge(&o.counters);
+        self.fair = match (self.fair, o.fair) {
+            (Some(a), Some(b)) => Some(FairStats {
+                share_bps: a.share_bps.max(b.share_bps),
+                competing: a.competing + b.competing,
+                held: a.held + b.held,
+            }),
+            (a, b) => a.or(b),
+        };
         self.maxqlen = self.maxqlen.max(o.maxqlen);
         self.maxprob = self.maxprob.max(o.maxprob);
         self.avgprob = self.avgprob.max(o.avgprob);
@@ -347,6 +358,7 @@ fn queue_summary(q: &SharedQueue, now: Timestamp) -> QueueSummary {
                     dropped: f.dropped,
                 })
                 .collect(),
+            fair: st.fair,
         },
     }
 }

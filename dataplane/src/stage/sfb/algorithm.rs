@@ -780,6 +780,7 @@ impl Sfb {
             maxprob,
             avgprob,
             penalised,
+            fair: self.rate.as_ref().map(FairRate::stats),
         }
     }
 }

@@ -248,4 +248,4 @@ pub use config::{
 pub use keys::{KeyBatch, PortKeys, SfbKey, SfbTag, field_width, row_index, slice_index, slices};
 pub use queue::{Arrival, Enqueued, Feed, Queued, SfbQueue};
 pub use rate::{FairRate, FirstRow, MAX_RATE_LOG2_BINS, MAX_RATE_ROWS, RateVerdict};
-pub use stats::{PenalisedFlow, SfbCounters, SfbStats};
+pub use stats::{FairStats, PenalisedFlow, SfbCounters, SfbStats};

@@ -82,6 +82,7 @@
 use crate::clock::Timestamp;
 
 use super::algorithm::NS_PER_MS;
+use super::stats::FairStats;
 
 /// Rounds of the share's fixed point (light flows and the share).
 const SHARE_ROUNDS: usize = 8;
@@ -174,6 +175,10 @@ pub struct FairRate {
     /// ([`review_holds`](Self::review_holds)).
     hold_base: Vec<u32>,
     hold_last: Vec<u32>,
+    /// At the last period boundary: the counters held after the review,
+    /// and the flows the share was divided among (0: not congested).
+    held_now: u32,
+    competing: u32,
     /// Decayed bytes that left the queue, up to the last period boundary.
     departed: u64,
     /// Bytes that left since the last period boundary (not decayed).
@@ -219,6 +224,8 @@ impl FairRate {
             held: vec![0; 1 << log2],
             hold_base: vec![0; 1 << log2],
             hold_last: vec![0; 1 << log2],
+            held_now: 0,
+            competing: 0,
             departed: 0,
             departed_now: 0,
             short_periods: 0,
@@ -387,7 +394,7 @@ impl FairRate {
             for _ in 0..periods.min(64) {
                 self.warm += ((1 << 16) - self.warm) >> self.shift;
             }
-            self.review_holds();
+            self.held_now = self.review_holds();
             let share = self.fair_share();
             if share == u32::MAX || self.link_bytes_per_s == 0 {
                 self.gain = 1 << 16;
@@ -448,7 +455,10 @@ impl FairRate {
     /// point of its sawtooth there (its peak, before the decay); the first
     /// boundary only takes the base, so that a flow signalled late in a
     /// period has had a period to answer.
-    fn review_holds(&mut self) {
+    ///
+    /// Returns the number of counters still held.
+    fn review_holds(&mut self) -> u32 {
+        let mut still = 0;
         let row = &self.counts[..self.held.len()];
         let holds = self.held.iter_mut().zip(&mut self.hold_base);
         for (((h, base), last), &c) in holds.zip(&mut self.hold_last).zip(row) {
@@ -461,8 +471,10 @@ impl FairRate {
                 *h = 0;
                 *base = 0;
             }
+            still += u32::from(*h != 0);
             *last = c;
         }
+        still
     }
 
     /// Each counter (and the departures) loses `1/2^shift`, `periods` times.
@@ -520,6 +532,7 @@ impl FairRate {
         // holds back keep the demand just under the link while an
         // unresponsive flow takes what it likes.
         if total.saturating_mul(100) <= cap.saturating_mul(95) || busy == 0 {
+            self.competing = 0;
             return u32::MAX;
         }
         // Flows under half the share are light: they keep what they send
@@ -528,16 +541,38 @@ impl FairRate {
         // busy counters; the share only grows, and settles in a few rounds.
         let bins = 1u64 << self.log2;
         let mut share = cap as f64 / linear_count(busy, bins).max(1.0);
+        let mut competing = linear_count(busy, bins);
         for _ in 0..SHARE_ROUNDS {
             let (heavy, light) = split(row, held, (share / 2.0) as u64);
-            let next = cap.saturating_sub(light) as f64 / linear_count(heavy, bins).max(1.0);
+            competing = linear_count(heavy, bins);
+            let next = cap.saturating_sub(light) as f64 / competing.max(1.0);
             if next <= share * 1.001 {
                 share = share.max(next);
                 break;
             }
             share = next;
         }
+        self.competing = competing.round() as u32;
         share.min(f64::from(u32::MAX - 1)) as u32
+    }
+
+    /// The check's state at the last period boundary: the share as a
+    /// rate (a steady flow at `r` bytes a second peaks at `r * period *
+    /// 2^shift` decayed bytes), the flows it was divided among and the
+    /// counters held because Blue signalled their flows.
+    pub fn stats(&self) -> FairStats {
+        let share_bps = match self.alpha_peak {
+            u32::MAX => 0,
+            a => {
+                let per = u128::from(self.period_ns) << self.shift;
+                (u128::from(a) * 8 * 1_000_000_000 / per.max(1)) as u64
+            }
+        };
+        FairStats {
+            share_bps,
+            competing: self.competing,
+            held: self.held_now,
+        }
     }
 }
 
@@ -774,6 +809,32 @@ mod tests {
         assert_eq!(f.held[i], HOLD_PERIODS - 1);
         f.tick(ms(100 * (u64::from(HOLD_PERIODS) + 5)));
         assert_eq!(f.held[i], 0);
+    }
+
+    /// The reported share is the rate a flow is held to, and the
+    /// competing flows are the ones over half of it.
+    #[test]
+    fn stats_report_the_share_as_a_rate() {
+        // Link 1000 B/ms; five flows of 300 B/ms and one of 50: the light
+        // one keeps its 50, the others share 950: 190 B/ms, 1.52 Mbit/s.
+        let mut f = FairRate::new(2, 12, 100, 3, 1000 * 8 * 1000);
+        assert_eq!(f.stats(), FairStats::default(), "not congested yet");
+        for t in 0..6000u64 {
+            f.tick(ms(t));
+            for w in 1..=5u64 {
+                for _ in 0..3 {
+                    f.arrive(w, 100, false, 0);
+                }
+            }
+            f.arrive(6, 50, false, 0);
+            f.depart(1000);
+        }
+        let s = f.stats();
+        assert!((s.share_bps as f64 - 1.52e6).abs() < 0.03 * 1.52e6, "{s:?}");
+        assert_eq!((s.competing, s.held), (5, 0), "{s:?}");
+        f.signal(6, true);
+        f.tick(ms(6000));
+        assert_eq!(f.stats().held, 1, "held from the next boundary");
     }
 
     #[test]

@@ -43,6 +43,22 @@ impl SfbCounters {
     }
 }
 
+/// The fair-share check's state at its last period boundary (the default
+/// profile's; see [`FairRate`](super::FairRate)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FairStats {
+    /// The fair share, bit/s (0: the demands fit the link, no flow is
+    /// judged).
+    pub share_bps: u64,
+    /// The flows the share was divided among: those over half of it and
+    /// those held, by linear counting over the sketch's first row.
+    pub competing: u32,
+    /// First-row counters held as competing because Blue marked or
+    /// dropped their flows in the last second and their rate has not come
+    /// back.
+    pub held: u32,
+}
+
 /// A flow in the penalty box.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PenalisedFlow {
@@ -72,6 +88,8 @@ pub struct SfbStats {
     pub avgprob: u16,
     /// Flows recently penalised, most recent first.
     pub penalised: Vec<PenalisedFlow>,
+    /// The fair-share check's state (`None`: `profile = "linux"`).
+    pub fair: Option<FairStats>,
 }
 
 impl fmt::Display for SfbStats {
@@ -97,6 +115,9 @@ impl fmt::Display for SfbStats {
             p(self.maxprob),
             p(self.avgprob)
         )?;
+        if let Some(fair) = &self.fair {
+            write!(f, "\n  {fair}")?;
+        }
         if !self.penalised.is_empty() {
             write!(f, "\n  penalty box {} flows", self.penalised.len())?;
             for e in &self.penalised {
@@ -108,6 +129,23 @@ impl fmt::Display for SfbStats {
             }
         }
         Ok(())
+    }
+}
+
+impl fmt::Display for FairStats {
+    /// `fairshare 1.234Mbit competing 17 held 3` (`fairshare none` when
+    /// the demands fit).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.share_bps {
+            0 => write!(f, "fairshare none")?,
+            // Kept to kbit/s, in tc's units.
+            b => write!(
+                f,
+                "fairshare {}",
+                crate::runtime::stats::fmt_rate(b / 1000 * 1000)
+            )?,
+        }
+        write!(f, " competing {} held {}", self.competing, self.held)
     }
 }
 
@@ -127,7 +165,14 @@ mod tests {
         assert_eq!(
             s,
             "  earlydrop 0 penaltydrop 0 bucketdrop 0 queuedrop 0 childdrop 0 marked 0 ratedrop 0 ratemark 0\n  \
-             maxqlen 0 maxprob 0.00000 avgprob 0.00000"
+             maxqlen 0 maxprob 0.00000 avgprob 0.00000\n  \
+             fairshare none competing 0 held 0"
         );
+        let fair = FairStats {
+            share_bps: 1_234_567,
+            competing: 17,
+            held: 3,
+        };
+        assert_eq!(fair.to_string(), "fairshare 1.234Mbit competing 17 held 3");
     }
 }
