@@ -540,8 +540,8 @@ impl FairRate {
         // on which flows are light, so iterate from an equal share of all
         // busy counters; the share only grows, and settles in a few rounds.
         let bins = 1u64 << self.log2;
-        let mut share = cap as f64 / linear_count(busy, bins).max(1.0);
         let mut competing = linear_count(busy, bins);
+        let mut share = cap as f64 / competing.max(1.0);
         for _ in 0..SHARE_ROUNDS {
             let (heavy, light) = split(row, held, (share / 2.0) as u64);
             competing = linear_count(heavy, bins);
