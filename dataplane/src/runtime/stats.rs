@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::worker::{Latencies, Worker};
 use crate::io::port::{Ports, RxCounters};
 use crate::pipeline::PipelineCounters;
-use crate::stage::egress::{PortSummary, QueueSummary};
+use crate::stage::egress::{PortSummary, QueueSummary, fmt_rate};
 use crate::stage::forward::ForwardCounters;
 use crate::stage::heavy::HeavyCounters;
 use crate::stage::icarus::IcarusCounters;
@@ -780,18 +780,6 @@ pub fn fmt_ns(ns: u64) -> String {
         1_000..1_000_000 => format!("{:.1}us", ns as f64 / 1e3),
         1_000_000..1_000_000_000 => format!("{:.2}ms", ns as f64 / 1e6),
         _ => format!("{:.2}s", ns as f64 / 1e9),
-    }
-}
-
-/// `20Mbit`, `1Gbit`, `64Kbit`, `800bit` (tc's units).
-pub fn fmt_rate(bps: u64) -> String {
-    match bps {
-        _ if bps >= 1_000_000_000 && bps.is_multiple_of(1_000_000) => {
-            format!("{}Gbit", bps as f64 / 1e9)
-        }
-        _ if bps >= 1_000_000 => format!("{}Mbit", bps as f64 / 1e6),
-        _ if bps >= 1_000 => format!("{}Kbit", bps as f64 / 1e3),
-        _ => format!("{bps}bit"),
     }
 }
 

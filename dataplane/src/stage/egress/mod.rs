@@ -71,7 +71,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::Serialize;
 
-pub use shaper::{Departure, EgressConfig, EgressQueue, EgressStats};
+pub use shaper::{Departure, EgressConfig, EgressQueue, EgressStats, fmt_rate};
 
 use crate::clock::Timestamp;
 use crate::flow::FlowKey;

@@ -90,6 +90,19 @@ impl Default for EgressConfig {
     }
 }
 
+/// A rate in `tc`'s units: `20Mbit`, `1Gbit`, `64Kbit`, `800bit`. The
+/// stats text prints a shaper's rate and the SFB fair share with it.
+pub fn fmt_rate(bps: u64) -> String {
+    match bps {
+        _ if bps >= 1_000_000_000 && bps.is_multiple_of(1_000_000) => {
+            format!("{}Gbit", bps as f64 / 1e9)
+        }
+        _ if bps >= 1_000_000 => format!("{}Mbit", bps as f64 / 1e6),
+        _ if bps >= 1_000 => format!("{}Kbit", bps as f64 / 1e3),
+        _ => format!("{bps}bit"),
+    }
+}
+
 /// A token bucket in exact integer units (see the module docs), in 64 bits:
 /// exact for bursts and packets up to 2.3 GB (larger ones saturate).
 #[derive(Debug, Clone, Copy)]

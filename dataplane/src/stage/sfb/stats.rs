@@ -5,6 +5,7 @@ use core::fmt;
 
 use crate::clock::Timestamp;
 use crate::flow::FlowKey;
+use crate::stage::egress::fmt_rate;
 
 use super::config::SFB_MAX_PROB;
 
@@ -139,11 +140,7 @@ impl fmt::Display for FairStats {
         match self.share_bps {
             0 => write!(f, "fairshare none")?,
             // Kept to kbit/s, in tc's units.
-            b => write!(
-                f,
-                "fairshare {}",
-                crate::runtime::stats::fmt_rate(b / 1000 * 1000)
-            )?,
+            b => write!(f, "fairshare {}", fmt_rate(b / 1000 * 1000))?,
         }
         write!(f, " competing {} held {}", self.competing, self.held)
     }
