@@ -60,21 +60,11 @@
 //! (CUBIC, ECN) through the live router: 10 Mbit/s, 20 ms base RTT,
 //! 1514-byte frames, 10 s warm-up and 30 s measured. The model with those
 //! settings (`--rate-mbps 10 --rtt 20ms --packet-bytes 1514 --duration 40s
-//! --warmup 10s`, seeds 1-6, means) against flowmix (6 runs per row, means;
-//! the README's SFB section has the table and commands):
-//!
-//! | profile | flows | model: UDP x fair / Jain | real: UDP x fair / Jain |
-//! |---|---:|---|---|
-//! | fair | 8 | 0.90 / 0.998 | 0.97 / 1.000 |
-//! | fair | 50 | 0.93 / 0.995 | 0.99 / 0.998 |
-//! | fair | 200 | 0.69 / 0.973 | 0.72 / 0.928 |
-//! | linux | 8 | 0.73 / 0.992 | 1.21 / 0.948 |
-//! | linux | 50 | 0.91 / 0.782 | 0.64 / 0.930 |
-//! | linux | 200 | 1.39 / 0.907 | 2.60 / 0.833 |
-//!
-//! For the fair profile the model agrees with real TCP in direction on both
-//! figures at every flow count; for sch_sfb's rules it does not, and it
-//! cannot, for two reasons:
+//! --warmup 10s`) is compared with flowmix in the README's SFB section (the
+//! table, its seeds and its commands). For the fair profile the model
+//! agrees with real TCP in direction on the unresponsive flow's share and
+//! on Jain's index at 8, 50 and 200 flows; for sch_sfb's rules it does
+//! not, and it cannot, for two reasons:
 //!
 //! * **Where the unresponsive flow ends up depends on Blue's freeze.** Under
 //!   sch_sfb's rules a bin's probability falls only on arrivals that find
@@ -83,8 +73,8 @@
 //!   The model's AIMD senders halve on every signal and fall to one packet
 //!   (their bins empty often); CUBIC reduces by 30% and keeps at least two
 //!   packets in flight (bins stay busy, probabilities freeze). Over seeds
-//!   the 50-flow row spans 0.41x-1.48x in the model and 0.22x-1.76x on
-//!   real TCP: a property of the hash draw and the window rule.
+//!   the outcome is a property of the hash draw and the window rule, in
+//!   the model and on real TCP alike.
 //! * **No retransmission timeouts.** The model detects every loss one RTT
 //!   later; real flows with two-packet windows lose whole windows and wait
 //!   for a timeout, which is what makes sch_sfb's 200-flow row unfair.
@@ -96,17 +86,16 @@
 //!
 //! **Long windows.** With long windows (24 flows at 50 Mbit/s and 50 ms:
 //! 8 packets per flow; 8 flows at 100 Mbit/s: 46) the model's AIMD
-//! senders, which halve on every mark, sit under half the share. The
-//! fair-share check took them for light flows and the unresponsive flow
-//! kept 1.5x-4.9x its share, until flows that Blue signals were made to
-//! count as competing whatever their rate (`FairRate::signal`). Now 24
-//! flows hold it at 1.03x-1.12x (`tests/scenario_sfb.rs`); at 8 flows it is
-//! held to about 2x (the most the share's gain allows while the link is
-//! short) while the senders leave 26-30% of the link idle. Real Reno flows, which
-//! halve as these senders do, filled 91-93% of the link in the same setting
-//! through the live router with the unresponsive flow at 1.4x (CUBIC 95%,
-//! 1.2x-1.5x); the README's SFB section has the runs. So with windows this
-//! long the model is pessimistic about link use.
+//! senders, which halve on every mark, sit under half the share. Counted as
+//! light flows by the fair-share check they would hand their part of the
+//! link to the unresponsive flow, so flows that Blue signals count as
+//! competing whatever their rate (`FairRate::signal`;
+//! `tests/scenario_sfb.rs` checks 24 flows). At 8 flows the share's gain
+//! caps what the unresponsive flow can take while the senders leave part of
+//! the link idle; real Reno flows, which halve as these senders do, fill
+//! more of the link through the live router, so with windows this long the
+//! model is pessimistic about link use (the README's SFB section has the
+//! runs).
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};

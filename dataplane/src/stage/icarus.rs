@@ -90,8 +90,8 @@
 //! the option. A packet from an edge usually leaves by another edge, where
 //! the option is stripped again: inserting it (the frame grows and is
 //! parsed again) only to strip it from the copy (found and cut out again)
-//! cost about 60 ns a packet, a third of the router's work
-//! (`pipeline/router/default` in the README's benchmarks). So
+//! was a large part of the router's work (`pipeline/router/default` in the
+//! README's benchmarks). So
 //! [`IcarusStage`] only checks the insertion ([`icarus::check_insert`]:
 //! `inserted`, or why not) and applies the hop rule to the filter the
 //! packet would carry, which is always the same: an empty filter after
@@ -115,20 +115,8 @@
 //! adds and a rotate-add fold, and counts marks and loops in registers,
 //! adding them to the counters once per batch. Anything else takes the
 //! general path ([`icarus::find`], [`icarus::check_and_update`]) and is
-//! counted as it comes. Measured on the `icarus/check/*` benches (64-packet
-//! batches, 128-bit filters, one frame in 16 on a loop; `report --only
-//! stages`, medians of five runs alternating with the previous code on an
-//! AMD EPYC VM with 2 shared cores; instructions from callgrind on
-//! `bench/examples/stages_cg.rs`, per packet of a pass):
-//!
-//! | case | before: ns, instructions | after: ns, instructions |
-//! |------|--------------------------|-------------------------|
-//! | IPv4 | 5.49, 102.7 | 3.69, 62.9 |
-//! | IPv6 | 4.08, 83.4  | 3.20, 63.0 |
-//!
-//! (Before: the width matched per packet, the mask byte-swapped per
-//! packet, every outcome counted through a jump table, and a four-round
-//! checksum fold.)
+//! counted as it comes. The `icarus/check/*` benches measure this path
+//! (the README's benchmark section has the figures).
 //!
 //! # Counters
 //!
