@@ -36,8 +36,12 @@
 //! copies to a shaped port's one queue (as the live router does) in an
 //! order that depends on thread timing, which changes SFB's decisions, and
 //! multicast memberships learned by one worker reach the
-//! others between batches whose order depends on thread timing. The
-//! written captures are merged per port in departure-time order.
+//! others between batches whose order depends on thread timing. Where the
+//! router has a queue, the dispatcher keeps the frames the workers are
+//! working on within [`LOCKSTEP_WINDOW_NS`] of capture time of each other
+//! ([`Lockstep`]), so that the queue sees the capture's arrivals in order
+//! up to that window, as one worker's queue does. The written captures
+//! are merged per port in departure-time order.
 //!
 //! # Latency
 //!
@@ -45,10 +49,11 @@
 //! (wall clock, per packet), egress sojourn and through-router (capture
 //! time, per copy).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread;
 use std::time::Instant;
 
@@ -595,6 +600,87 @@ impl Writers {
     }
 }
 
+/// How far apart in capture time the frames the workers of a replay work
+/// on may be, where the router has a queue (see [`Lockstep`]). A smaller
+/// window keeps the queue's arrivals closer to capture order but makes
+/// the dispatcher wait for the workers more often; at this one a shaped
+/// port's counts match a one-worker run's (the README has the figures).
+pub const LOCKSTEP_WINDOW_NS: u64 = 20_000_000;
+
+/// What keeps the workers of a replay within [`LOCKSTEP_WINDOW_NS`] of
+/// capture time of each other: how many frames each has finished.
+///
+/// The workers share each shaped port's queue, as in the live router,
+/// where they all run on the wall clock. On replay each runs on its own
+/// frames' clock as fast as it can, and an arrival never goes back in
+/// time: left to run apart (the dispatcher buffers 64 chunks per worker),
+/// on busy cores one worker got hundreds of milliseconds of capture time
+/// ahead of another, the late one's copies reached the queue in bursts
+/// stamped with the early one's time, and the built-in router's shaped
+/// port sent about 60% of what it sends with one worker. So the dispatcher hands out a frame only when
+/// no worker still has a frame from more than the window before it
+/// unfinished: a worker publishes how many frames it has finished (all it
+/// received before each `recv`), and the dispatcher, which knows what it
+/// sent to whom, waits for the late ones, having first sent every frame it
+/// holds. Only the dispatcher waits, and only for workers that have all
+/// they need, so the replay always moves on; a worker that ends, or
+/// unwinds, counts as having finished everything.
+#[derive(Debug)]
+pub struct Lockstep {
+    /// Per worker: frames finished.
+    done: Vec<AtomicU64>,
+    /// The dispatcher is asleep waiting for a worker, and what wakes it.
+    waiting: AtomicBool,
+    lock: Mutex<()>,
+    moved: Condvar,
+}
+
+impl Lockstep {
+    fn new(workers: usize) -> Self {
+        Lockstep {
+            done: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+            waiting: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            moved: Condvar::new(),
+        }
+    }
+
+    /// Worker `w` has finished `frames` frames; wakes the dispatcher if it
+    /// waits.
+    fn finished(&self, w: usize, frames: u64) {
+        if let Some(d) = self.done.get(w) {
+            // Sequentially consistent with the dispatcher's flag: either it
+            // sees this count, or this sees it waiting.
+            d.store(frames, AtomicOrdering::SeqCst);
+        }
+        if self.waiting.load(AtomicOrdering::SeqCst) {
+            let _g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+            self.moved.notify_one();
+        }
+    }
+
+    /// Frames worker `w` has finished.
+    fn done(&self, w: usize) -> u64 {
+        self.done
+            .get(w)
+            .map_or(u64::MAX, |d| d.load(AtomicOrdering::SeqCst))
+    }
+}
+
+/// A worker's place in the [`Lockstep`]; dropped (the worker ended, or is
+/// unwinding), it holds the dispatcher back no more.
+#[derive(Debug)]
+struct Seat {
+    lockstep: Arc<Lockstep>,
+    id: usize,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.lockstep.finished(self.id, u64::MAX);
+    }
+}
+
 /// A replay worker's ports: the chunks the dispatcher sends, on their own
 /// clock (capture time); what leaves is counted and, with `--write`,
 /// written.
@@ -605,6 +691,11 @@ pub struct ChunkPorts {
     free: Sender<Chunk>,
     writers: Option<Writers>,
     last_departure: Timestamp,
+    /// Frames handed to the worker loop.
+    received: u64,
+    /// This worker's place in the lockstep (`None`: one worker, or no
+    /// queue).
+    seat: Option<Seat>,
 }
 
 impl ChunkPorts {
@@ -637,12 +728,18 @@ impl Transmit for ChunkPorts {
 
 impl Ports for ChunkPorts {
     fn recv(&mut self, batch: &mut Batch) -> usize {
+        // The worker loop is done with every frame it was handed before.
+        if let Some(seat) = &self.seat {
+            seat.lockstep.finished(seat.id, self.received);
+        }
         if self.mem.pending() == 0
             && let Ok(c) = self.rx.try_recv()
         {
             self.take(c);
         }
-        self.mem.recv(batch)
+        let n = self.mem.recv(batch);
+        self.received += n as u64;
+        n
     }
 
     fn now(&mut self) -> Timestamp {
@@ -776,9 +873,103 @@ struct Dispatcher<'a> {
     filter: Option<BpfFilter>,
     /// Records the filter did not match.
     filtered_out: u64,
+    /// The workers' lockstep (`None`: one worker, or no queue) and the
+    /// dispatcher's side of it.
+    lockstep: Option<Arc<Lockstep>>,
+    pace: Pace,
+}
+
+/// The dispatcher's side of the [`Lockstep`]: per worker, the arrival
+/// times of the frames given to it (sent, or still held here) that it has
+/// not finished, in the order given.
+#[derive(Debug, Default)]
+struct Pace {
+    unfinished: Vec<VecDeque<u64>>,
+    /// Per worker, frames it has finished (as last read).
+    finished: Vec<u64>,
+    /// No worker had an unfinished frame from before this, ns of capture
+    /// time, when it was last worked out: frames up to the window past it
+    /// go out without a look at the workers.
+    floor: u64,
+}
+
+impl Pace {
+    fn new(workers: usize) -> Self {
+        Pace {
+            unfinished: vec![VecDeque::new(); workers],
+            finished: vec![0; workers],
+            floor: 0,
+        }
+    }
+
+    /// Worker `w` is given a frame that arrived at `ts`.
+    fn given(&mut self, w: usize, ts: u64) {
+        if let Some(times) = self.unfinished.get_mut(w) {
+            times.push_back(ts);
+        }
+    }
+
+    /// Whether a frame that arrived at `ts` may go out, each worker `w`
+    /// having finished `done(w)` frames: no worker has an unfinished frame
+    /// from more than [`LOCKSTEP_WINDOW_NS`] before it.
+    fn allows(&mut self, ts: u64, done: impl Fn(usize) -> u64) -> bool {
+        if ts <= self.floor.saturating_add(LOCKSTEP_WINDOW_NS) {
+            return true;
+        }
+        // Every frame still to come arrives no earlier than this one
+        // (arrival times that go back are taken as they come), so it
+        // bounds the floor when every worker is done.
+        let mut floor = ts;
+        for (w, times) in self.unfinished.iter_mut().enumerate() {
+            let done = done(w);
+            while self.finished[w] < done && times.pop_front().is_some() {
+                self.finished[w] += 1;
+            }
+            if let Some(&t) = times.front() {
+                floor = floor.min(t);
+            }
+        }
+        self.floor = floor;
+        ts <= floor.saturating_add(LOCKSTEP_WINDOW_NS)
+    }
 }
 
 impl Dispatcher<'_> {
+    /// With the lockstep, holds a frame that arrived at `ts` back until no
+    /// worker has an unfinished frame from more than the window before it
+    /// (see [`Lockstep`]): first sends every frame held here, then waits
+    /// for the workers. A stop request ends the wait.
+    fn keep_pace(&mut self, ts: u64) -> Result<()> {
+        let Some(l) = self.lockstep.clone() else {
+            return Ok(());
+        };
+        let done = |w| l.done(w);
+        if self.pace.allows(ts, done) {
+            return Ok(());
+        }
+        self.flush_all()?;
+        for _ in 0..64 {
+            if self.pace.allows(ts, done) {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        // Asleep until a worker finishes frames (the timeout checks the
+        // stop request and guards against a lost wake-up).
+        l.waiting.store(true, AtomicOrdering::SeqCst);
+        let mut g = l.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        while !self.pace.allows(ts, done) && !self.stop.requested() {
+            g = l
+                .moved
+                .wait_timeout(g, std::time::Duration::from_millis(5))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        drop(g);
+        l.waiting.store(false, AtomicOrdering::SeqCst);
+        Ok(())
+    }
+
     /// Whether the filter (if any) keeps this record; counts the others.
     fn keep(&mut self, link: LinkType, data: &[u8], orig_len: u32) -> Result<bool> {
         let Some(f) = &mut self.filter else {
@@ -859,7 +1050,9 @@ impl Dispatcher<'_> {
             return Ok(());
         }
         self.first_ts.get_or_insert(ts);
+        self.keep_pace(ts)?;
         let w = worker_of(link, data, self.txs.len());
+        self.pace.given(w, ts);
         self.pending[w].push(ts, orig_len, link, ingress, data);
         if self.pending[w].meta.len() >= BATCH_SIZE {
             self.flush(w)?;
@@ -975,6 +1168,9 @@ pub fn replay_with_stop(
     // The shaped ports' queues, shared by the workers: read once all stop.
     let queues = chains.first().map(|(c, _)| c.egress().queue_view());
     let (free_tx, free_rx) = unbounded::<Chunk>();
+    // Only a queue sees the order in which the workers offer their copies.
+    let lockstep = (cfg.workers > 1 && !router.egress_queues().is_empty())
+        .then(|| Arc::new(Lockstep::new(cfg.workers)));
     let mut txs = Vec::new();
     let mut handles = Vec::new();
     let sample_queues = cfg.sample_queues;
@@ -1014,6 +1210,8 @@ pub fn replay_with_stop(
             free: free_tx.clone(),
             writers,
             last_departure: Timestamp::ZERO,
+            received: 0,
+            seat: lockstep.clone().map(|lockstep| Seat { lockstep, id: i }),
         };
         let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
         let h = thread::Builder::new()
@@ -1040,6 +1238,8 @@ pub fn replay_with_stop(
         lengths_fixed: 0,
         filter,
         filtered_out: 0,
+        pace: Pace::new(if lockstep.is_some() { cfg.workers } else { 0 }),
+        lockstep,
     };
     let started = Instant::now();
     let map = IngressMap {
@@ -1290,6 +1490,44 @@ fn feed(
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    /// The dispatcher hands out a frame only when no worker has an
+    /// unfinished frame from more than the window before it, whatever the
+    /// workers did before: worker 1 idle for a long stretch does not let
+    /// worker 0's frames run ahead of the first frame given to worker 1
+    /// afterwards.
+    #[test]
+    fn pace_holds_frames_a_window_past_a_late_worker() {
+        const W: u64 = LOCKSTEP_WINDOW_NS;
+        let mut pace = Pace::new(2);
+        let done = std::cell::Cell::new([0u64; 2]);
+        let finished = |w: usize| done.get()[w];
+        // Worker 0 alone for a long while, finishing each frame at once.
+        for k in 0..100u64 {
+            let ts = k * W;
+            assert!(pace.allows(ts, finished), "frame {k}");
+            pace.given(0, ts);
+            done.set([k + 1, 0]);
+        }
+        // Worker 1 gets a frame and does not finish it: worker 0's frames
+        // go out up to the window past it, and no further.
+        let t1 = 100 * W;
+        assert!(pace.allows(t1, finished));
+        pace.given(1, t1);
+        for ts in [t1, t1 + W / 2, t1 + W] {
+            assert!(pace.allows(ts, finished), "{ts}");
+            pace.given(0, ts);
+        }
+        done.set([103, 0]);
+        assert!(!pace.allows(t1 + W + 1, finished));
+        assert!(!pace.allows(t1 + 10 * W, finished));
+        // Once worker 1 has finished it, they go out again.
+        done.set([103, 1]);
+        assert!(pace.allows(t1 + W + 1, finished));
+        // A frame that arrived earlier than those before (a capture whose
+        // times go back) is never held.
+        assert!(pace.allows(0, finished));
+    }
 
     fn synth() -> Input {
         Input::Synth(RouterSynthConfig {
