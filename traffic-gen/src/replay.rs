@@ -617,14 +617,15 @@ pub const LOCKSTEP_WINDOW_NS: u64 = 20_000_000;
 /// on busy cores one worker got hundreds of milliseconds of capture time
 /// ahead of another, the late one's copies reached the queue in bursts
 /// stamped with the early one's time, and the built-in router's shaped
-/// port sent about 60% of what it sends with one worker. So the dispatcher hands out a frame only when
-/// no worker still has a frame from more than the window before it
-/// unfinished: a worker publishes how many frames it has finished (all it
-/// received before each `recv`), and the dispatcher, which knows what it
-/// sent to whom, waits for the late ones, having first sent every frame it
-/// holds. Only the dispatcher waits, and only for workers that have all
-/// they need, so the replay always moves on; a worker that ends, or
-/// unwinds, counts as having finished everything.
+/// port sent about 60% of what it sends with one worker. So the
+/// dispatcher hands out a frame only when no worker still has a frame from
+/// more than the window before it unfinished: a worker publishes how many
+/// frames it has finished (all it received before each `recv`), and the
+/// dispatcher, which knows what it gave to whom (`Pace`), waits for the
+/// late ones, having first sent every frame it holds. Only the dispatcher
+/// waits, and only for workers that have all they need, so the replay
+/// always moves on; a worker that ends, or unwinds, counts as having
+/// finished everything.
 #[derive(Debug)]
 pub struct Lockstep {
     /// Per worker: frames finished.
