@@ -316,9 +316,23 @@ pub struct Report {
     /// Gaps in capture time longer than a minute, cut to a minute by the
     /// pacing (`--multiplier`; see `pacing::Schedule`).
     pub pacing_gaps_capped: u64,
+    /// How the workers were kept in step (`None`: one worker, or no
+    /// queue; see [`Lockstep`]).
+    pub lockstep: Option<LockstepSummary>,
     /// The merged latency histograms (ns).
     #[serde(skip)]
     pub latency: Latencies,
+}
+
+/// How the dispatcher kept the workers of a replay in step ([`Lockstep`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LockstepSummary {
+    /// The window, ms of capture time.
+    pub window_ms: f64,
+    /// Times the dispatcher held a frame back for a late worker.
+    pub waits: u64,
+    /// Wall time it spent holding frames back, s.
+    pub waited_s: f64,
 }
 
 impl Report {
@@ -347,6 +361,13 @@ impl Report {
             gaps_capped: self.pacing_gaps_capped,
         };
         notes.write_ending(w)?;
+        if let Some(l) = &self.lockstep {
+            writeln!(
+                w,
+                "workers kept within {} ms of capture time of each other (a shaped queue sees the arrivals in order): the dispatcher held frames back {} times, {:.3} s",
+                l.window_ms, l.waits, l.waited_s
+            )?;
+        }
         if let Some(f) = &self.filter {
             writeln!(
                 w,
@@ -878,6 +899,9 @@ struct Dispatcher<'a> {
     /// dispatcher's side of it.
     lockstep: Option<Arc<Lockstep>>,
     pace: Pace,
+    /// Times the dispatcher waited for a late worker, and how long.
+    waits: u64,
+    waited: std::time::Duration,
 }
 
 /// The dispatcher's side of the [`Lockstep`]: per worker, the arrival
@@ -949,8 +973,14 @@ impl Dispatcher<'_> {
             return Ok(());
         }
         self.flush_all()?;
+        if self.pace.allows(ts, done) {
+            return Ok(());
+        }
+        self.waits += 1;
+        let since = Instant::now();
         for _ in 0..64 {
             if self.pace.allows(ts, done) {
+                self.waited += since.elapsed();
                 return Ok(());
             }
             std::hint::spin_loop();
@@ -968,6 +998,7 @@ impl Dispatcher<'_> {
         }
         drop(g);
         l.waiting.store(false, AtomicOrdering::SeqCst);
+        self.waited += since.elapsed();
         Ok(())
     }
 
@@ -1241,6 +1272,8 @@ pub fn replay_with_stop(
         filtered_out: 0,
         pace: Pace::new(if lockstep.is_some() { cfg.workers } else { 0 }),
         lockstep,
+        waits: 0,
+        waited: std::time::Duration::ZERO,
     };
     let started = Instant::now();
     let map = IngressMap {
@@ -1255,6 +1288,11 @@ pub fn replay_with_stop(
     let filtered_out = d.filtered_out;
     let rate_reached = d.schedule.rate_reached(d.start.elapsed());
     let (lengths_fixed, gaps_capped) = (d.lengths_fixed, d.schedule.capped_gaps());
+    let lockstep = d.lockstep.is_some().then(|| LockstepSummary {
+        window_ms: LOCKSTEP_WINDOW_NS as f64 / 1e6,
+        waits: d.waits,
+        waited_s: d.waited.as_secs_f64(),
+    });
     drop(d); // closes the channels: workers finish
     let mut results = Vec::new();
     for h in handles {
@@ -1355,6 +1393,7 @@ pub fn replay_with_stop(
         queue_samples,
         input_lengths_fixed: lengths_fixed,
         pacing_gaps_capped: gaps_capped,
+        lockstep,
         latency,
     })
 }

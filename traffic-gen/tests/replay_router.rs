@@ -466,6 +466,8 @@ fn workers_share_a_shaped_port_as_one_worker_does() {
         let r = replay(&input, &cfg, None).unwrap();
         assert!(r.router.is_consistent(), "{:?}", r.router);
         assert_eq!(r.router.pipeline.received, 100_000);
+        // Kept in step, and said so, only where there is more than one.
+        assert_eq!(r.lockstep.is_some(), workers > 1, "{:?}", r.lockstep);
         let rb = r
             .router
             .interfaces
