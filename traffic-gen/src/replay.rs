@@ -895,20 +895,17 @@ struct Dispatcher<'a> {
     filter: Option<BpfFilter>,
     /// Records the filter did not match.
     filtered_out: u64,
-    /// The workers' lockstep (`None`: one worker, or no queue) and the
-    /// dispatcher's side of it.
-    lockstep: Option<Arc<Lockstep>>,
-    pace: Pace,
-    /// Times the dispatcher waited for a late worker, and how long.
-    waits: u64,
-    waited: std::time::Duration,
+    /// The dispatcher's side of the workers' lockstep (`None`: one worker,
+    /// or no queue).
+    in_step: Option<InStep>,
 }
 
 /// The dispatcher's side of the [`Lockstep`]: per worker, the arrival
 /// times of the frames given to it (sent, or still held here) that it has
-/// not finished, in the order given.
-#[derive(Debug, Default)]
-struct Pace {
+/// not finished, in the order given; and what holding frames back cost.
+#[derive(Debug)]
+struct InStep {
+    lockstep: Arc<Lockstep>,
     unfinished: Vec<VecDeque<u64>>,
     /// Per worker, frames it has finished (as last read).
     finished: Vec<u64>,
@@ -916,14 +913,21 @@ struct Pace {
     /// time, when it was last worked out: frames up to the window past it
     /// go out without a look at the workers.
     floor: u64,
+    /// Times a frame was held back for a late worker, and for how long.
+    waits: u64,
+    waited: std::time::Duration,
 }
 
-impl Pace {
-    fn new(workers: usize) -> Self {
-        Pace {
+impl InStep {
+    fn new(lockstep: Arc<Lockstep>) -> Self {
+        let workers = lockstep.done.len();
+        InStep {
+            lockstep,
             unfinished: vec![VecDeque::new(); workers],
             finished: vec![0; workers],
             floor: 0,
+            waits: 0,
+            waited: std::time::Duration::ZERO,
         }
     }
 
@@ -934,10 +938,9 @@ impl Pace {
         }
     }
 
-    /// Whether a frame that arrived at `ts` may go out, each worker `w`
-    /// having finished `done(w)` frames: no worker has an unfinished frame
-    /// from more than [`LOCKSTEP_WINDOW_NS`] before it.
-    fn allows(&mut self, ts: u64, done: impl Fn(usize) -> u64) -> bool {
+    /// Whether a frame that arrived at `ts` may go out: no worker has an
+    /// unfinished frame from more than [`LOCKSTEP_WINDOW_NS`] before it.
+    fn allows(&mut self, ts: u64) -> bool {
         if ts <= self.floor.saturating_add(LOCKSTEP_WINDOW_NS) {
             return true;
         }
@@ -946,7 +949,7 @@ impl Pace {
         // bounds the floor when every worker is done.
         let mut floor = ts;
         for (w, times) in self.unfinished.iter_mut().enumerate() {
-            let done = done(w);
+            let done = self.lockstep.done(w);
             while self.finished[w] < done && times.pop_front().is_some() {
                 self.finished[w] += 1;
             }
@@ -957,6 +960,45 @@ impl Pace {
         self.floor = floor;
         ts <= floor.saturating_add(LOCKSTEP_WINDOW_NS)
     }
+
+    /// Waits until a frame that arrived at `ts` may go out (every frame
+    /// held by the dispatcher having been sent), or a stop is requested.
+    fn wait(&mut self, ts: u64, stop: &Stop<'_>) {
+        if self.allows(ts) {
+            return;
+        }
+        self.waits += 1;
+        let since = Instant::now();
+        let l = Arc::clone(&self.lockstep);
+        if !(0..64).any(|_| {
+            std::hint::spin_loop();
+            self.allows(ts)
+        }) {
+            // Asleep until a worker finishes frames (the timeout checks the
+            // stop request and guards against a lost wake-up).
+            l.waiting.store(true, AtomicOrdering::SeqCst);
+            let mut g = l.lock.lock().unwrap_or_else(PoisonError::into_inner);
+            while !self.allows(ts) && !stop.requested() {
+                g = l
+                    .moved
+                    .wait_timeout(g, std::time::Duration::from_millis(5))
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+            drop(g);
+            l.waiting.store(false, AtomicOrdering::SeqCst);
+        }
+        self.waited += since.elapsed();
+    }
+
+    /// What holding frames back cost, for the report.
+    fn summary(&self) -> LockstepSummary {
+        LockstepSummary {
+            window_ms: LOCKSTEP_WINDOW_NS as f64 / 1e6,
+            waits: self.waits,
+            waited_s: self.waited.as_secs_f64(),
+        }
+    }
 }
 
 impl Dispatcher<'_> {
@@ -965,40 +1007,13 @@ impl Dispatcher<'_> {
     /// (see [`Lockstep`]): first sends every frame held here, then waits
     /// for the workers. A stop request ends the wait.
     fn keep_pace(&mut self, ts: u64) -> Result<()> {
-        let Some(l) = self.lockstep.clone() else {
-            return Ok(());
-        };
-        let done = |w| l.done(w);
-        if self.pace.allows(ts, done) {
+        if self.in_step.as_mut().is_none_or(|s| s.allows(ts)) {
             return Ok(());
         }
         self.flush_all()?;
-        if self.pace.allows(ts, done) {
-            return Ok(());
+        if let Some(s) = &mut self.in_step {
+            s.wait(ts, &self.stop);
         }
-        self.waits += 1;
-        let since = Instant::now();
-        for _ in 0..64 {
-            if self.pace.allows(ts, done) {
-                self.waited += since.elapsed();
-                return Ok(());
-            }
-            std::hint::spin_loop();
-        }
-        // Asleep until a worker finishes frames (the timeout checks the
-        // stop request and guards against a lost wake-up).
-        l.waiting.store(true, AtomicOrdering::SeqCst);
-        let mut g = l.lock.lock().unwrap_or_else(PoisonError::into_inner);
-        while !self.pace.allows(ts, done) && !self.stop.requested() {
-            g = l
-                .moved
-                .wait_timeout(g, std::time::Duration::from_millis(5))
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        drop(g);
-        l.waiting.store(false, AtomicOrdering::SeqCst);
-        self.waited += since.elapsed();
         Ok(())
     }
 
@@ -1084,7 +1099,9 @@ impl Dispatcher<'_> {
         self.first_ts.get_or_insert(ts);
         self.keep_pace(ts)?;
         let w = worker_of(link, data, self.txs.len());
-        self.pace.given(w, ts);
+        if let Some(s) = &mut self.in_step {
+            s.given(w, ts);
+        }
         self.pending[w].push(ts, orig_len, link, ingress, data);
         if self.pending[w].meta.len() >= BATCH_SIZE {
             self.flush(w)?;
@@ -1270,10 +1287,7 @@ pub fn replay_with_stop(
         lengths_fixed: 0,
         filter,
         filtered_out: 0,
-        pace: Pace::new(if lockstep.is_some() { cfg.workers } else { 0 }),
-        lockstep,
-        waits: 0,
-        waited: std::time::Duration::ZERO,
+        in_step: lockstep.map(InStep::new),
     };
     let started = Instant::now();
     let map = IngressMap {
@@ -1288,11 +1302,7 @@ pub fn replay_with_stop(
     let filtered_out = d.filtered_out;
     let rate_reached = d.schedule.rate_reached(d.start.elapsed());
     let (lengths_fixed, gaps_capped) = (d.lengths_fixed, d.schedule.capped_gaps());
-    let lockstep = d.lockstep.is_some().then(|| LockstepSummary {
-        window_ms: LOCKSTEP_WINDOW_NS as f64 / 1e6,
-        waits: d.waits,
-        waited_s: d.waited.as_secs_f64(),
-    });
+    let lockstep = d.in_step.as_ref().map(InStep::summary);
     drop(d); // closes the channels: workers finish
     let mut results = Vec::new();
     for h in handles {
@@ -1539,34 +1549,33 @@ mod tests {
     #[test]
     fn pace_holds_frames_a_window_past_a_late_worker() {
         const W: u64 = LOCKSTEP_WINDOW_NS;
-        let mut pace = Pace::new(2);
-        let done = std::cell::Cell::new([0u64; 2]);
-        let finished = |w: usize| done.get()[w];
+        let lockstep = Arc::new(Lockstep::new(2));
+        let mut pace = InStep::new(Arc::clone(&lockstep));
         // Worker 0 alone for a long while, finishing each frame at once.
         for k in 0..100u64 {
             let ts = k * W;
-            assert!(pace.allows(ts, finished), "frame {k}");
+            assert!(pace.allows(ts), "frame {k}");
             pace.given(0, ts);
-            done.set([k + 1, 0]);
+            lockstep.finished(0, k + 1);
         }
         // Worker 1 gets a frame and does not finish it: worker 0's frames
         // go out up to the window past it, and no further.
         let t1 = 100 * W;
-        assert!(pace.allows(t1, finished));
+        assert!(pace.allows(t1));
         pace.given(1, t1);
         for ts in [t1, t1 + W / 2, t1 + W] {
-            assert!(pace.allows(ts, finished), "{ts}");
+            assert!(pace.allows(ts), "{ts}");
             pace.given(0, ts);
         }
-        done.set([103, 0]);
-        assert!(!pace.allows(t1 + W + 1, finished));
-        assert!(!pace.allows(t1 + 10 * W, finished));
+        lockstep.finished(0, 103);
+        assert!(!pace.allows(t1 + W + 1));
+        assert!(!pace.allows(t1 + 10 * W));
         // Once worker 1 has finished it, they go out again.
-        done.set([103, 1]);
-        assert!(pace.allows(t1 + W + 1, finished));
+        lockstep.finished(1, 1);
+        assert!(pace.allows(t1 + W + 1));
         // A frame that arrived earlier than those before (a capture whose
         // times go back) is never held.
-        assert!(pace.allows(0, finished));
+        assert!(pace.allows(0));
     }
 
     fn synth() -> Input {
