@@ -485,3 +485,66 @@ fn workers_share_a_shaped_port_as_one_worker_does() {
         );
     }
 }
+
+/// A capture whose last 10 ms belong to one flow (so to one worker) while
+/// the built-in router's shaped port `r-b` is full: a worker whose input
+/// ends first leaves the shared queue to the others, whose arrivals are
+/// still to come, and the last one drains it. The frames are all 1000
+/// bytes, so no copy can wait longer than the 1000 (`limit`) of them take
+/// at 20 Mbit/s, 400 ms (the longest wait here, with any number of
+/// workers), and `r-b` sends what one worker's run sends. Drained by the
+/// first worker to end, to the end of time, the queue took the late
+/// worker's arrivals behind a shaper already past them: copies waited
+/// 400.7 to 423 ms (six runs), and on a Zipf capture two workers sent up
+/// to 1.8 times one worker's copies. That depends on which worker ends
+/// first on the wall clock, so each worker count runs four times.
+#[test]
+fn the_last_worker_to_end_drains_the_shared_queue() {
+    use traffic_gen::replay::default_router;
+    let dir = scratch("last-drains");
+    let pcap = dir.join("tail.pcap");
+    let mut w = CaptureWriter::create(&pcap, LinkType::Ethernet, 65535).unwrap();
+    let start = 1_000_000_000u64;
+    for i in 0..40_000u64 {
+        let flow = if i < 30_000 { (i % 64) as u32 } else { 7 };
+        let f = traffic_gen::synth::frame(flow, 1000);
+        w.write(start + i * 1_000, 1000, &f).unwrap();
+    }
+    drop(w);
+    let input = Input::Files(vec![pcap]);
+    // 1000 frames of 1000 bytes at 20 Mbit/s (the built-in r-b).
+    let bound_ns = 1000 * 1000 * 8 * 1_000_000_000 / 20_000_000;
+    let sent = |workers: usize| {
+        let cfg = ReplayConfig {
+            pin: false,
+            workers,
+            ..ReplayConfig::new(default_router())
+        };
+        let r = replay(&input, &cfg, None).unwrap();
+        assert!(r.router.is_consistent(), "{:?}", r.router);
+        let rb = r
+            .router
+            .interfaces
+            .iter()
+            .find(|i| i.port.name == "r-b")
+            .expect("the built-in router has r-b");
+        let c = &rb.port.counters;
+        assert!(c.sent > 1000, "{workers} workers: r-b sent {}", c.sent);
+        assert_eq!(rb.port.backlog_packets, 0, "{workers} workers");
+        assert!(
+            c.sojourn_max_ns <= bound_ns,
+            "{workers} workers: a copy waited {} ns, more than {bound_ns} ns",
+            c.sojourn_max_ns
+        );
+        c.sent
+    };
+    let one = sent(1) as f64;
+    for workers in [2, 2, 2, 2, 3, 3, 3, 3] {
+        let n = sent(workers) as f64;
+        assert!(
+            (n - one).abs() <= 0.1 * one,
+            "{workers} workers: r-b sent {n} copies, one worker {one}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

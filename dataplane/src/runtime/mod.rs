@@ -669,7 +669,7 @@ from = "a"
 to = "b"
 "#;
         let cfg = RouterConfig::from_toml_str(text, "test").unwrap();
-        let mut all = Vec::new();
+        let mut workers = Vec::new();
         for (id, (chain, link)) in build_workers(&cfg, 2).unwrap().into_iter().enumerate() {
             let mut io = MemoryPorts::new(2);
             for i in 0..100u64 {
@@ -684,8 +684,11 @@ to = "b"
             }
             let mut w = Worker::new(id, chain, io, link);
             w.run(&AtomicBool::new(false), &mut |_, _, _| {});
-            all.push(Stats::of(&w, None));
+            workers.push(w);
         }
+        // Read once both have ended: the last to end drained the queue
+        // they share.
+        let all: Vec<Stats> = workers.iter().map(|w| Stats::of(w, None)).collect();
         let m = Stats::merged(&all);
         assert!(m.is_consistent(), "{m:?}");
         assert_eq!(m.pipeline.received, 200);

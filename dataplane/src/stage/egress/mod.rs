@@ -63,7 +63,8 @@
 //! stage reports how many of them were a packet's only copy
 //! ([`Egress::shutdown_discarded`]) for the owner to move from forwarded to
 //! dropped. On replay [`Egress::drain_all`] sends everything at the times
-//! the shaper releases it instead.
+//! the shaper releases it instead; where workers share a queue, the last
+//! of them to end drains it.
 
 pub mod shaper;
 
@@ -468,6 +469,9 @@ struct QueueState {
     pool: FramePool,
     /// The latest arrival offered to the queue.
     last: Timestamp,
+    /// Stages sharing the queue whose input has not ended
+    /// ([`Egress::drain_all`]): the last of them drains it.
+    running: usize,
 }
 
 /// A handle on a port's [`QueueState`].
@@ -509,6 +513,8 @@ pub struct Egress {
     /// Discarded at shutdown: sole copies, and of those the marked ones.
     discarded_sole: u64,
     discarded_sole_marked: u64,
+    /// This stage's input has ended ([`Egress::drain_all`]).
+    ended: bool,
 }
 
 impl Egress {
@@ -538,6 +544,7 @@ impl Egress {
                             .map_err(|err| PortConfigError { port: i, err })?,
                         pool: FramePool::with_capacity(limit.saturating_add(1).min(POOL_PREALLOC)),
                         last: Timestamp::ZERO,
+                        running: 1,
                     })))
                 }
                 None => None,
@@ -560,6 +567,7 @@ impl Egress {
             no_egress: 0,
             discarded_sole: 0,
             discarded_sole_marked: 0,
+            ended: false,
         })
     }
 
@@ -583,8 +591,11 @@ impl Egress {
     /// Never; a port `owner` lacks, or has no queue for, keeps its own.
     pub fn share_queues(&mut self, owner: &Egress) {
         for (p, o) in self.ports.iter_mut().zip(&owner.ports) {
-            if let (Some(q), Some(oq)) = (&mut p.queue, &o.queue) {
+            if let (Some(q), Some(oq)) = (&mut p.queue, &o.queue)
+                && !Arc::ptr_eq(q, oq)
+            {
                 *q = oq.clone();
+                lock(oq).running += 1;
             }
         }
         self.reports_queues = false;
@@ -702,13 +713,33 @@ impl Egress {
         n
     }
 
-    /// Sends every queued copy at the time its shaper releases it (the end
-    /// of a replay: capture time runs on until the queues are empty);
-    /// returns how many.
+    /// The end of this stage's input on capture time (the end of a
+    /// replay): sends every queued copy at the time its shaper releases
+    /// it, capture time running on until the queues are empty; returns how
+    /// many. A queue shared with stages whose input has not ended
+    /// ([`share_queues`](Self::share_queues)) is left to them: their
+    /// arrivals are still to come, and drained now, to the end of time,
+    /// the queue would take them behind an empty shaper hundreds of
+    /// milliseconds on, as if it had held twice its limit. The last stage
+    /// to end drains it.
     pub fn drain_all(&mut self, tx: &mut impl Transmit) -> usize {
+        let first_end = !self.ended;
+        self.ended = true;
         let mut n = 0;
         for port in 0..self.ports.len() {
-            n += self.drain(port, Timestamp::from_nanos(u64::MAX), tx, true);
+            let Some(q) = &self.ports[port].queue else {
+                continue;
+            };
+            let last = {
+                let mut st = lock(q);
+                if first_end {
+                    st.running = st.running.saturating_sub(1);
+                }
+                st.running == 0
+            };
+            if last {
+                n += self.drain(port, Timestamp::from_nanos(u64::MAX), tx, true);
+            }
         }
         n
     }
@@ -890,6 +921,21 @@ impl Egress {
         st.queue.drain_until(now, |d| {
             send_one(port, &mut st.pool, &mut p.counters, d, tx)
         })
+    }
+}
+
+impl Drop for Egress {
+    /// A stage dropped before its input ended (its worker unwound) holds
+    /// no shared queue back from the stages still running: the last of
+    /// them drains it ([`Egress::drain_all`]).
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        for q in self.queues() {
+            let mut st = lock(q);
+            st.running = st.running.saturating_sub(1);
+        }
     }
 }
 
@@ -1302,7 +1348,14 @@ mod tests {
             sent.extend(w1.due(ms(round + 1)));
         }
         let by_20ms = sent.len();
-        w0.egress.drain_all(&mut w0.sink);
+        let backlog = w0.egress.backlog().0;
+        assert!(backlog > 0);
+        // The first worker to end leaves the shared queue to the other,
+        // whose arrivals may still come; the last one drains it.
+        assert_eq!(w1.egress.drain_all(&mut w1.sink), 0);
+        assert_eq!(w1.egress.drain_all(&mut w1.sink), 0, "ended once");
+        assert_eq!(w0.egress.backlog().0, backlog);
+        assert_eq!(w0.egress.drain_all(&mut w0.sink), backlog);
         sent.extend(w0.sink.take_sent());
         assert_eq!(sent.len(), 600, "everything leaves in the end");
         // One bucket: over any interval, at most burst + rate x length.
