@@ -222,8 +222,8 @@ fn run_throughput_cmd(a: &ThroughputArgs) -> Result<()> {
         pause: std::time::Duration::from_nanos(a.pause),
     };
     cfg.validate()?;
-    // The output file is created first, so a bad path fails at once.
-    let json = create_output("--json", a.json.as_deref())?;
+    // The output file is checked first, so a bad path fails at once.
+    let json = Output::check("--json", a.json.as_deref())?;
     let report = run_throughput(&cfg)?;
     report.write_text(&mut std::io::stdout().lock())?;
     write_json(json, &report)
@@ -315,8 +315,7 @@ struct SfbScenarioArgs {
     plot: Option<PathBuf>,
 }
 
-/// Creates the output file `path` of `flag` before a run, so that a bad
-/// path fails at once, naming the flag and the path.
+/// Creates the file `path` of `flag`, naming both when it cannot.
 fn create_file(flag: &str, path: &Path) -> Result<File> {
     File::create(path).with_context(|| format!("{flag} {}: cannot create", path.display()))
 }
@@ -338,15 +337,33 @@ fn check_writable(flag: &str, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// [`create_file`] for an optional flag, keeping the path for errors.
-fn create_output<'p>(flag: &str, path: Option<&'p Path>) -> Result<Option<(&'p Path, File)>> {
-    path.map(|p| create_file(flag, p).map(|f| (p, f)))
-        .transpose()
+/// An output file of a run: checked before it ([`Output::check`]), so
+/// that a bad path fails at once, and created when the results are
+/// written, so that a run that fails leaves a file of that name as it was
+/// (a previous run's results) or absent, not empty.
+#[derive(Debug, Clone, Copy)]
+struct Output<'p> {
+    flag: &'static str,
+    path: &'p Path,
 }
 
-/// Writes `value` as JSON into `out` (made by [`create_output`]).
-fn write_json(out: Option<(&Path, File)>, value: &impl serde::Serialize) -> Result<()> {
-    if let Some((p, f)) = out {
+impl<'p> Output<'p> {
+    /// [`check_writable`] on `path`, if given.
+    fn check(flag: &'static str, path: Option<&'p Path>) -> Result<Option<Self>> {
+        path.map(|path| check_writable(flag, path).map(|()| Output { flag, path }))
+            .transpose()
+    }
+
+    /// Creates (or truncates) the file.
+    fn create(&self) -> Result<File> {
+        create_file(self.flag, self.path)
+    }
+}
+
+/// Writes `value` as JSON into `out`.
+fn write_json(out: Option<Output<'_>>, value: &impl serde::Serialize) -> Result<()> {
+    if let Some(o) = out {
+        let (p, f) = (o.path, o.create()?);
         let mut w = std::io::BufWriter::new(f);
         serde_json::to_writer_pretty(&mut w, value)
             .map_err(std::io::Error::from)
@@ -379,8 +396,8 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
         penalty_burst: a.sfb_penalty_burst.unwrap_or(d.penalty_burst),
         ..d
     };
-    // Output files are created first, so a bad path fails at once.
-    let json = create_output("--json", a.json.as_deref())?;
+    // Output files are checked first, so a bad path fails at once.
+    let json = Output::check("--json", a.json.as_deref())?;
     if let Some(p) = &a.plot {
         check_writable("--plot", p)?;
     }
@@ -389,8 +406,8 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
         for &aimd in &a.aimd {
             for q in [QueueKind::Sfb, QueueKind::DropTail] {
                 let path = hgrm_path(p, q.name(), aimd);
-                let f = create_file("--hgrm", &path)?;
-                hgrms.insert((q.name(), aimd), (path, f));
+                check_writable("--hgrm", &path)?;
+                hgrms.insert((q.name(), aimd), path);
             }
         }
     }
@@ -418,8 +435,8 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
         rep.write_text(&mut out, a.per_flow)?;
         writeln!(out, "(wall time {:.2} s)", started.elapsed().as_secs_f64())?;
         for r in &rep.results {
-            if let Some((path, f)) = hgrms.remove(&(r.queue.name(), aimd)) {
-                let mut f = std::io::BufWriter::new(f);
+            if let Some(path) = hgrms.remove(&(r.queue.name(), aimd)) {
+                let mut f = std::io::BufWriter::new(create_file("--hgrm", &path)?);
                 write_hgrm(&r.histogram, &mut f)
                     .and_then(|()| f.flush())
                     .with_context(|| format!("{}: write failed", path.display()))?;
@@ -1074,21 +1091,22 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
     } else {
         Input::Files(files)
     };
-    // Output files are created before the run, so a bad path fails at once
+    // Output files are checked before the run, so a bad path fails at once
     // (the --write directory and its captures: by the replay, before it
-    // sends anything).
-    let json = create_output("--json", a.json.as_deref())?;
+    // sends anything), and written after it.
+    let json = Output::check("--json", a.json.as_deref())?;
     if let Some(p) = &a.plot {
         check_writable("--plot", p)?;
     }
-    let heavy_jsonl = create_output("--heavy-jsonl", a.heavy_jsonl.as_deref())?;
+    let heavy_jsonl = Output::check("--heavy-jsonl", a.heavy_jsonl.as_deref())?;
     let hgrms = match &a.hgrm {
-        Some(p) => Some(
-            hgrm_paths(p)
-                .into_iter()
-                .map(|path| create_file("--hgrm", &path).map(|f| (path, f)))
-                .collect::<Result<Vec<_>>>()?,
-        ),
+        Some(p) => {
+            let paths = hgrm_paths(p);
+            for path in &paths {
+                check_writable("--hgrm", path)?;
+            }
+            Some(paths)
+        }
         None => None,
     };
     let stop = stop_on_signals()?;
@@ -1114,7 +1132,13 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
     // The files are written even when standard output is gone.
     let printed = report.write_text(&mut out, a.top);
     let hgrm_written = match hgrms {
-        Some(files) => report.write_hgrms_to(files)?,
+        Some(paths) => {
+            let files = paths
+                .into_iter()
+                .map(|path| create_file("--hgrm", &path).map(|f| (path, f)))
+                .collect::<Result<Vec<_>>>()?;
+            report.write_hgrms_to(files)?
+        }
         None => Vec::new(),
     };
     write_json(json, &report)?;
@@ -1131,8 +1155,9 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
             &report.queue_samples,
         )?;
     }
-    if let Some((p, f)) = heavy_jsonl {
-        let mut f = std::io::BufWriter::new(f);
+    if let Some(o) = heavy_jsonl {
+        let p = o.path;
+        let mut f = std::io::BufWriter::new(o.create()?);
         for e in &report.heavy {
             e.write_json_lines(&mut f)
                 .with_context(|| format!("{}: write failed", p.display()))?;
@@ -1178,9 +1203,9 @@ fn run_live_replay(
         hlog: a.hlog.clone(),
         tx_threads: a.tx_threads,
     };
-    // Output files are created before the run, so a bad path fails at once.
-    let hgrm = create_output("--hgrm", a.hgrm.as_deref())?;
-    let json = create_output("--json", a.json.as_deref())?;
+    // Output files are checked before the run, so a bad path fails at once.
+    let hgrm = Output::check("--hgrm", a.hgrm.as_deref())?;
+    let json = Output::check("--json", a.json.as_deref())?;
     if let Some(p) = &a.plot {
         if a.rx.is_none() {
             bail!("--plot needs --rx with live replay (latency is measured at the receiver)");
@@ -1202,8 +1227,12 @@ fn run_live_replay(
     warn_input_errors(&report.input_errors, "sent");
     // The files are written even when standard output is gone.
     let printed = report.write_text(&mut std::io::stdout().lock());
-    if let Some((p, f)) = hgrm {
-        let mut f = std::io::BufWriter::new(f);
+    // Without a receive side there is no distribution, and no file.
+    if let Some(o) = hgrm
+        && report.rx.is_some()
+    {
+        let p = o.path;
+        let mut f = std::io::BufWriter::new(o.create()?);
         if let Some(r) = report.write_hgrm(&mut f) {
             r.and_then(|()| f.flush())
                 .with_context(|| format!("{}: write failed", p.display()))?;

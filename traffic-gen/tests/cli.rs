@@ -245,8 +245,17 @@ fn a_bad_header_fails_before_any_work_even_among_good_files() {
     let good = fixed_pcap(&d, "good.pcap", 5);
     let bad = d.join("bad.pcap");
     std::fs::write(&bad, [0xd4, 0xc3, 0xb2, 0xa1, 9, 0]).unwrap();
+    // A previous run's results, and outputs this run would make.
+    let json = d.join("r.json");
+    std::fs::write(&json, "{\"previous\": true}").unwrap();
+    let (jsonl, hgrm) = (d.join("h.jsonl"), d.join("l.hgrm"));
     let out = bin()
-        .args(["replay", "--no-pin"])
+        .args(["replay", "--no-pin", "--json"])
+        .arg(&json)
+        .arg("--heavy-jsonl")
+        .arg(&jsonl)
+        .arg("--hgrm")
+        .arg(&hgrm)
         .arg(&good)
         .arg(&bad)
         .output()
@@ -255,6 +264,14 @@ fn a_bad_header_fails_before_any_work_even_among_good_files() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(&bad.display().to_string()), "{stderr}");
     assert!(out.stdout.is_empty(), "nothing was replayed");
+    // The failed run leaves the previous results as they were, and no
+    // empty files.
+    assert_eq!(
+        std::fs::read_to_string(&json).unwrap(),
+        "{\"previous\": true}"
+    );
+    assert!(!jsonl.exists());
+    assert!(!d.join("l-processing.hgrm").exists());
     let _ = std::fs::remove_dir_all(&d);
 }
 
