@@ -441,6 +441,28 @@ fn held_packets_at_the_end_of_a_replay_are_given_up() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `input` through the built-in router with `workers` workers, unpinned;
+/// every copy accounted for.
+fn on_default_router(input: &Input, workers: usize) -> Report {
+    let cfg = ReplayConfig {
+        pin: false,
+        workers,
+        ..ReplayConfig::new(traffic_gen::replay::default_router())
+    };
+    let r = replay(input, &cfg, None).unwrap();
+    assert!(r.router.is_consistent(), "{:?}", r.router);
+    r
+}
+
+/// The built-in router's shaped port.
+fn r_b(r: &Report) -> &dataplane::runtime::stats::InterfaceReport {
+    r.router
+        .interfaces
+        .iter()
+        .find(|i| i.port.name == "r-b")
+        .expect("the built-in router has r-b")
+}
+
 /// The workers of a replay share a shaped port's queue, as the live
 /// router's do. Kept within 20 ms of capture time of each other
 /// (`replay::Lockstep`), two or three of them offer it the same traffic
@@ -451,30 +473,17 @@ fn held_packets_at_the_end_of_a_replay_are_given_up() {
 /// worker's run sends.)
 #[test]
 fn workers_share_a_shaped_port_as_one_worker_does() {
-    use traffic_gen::replay::default_router;
     use traffic_gen::synth_router::RouterSynthConfig;
     let input = Input::Synth(RouterSynthConfig {
         packets: 100_000,
         ..RouterSynthConfig::default()
     });
     let sent = |workers: usize| {
-        let cfg = ReplayConfig {
-            pin: false,
-            workers,
-            ..ReplayConfig::new(default_router())
-        };
-        let r = replay(&input, &cfg, None).unwrap();
-        assert!(r.router.is_consistent(), "{:?}", r.router);
+        let r = on_default_router(&input, workers);
         assert_eq!(r.router.pipeline.received, 100_000);
         // Kept in step, and said so, only where there is more than one.
         assert_eq!(r.lockstep.is_some(), workers > 1, "{:?}", r.lockstep);
-        let rb = r
-            .router
-            .interfaces
-            .iter()
-            .find(|i| i.port.name == "r-b")
-            .expect("the built-in router has r-b");
-        rb.port.counters.sent
+        r_b(&r).port.counters.sent
     };
     let one = sent(1) as f64;
     for workers in [2, 3] {
@@ -500,7 +509,6 @@ fn workers_share_a_shaped_port_as_one_worker_does() {
 /// first on the wall clock, so each worker count runs four times.
 #[test]
 fn the_last_worker_to_end_drains_the_shared_queue() {
-    use traffic_gen::replay::default_router;
     let dir = scratch("last-drains");
     let pcap = dir.join("tail.pcap");
     let mut w = CaptureWriter::create(&pcap, LinkType::Ethernet, 65535).unwrap();
@@ -515,19 +523,8 @@ fn the_last_worker_to_end_drains_the_shared_queue() {
     // 1000 frames of 1000 bytes at 20 Mbit/s (the built-in r-b).
     let bound_ns = 1000 * 1000 * 8 * 1_000_000_000 / 20_000_000;
     let sent = |workers: usize| {
-        let cfg = ReplayConfig {
-            pin: false,
-            workers,
-            ..ReplayConfig::new(default_router())
-        };
-        let r = replay(&input, &cfg, None).unwrap();
-        assert!(r.router.is_consistent(), "{:?}", r.router);
-        let rb = r
-            .router
-            .interfaces
-            .iter()
-            .find(|i| i.port.name == "r-b")
-            .expect("the built-in router has r-b");
+        let r = on_default_router(&input, workers);
+        let rb = r_b(&r);
         let c = &rb.port.counters;
         assert!(c.sent > 1000, "{workers} workers: r-b sent {}", c.sent);
         assert_eq!(rb.port.backlog_packets, 0, "{workers} workers");
