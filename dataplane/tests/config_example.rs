@@ -184,3 +184,42 @@ fn a_kernel_backend_this_cpu_lacks_stops_the_router_before_any_work() {
         )
     );
 }
+
+/// A configured interface this host lacks stops `run` with the file and
+/// the key at fault (no root needed: the interface is looked up before any
+/// socket is opened; the lock files go to a scratch directory).
+#[test]
+fn run_names_the_file_and_key_of_a_missing_interface() {
+    let dir = std::env::temp_dir().join(format!("bloomplane-missing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("r.toml");
+    let (a, b) = (
+        format!("bpq{}a", std::process::id() % 100_000),
+        format!("bpq{}b", std::process::id() % 100_000),
+    );
+    std::fs::write(
+        &path,
+        format!(
+            "[[interfaces]]\nname = \"{a}\"\n\n[[interfaces]]\nname = \"{b}\"\n\n\
+             [[wires]]\nfrom = \"{a}\"\nto = \"{b}\"\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .arg("run")
+        .arg("--config")
+        .arg(&path)
+        .env("BLOOMPLANE_LOCK_DIR", &dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "dataplane: error: {}: interfaces[0].name: interface \"{a}\" not found",
+            path.display()
+        )
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -22,6 +22,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use anyhow::Context as _;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use dataplane::config::RouterConfig;
 use dataplane::runtime::metrics::MetricsServer;
@@ -164,7 +165,10 @@ fn run(
         .and_then(|t| t.listen_addr())
         .map(MetricsServer::bind)
         .transpose()?;
-    let mut router = Router::start(&cfg, &RunOptions { heavy_report })?;
+    // Its errors name the file: the interface or port at fault is one of
+    // its keys.
+    let mut router = Router::start(&cfg, &RunOptions { heavy_report })
+        .with_context(|| file.display().to_string())?;
     let metrics = match listener {
         Some(l) => {
             let addr = l.local_addr();

@@ -90,6 +90,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use anyhow::Context as _;
+
 use crate::chain::{Chain, ChainError};
 use crate::clock::MonotonicClock;
 use crate::config::{IoBackend, RouterConfig};
@@ -227,8 +229,9 @@ impl Router {
         let locks = lock::lock_all(cfg.interfaces.iter().map(|i| i.name.as_str()))?;
         // Fanout groups: one per interface, joined in worker order.
         let mut groups = Vec::new();
-        for ifc in &cfg.interfaces {
-            let sys = socket::find_interface(&ifc.name)?;
+        for (i, ifc) in cfg.interfaces.iter().enumerate() {
+            let sys = socket::find_interface(&ifc.name)
+                .with_context(|| format!("interfaces[{i}].name"))?;
             groups.push(socket::fanout_group(sys.index));
         }
         let clock = MonotonicClock::new();
