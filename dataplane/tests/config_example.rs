@@ -76,11 +76,7 @@ fn with_static_groups(n: u32, expected: Option<u64>) -> String {
 fn check_config(text: &str, tag: &str) -> (bool, String) {
     let path = std::env::temp_dir().join(format!("bp-check-{}-{tag}.toml", std::process::id()));
     std::fs::write(&path, text).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = dataplane().arg("check-config").arg(&path).output().unwrap();
     let _ = std::fs::remove_file(&path);
     let text = format!(
         "{}{}",
@@ -88,6 +84,20 @@ fn check_config(text: &str, tag: &str) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// Runs `cmd` (the `dataplane` binary, [`dataplane`]) and expects exit
+/// status 1; returns its standard error.
+fn fails(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    stderr
+}
+
+/// The `dataplane` binary.
+fn dataplane() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
 }
 
 /// 300,000 static groups (a size that once never returned) are refused
@@ -125,13 +135,7 @@ fn check_config_prints_every_error() {
          [[wires]]\nfrom = \"a\"\nto = \"c\"\n\n[heavy]\nrows = 0\n",
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = fails(dataplane().arg("check-config").arg(&path));
     let p = path.display();
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 3, "{stderr}");
@@ -164,13 +168,11 @@ fn a_kernel_backend_this_cpu_lacks_stops_the_router_before_any_work() {
         "neon"
     };
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/router.toml");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args(["check-config", example])
-        .env("BLOOMPLANE_BACKEND", missing)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = fails(
+        dataplane()
+            .args(["check-config", example])
+            .env("BLOOMPLANE_BACKEND", missing),
+    );
     assert_eq!(
         stderr.trim_end(),
         format!(
@@ -205,15 +207,12 @@ fn run_names_the_file_and_key_of_a_missing_interface() {
         ),
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .arg("run")
-        .arg("--config")
-        .arg(&path)
-        .env("BLOOMPLANE_LOCK_DIR", &dir)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = fails(
+        dataplane()
+            .args(["run", "--config"])
+            .arg(&path)
+            .env("BLOOMPLANE_LOCK_DIR", &dir),
+    );
     assert_eq!(
         stderr.trim_end(),
         format!(

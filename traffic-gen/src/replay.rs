@@ -642,7 +642,7 @@ pub const LOCKSTEP_WINDOW_NS: u64 = 20_000_000;
 /// dispatcher hands out a frame only when no worker still has a frame from
 /// more than the window before it unfinished: a worker publishes how many
 /// frames it has finished (all it received before each `recv`), and the
-/// dispatcher, which knows what it gave to whom (`Pace`), waits for the
+/// dispatcher, which knows what it gave to whom (`InStep`), waits for the
 /// late ones, having first sent every frame it holds. Only the dispatcher
 /// waits, and only for workers that have all they need, so the replay
 /// always moves on; a worker that ends, or unwinds, counts as having
@@ -1550,32 +1550,32 @@ mod tests {
     fn pace_holds_frames_a_window_past_a_late_worker() {
         const W: u64 = LOCKSTEP_WINDOW_NS;
         let lockstep = Arc::new(Lockstep::new(2));
-        let mut pace = InStep::new(Arc::clone(&lockstep));
+        let mut in_step = InStep::new(Arc::clone(&lockstep));
         // Worker 0 alone for a long while, finishing each frame at once.
         for k in 0..100u64 {
             let ts = k * W;
-            assert!(pace.allows(ts), "frame {k}");
-            pace.given(0, ts);
+            assert!(in_step.allows(ts), "frame {k}");
+            in_step.given(0, ts);
             lockstep.finished(0, k + 1);
         }
         // Worker 1 gets a frame and does not finish it: worker 0's frames
         // go out up to the window past it, and no further.
         let t1 = 100 * W;
-        assert!(pace.allows(t1));
-        pace.given(1, t1);
+        assert!(in_step.allows(t1));
+        in_step.given(1, t1);
         for ts in [t1, t1 + W / 2, t1 + W] {
-            assert!(pace.allows(ts), "{ts}");
-            pace.given(0, ts);
+            assert!(in_step.allows(ts), "{ts}");
+            in_step.given(0, ts);
         }
         lockstep.finished(0, 103);
-        assert!(!pace.allows(t1 + W + 1));
-        assert!(!pace.allows(t1 + 10 * W));
+        assert!(!in_step.allows(t1 + W + 1));
+        assert!(!in_step.allows(t1 + 10 * W));
         // Once worker 1 has finished it, they go out again.
         lockstep.finished(1, 1);
-        assert!(pace.allows(t1 + W + 1));
+        assert!(in_step.allows(t1 + W + 1));
         // A frame that arrived earlier than those before (a capture whose
         // times go back) is never held.
-        assert!(pace.allows(0));
+        assert!(in_step.allows(0));
     }
 
     fn synth() -> Input {

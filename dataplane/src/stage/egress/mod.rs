@@ -723,25 +723,30 @@ impl Egress {
     /// milliseconds on, as if it had held twice its limit. The last stage
     /// to end drains it.
     pub fn drain_all(&mut self, tx: &mut impl Transmit) -> usize {
-        let first_end = !self.ended;
-        self.ended = true;
+        self.end();
         let mut n = 0;
         for port in 0..self.ports.len() {
-            let Some(q) = &self.ports[port].queue else {
-                continue;
-            };
-            let last = {
-                let mut st = lock(q);
-                if first_end {
-                    st.running = st.running.saturating_sub(1);
-                }
-                st.running == 0
-            };
+            let last = self.ports[port]
+                .queue
+                .as_ref()
+                .is_some_and(|q| lock(q).running == 0);
             if last {
                 n += self.drain(port, Timestamp::from_nanos(u64::MAX), tx, true);
             }
         }
         n
+    }
+
+    /// This stage's input has ended: it no longer holds its queues back
+    /// from being drained (once, however often it is called).
+    fn end(&mut self) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        for q in self.queues() {
+            let mut st = lock(q);
+            st.running = st.running.saturating_sub(1);
+        }
     }
 
     /// Drops every queued copy (a live shutdown, after the drain
@@ -929,13 +934,7 @@ impl Drop for Egress {
     /// no shared queue back from the stages still running: the last of
     /// them drains it ([`Egress::drain_all`]).
     fn drop(&mut self) {
-        if self.ended {
-            return;
-        }
-        for q in self.queues() {
-            let mut st = lock(q);
-            st.running = st.running.saturating_sub(1);
-        }
+        self.end();
     }
 }
 
