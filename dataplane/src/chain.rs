@@ -75,7 +75,7 @@ fn count_released(o: &Originated, c: &mut PipelineCounters) {
         }
         c.held = c.held.saturating_sub(1);
         // A released packet was forwarded or dropped, never kept.
-        if !matches!(p.verdict, Verdict::Local | Verdict::Held) {
+        if !matches!(p.verdict, Verdict::Consumed | Verdict::Held) {
             c.count_verdict(p.verdict);
         }
     }
@@ -188,6 +188,16 @@ impl Chain {
     /// packet whose last copy went into an egress queue moved there (the
     /// packet's bytes are then empty).
     pub fn process(&mut self, batch: &mut Batch, now: Timestamp, tx: &mut impl Transmit) {
+        self.process_local(batch, now);
+        self.process_shared(batch, now, tx);
+    }
+
+    /// Steps 1-3 of [`process`](Self::process) (parse, Icarus, heavy
+    /// flows): what depends on this chain's own state and the batch alone.
+    /// Workers run them side by side; the rest, whose state they may share
+    /// (learned neighbours and memberships, the egress queues), follows in
+    /// [`process_shared`](Self::process_shared).
+    pub fn process_local(&mut self, batch: &mut Batch, now: Timestamp) {
         let mut lap = Lap::start();
         parse_batch(&self.parse, batch, &mut self.counters);
         lap.lap(Step::Parse);
@@ -199,6 +209,12 @@ impl Chain {
             Stage::process(s, batch, now);
         }
         lap.lap(Step::Heavy);
+    }
+
+    /// Steps 4-9 of [`process`](Self::process), after
+    /// [`process_local`](Self::process_local).
+    pub fn process_shared(&mut self, batch: &mut Batch, now: Timestamp, tx: &mut impl Transmit) {
+        let mut lap = Lap::start();
         self.originated.clear();
         if let Some(s) = &mut self.forward {
             s.process(batch, now, &mut self.originated);

@@ -14,13 +14,15 @@
 //!   or [`Verdict::Mark`] (a marked packet is forwarded with ECN CE set);
 //! * `marked` — the subset of `forwarded` that was marked;
 //! * `dropped` — per [`DropReason`];
-//! * `local` — packets addressed to the router itself and consumed by it
-//!   ([`Verdict::Local`]: ARP, neighbour discovery, pings; the answers are
-//!   frames the router originates, not counted here);
+//! * `consumed` — packets the router takes in as its own input and does
+//!   not forward ([`Verdict::Consumed`]): on routed ports those addressed
+//!   to it (ARP, neighbour discovery, pings; the answers are frames the
+//!   router originates, not counted here), and on every port the IGMP/MLD
+//!   messages to a group address that the multicast stage learns from;
 //! * `held` — packets waiting for their next hop's MAC ([`Verdict::Held`]),
 //!   a gauge: each leaves it later, forwarded or dropped, in a later batch.
 //!
-//! The invariant `received == forwarded + local + dropped + held` holds
+//! The invariant `received == forwarded + consumed + dropped + held` holds
 //! after every call ([`PipelineCounters::is_consistent`]).
 //!
 //! A frame that fails to parse is counted by its [`Malformed`] reason in
@@ -208,6 +210,23 @@ drop_reasons! {
     NotRoutable => "not_routable",
 }
 
+impl DropReason {
+    /// Decided by the egress stage on a port's copy (SFB, the queue, a live
+    /// shutdown): the port's counters count the copies, and the packet is
+    /// dropped for it only when no copy was left.
+    pub fn at_egress(self) -> bool {
+        matches!(
+            self,
+            DropReason::SfbEarly
+                | DropReason::SfbPenalty
+                | DropReason::SfbBucket
+                | DropReason::SfbRate
+                | DropReason::QueueFull
+                | DropReason::EgressShutdown
+        )
+    }
+}
+
 impl fmt::Display for DropReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -223,10 +242,11 @@ pub enum Verdict {
     Mark(PortSet),
     /// Discard.
     Drop(DropReason),
-    /// Addressed to the router and consumed by it (ARP, neighbour
-    /// discovery, pings): not forwarded, not dropped. Whatever the router
-    /// answers leaves as a frame it originates.
-    Local,
+    /// Taken in by the router as its own input: addressed to it (ARP,
+    /// neighbour discovery, pings), or an IGMP/MLD message the multicast
+    /// stage learned from. Not forwarded, not dropped. Whatever the
+    /// router answers leaves as a frame it originates.
+    Consumed,
     /// Held by the forwarding stage until its next hop's MAC is known; it
     /// leaves later (forwarded) or is dropped with
     /// [`DropReason::NoNeighbour`].
@@ -280,8 +300,8 @@ pub struct Packet {
     /// frames as they came; the egress stage inserts the option into each
     /// copy that leaves by a port that keeps it, and a copy leaving by a
     /// stripping port goes out as it came (see [`crate::stage::icarus`]).
-    /// Stages that measure the packet as it travels (heavy flows, the MTU
-    /// check) add these bytes.
+    /// The MTU check adds these bytes (the packet as it leaves); stages
+    /// that count a flow's bytes (heavy flows) count what arrived.
     pub icarus_pending: u8,
 }
 
@@ -561,10 +581,6 @@ pub enum MalformedPolicy {
 pub struct PipelineConfig {
     /// Malformed frames: drop (default) or pass.
     pub malformed: MalformedPolicy,
-    /// Use the frame's original length to call an IP length that runs past
-    /// a complete frame malformed ([`parse_with_orig_len`](crate::wire::parse_with_orig_len)). Off by default:
-    /// captures are often cut by a snaplen.
-    pub strict_lengths: bool,
     /// Where a parsed packet goes until a stage decides otherwise.
     pub default_egress: PortSet,
 }
@@ -573,7 +589,6 @@ impl Default for PipelineConfig {
     fn default() -> Self {
         PipelineConfig {
             malformed: MalformedPolicy::Drop,
-            strict_lengths: false,
             default_egress: PortSet::single(1),
         }
     }
@@ -653,8 +668,8 @@ pub struct PipelineCounters {
     pub marked: u64,
     /// Dropped packets by reason.
     pub dropped: DropCounters,
-    /// Packets addressed to the router and consumed ([`Verdict::Local`]).
-    pub local: u64,
+    /// Packets the router took in as its own input ([`Verdict::Consumed`]).
+    pub consumed: u64,
     /// Packets held now for a next hop being resolved ([`Verdict::Held`]):
     /// each later leaves this figure for `forwarded` or `dropped`.
     pub held: u64,
@@ -670,7 +685,7 @@ pub struct PipelineCounters {
 
 impl PipelineCounters {
     /// Counts one packet's final verdict: `forwarded` (and `marked`),
-    /// `dropped` by reason, `local` or `held`.
+    /// `dropped` by reason, `consumed` or `held`.
     #[inline]
     pub fn count_verdict(&mut self, v: Verdict) {
         match v {
@@ -680,18 +695,18 @@ impl PipelineCounters {
                 self.marked = self.marked.saturating_add(1);
             }
             Verdict::Drop(r) => self.dropped.record(r),
-            Verdict::Local => self.local = self.local.saturating_add(1),
+            Verdict::Consumed => self.consumed = self.consumed.saturating_add(1),
             Verdict::Held => self.held = self.held.saturating_add(1),
         }
     }
 
-    /// `received == forwarded + local + dropped + held` and
+    /// `received == forwarded + consumed + dropped + held` and
     /// `marked <= forwarded`.
     pub fn is_consistent(&self) -> bool {
         self.received
             == self
                 .forwarded
-                .saturating_add(self.local)
+                .saturating_add(self.consumed)
                 .saturating_add(self.dropped.total())
                 .saturating_add(self.held)
             && self.marked <= self.forwarded
@@ -702,7 +717,7 @@ impl PipelineCounters {
         self.received = self.received.saturating_add(other.received);
         self.forwarded = self.forwarded.saturating_add(other.forwarded);
         self.marked = self.marked.saturating_add(other.marked);
-        self.local = self.local.saturating_add(other.local);
+        self.consumed = self.consumed.saturating_add(other.consumed);
         self.held = self.held.saturating_add(other.held);
         self.non_ip = self.non_ip.saturating_add(other.non_ip);
         self.cut_by_capture = self.cut_by_capture.saturating_add(other.cut_by_capture);
@@ -717,10 +732,13 @@ impl PipelineCounters {
 /// `received`, `non_ip`, `cut_by_capture` and the malformed reasons.
 pub fn parse_batch(cfg: &PipelineConfig, batch: &mut Batch, c: &mut PipelineCounters) {
     c.received = c.received.saturating_add(batch.len() as u64);
-    let orig_len = |p: &Packet| cfg.strict_lengths.then_some(p.orig_len as usize);
     for p in batch.packets_mut() {
         // In place: the summary is written into the slot, not copied there.
-        match parse_into(p.link_type, &p.data, orig_len(p), &mut p.parsed) {
+        // With the length on the wire: an IP length past a frame the
+        // capture did not cut is a lie, malformed; past one it cut
+        // (`caplen < len`), the datagram is counted `cut_by_capture`.
+        let orig_len = Some(p.orig_len as usize);
+        match parse_into(p.link_type, &p.data, orig_len, &mut p.parsed) {
             Ok(()) => {
                 match p.parsed.as_ref() {
                     Some(x) if x.is_ip() => {
@@ -746,8 +764,8 @@ pub fn parse_batch(cfg: &PipelineConfig, batch: &mut Batch, c: &mut PipelineCoun
 }
 
 /// The last step of every batch: counts each packet's final verdict
-/// (`forwarded`, `marked`, `dropped` by reason, `local`, `held`), which
-/// keeps `received == forwarded + local + dropped + held`.
+/// (`forwarded`, `marked`, `dropped` by reason, `consumed`, `held`), which
+/// keeps `received == forwarded + consumed + dropped + held`.
 ///
 /// Without a branch per packet: verdicts of a mixed batch (forwarded,
 /// marked, dropped by the fair-share check or Blue's coin) alternate at
@@ -759,7 +777,7 @@ pub fn parse_batch(cfg: &PipelineConfig, batch: &mut Batch, c: &mut PipelineCoun
 /// not dropped adds its 1 to a spare counter past the reasons); the
 /// batch's tallies are then added to the counters.
 pub fn count_verdicts(batch: &Batch, c: &mut PipelineCounters) {
-    let (mut forwarded, mut marked, mut local, mut held) = (0u64, 0u64, 0u64, 0u64);
+    let (mut forwarded, mut marked, mut consumed, mut held) = (0u64, 0u64, 0u64, 0u64);
     // One counter per reason, and one more that every packet not dropped
     // adds its 1 to.
     let mut drops = [0u32; DropReason::COUNT + 1];
@@ -767,7 +785,7 @@ pub fn count_verdicts(batch: &Batch, c: &mut PipelineCounters) {
         let v = p.verdict;
         forwarded += u64::from(v.is_forwarded());
         marked += u64::from(matches!(v, Verdict::Mark(_)));
-        local += u64::from(v == Verdict::Local);
+        consumed += u64::from(v == Verdict::Consumed);
         held += u64::from(v == Verdict::Held);
         let reason = match v {
             Verdict::Drop(r) => Some(r),
@@ -780,7 +798,7 @@ pub fn count_verdicts(batch: &Batch, c: &mut PipelineCounters) {
     }
     c.forwarded = c.forwarded.saturating_add(forwarded);
     c.marked = c.marked.saturating_add(marked);
-    c.local = c.local.saturating_add(local);
+    c.consumed = c.consumed.saturating_add(consumed);
     c.held = c.held.saturating_add(held);
     c.dropped.add_counts(&drops);
 }
@@ -947,7 +965,7 @@ mod tests {
             Verdict::Forward(PortSet::single(1)),
             Verdict::Forward(PortSet::EMPTY),
             Verdict::Mark(PortSet::single(2)),
-            Verdict::Local,
+            Verdict::Consumed,
             Verdict::Held,
         ];
         kinds.extend(reasons.iter().map(|&r| Verdict::Drop(r)));
@@ -971,7 +989,7 @@ mod tests {
             assert_eq!(batched, reference, "round {round}");
         }
         assert!(reasons.iter().all(|&r| reference.dropped.get(r) > 0));
-        assert!(reference.local > 0 && reference.held > 0 && reference.marked > 0);
+        assert!(reference.consumed > 0 && reference.held > 0 && reference.marked > 0);
         // Near the top, the tallies saturate as single counts do.
         for c in [&mut batched, &mut reference] {
             c.forwarded = u64::MAX - 1;
@@ -1062,6 +1080,29 @@ mod tests {
         assert_eq!(c.cut_by_capture, 1);
         assert_eq!(c.forwarded, 2);
         assert_eq!(c.malformed.get(Malformed::TruncatedL4Header), 1);
+        assert!(c.is_consistent());
+    }
+
+    /// A frame whose IP length says more than arrived on the wire
+    /// (`caplen == len`, as every live frame is) was not cut by a capture:
+    /// its length field lies, and it is malformed (tcpdump:
+    /// `truncated-ip - N bytes missing`), not `cut_by_capture`.
+    #[test]
+    fn a_frame_shorter_than_its_ip_length_is_malformed_not_cut() {
+        let mut p = Pipeline::new(PipelineConfig::default());
+        let mut b = Batch::new();
+        let frame = udp_frame();
+        b.push(Timestamp::ZERO, 38, LinkType::Ethernet, &frame[..38]);
+        p.process(&mut b, Timestamp::ZERO);
+        let c = p.counters();
+        assert_eq!(c.cut_by_capture, 0);
+        assert_eq!(c.forwarded, 0);
+        assert_eq!(c.malformed.get(Malformed::Ipv4TotalLengthBeyondFrame), 1);
+        assert_eq!(
+            c.dropped
+                .get(DropReason::Malformed(Malformed::Ipv4TotalLengthBeyondFrame)),
+            1
+        );
         assert!(c.is_consistent());
     }
 

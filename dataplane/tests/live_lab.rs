@@ -385,7 +385,7 @@ listen = "127.0.0.1:{METRICS_PORT}"
     let pl = &total["pipeline"];
     assert_eq!(
         u(&pl["received"]),
-        u(&pl["forwarded"]) + u(&pl["dropped"]),
+        u(&pl["forwarded"]) + u(&pl["consumed"]) + u(&pl["dropped"]),
         "{pl}"
     );
     assert_eq!(u(&pl["drops"]["loop"]), u64::from(LOOPING), "{pl}");
@@ -721,8 +721,8 @@ fn ecn_phase(lab: &mut Lab, backend: &str) {
     let q = rb;
     assert_eq!(
         u(&pl["received"]),
-        u(&pl["forwarded"]) + u(&pl["dropped"]),
-        "received = forwarded + dropped\n{ctx}"
+        u(&pl["forwarded"]) + u(&pl["consumed"]) + u(&pl["dropped"]),
+        "received = forwarded + consumed + dropped\n{ctx}"
     );
     assert_eq!(
         drops.values().map(u).sum::<u64>(),
@@ -907,7 +907,7 @@ bidirectional = true
     }
     assert_eq!(
         u(&pl["received"]),
-        u(&pl["forwarded"]) + u(&pl["dropped"]),
+        u(&pl["forwarded"]) + u(&pl["consumed"]) + u(&pl["dropped"]),
         "{ctx}"
     );
     let ours: Vec<(u64, usize)> = arrivals

@@ -15,7 +15,10 @@
 //!    reported and stay near their sizing;
 //! 4. a raw socket in the router's namespace sends frames out of r-b (as
 //!    another local process or a second router would): none is forwarded
-//!    to A, and the router counts them as outgoing frames dropped;
+//!    to A, and the router counts them as outgoing frames dropped; and A
+//!    sends frames whose IPv4 total length claims more than the frame
+//!    holds (a live frame is never cut by a capture): each is malformed,
+//!    counted by its reason, not forwarded;
 //! 5. SIGTERM right after: exit 0 within the drain deadline, every packet
 //!    accounted for;
 //! 6. unprivileged: the same router as user `nobody` with only
@@ -65,6 +68,8 @@ const UNICAST_PORT: u16 = 9000;
 /// Frames the raw socket sends out of r-b, and the port they are for.
 const INJECTED: u32 = 20;
 const INJECTED_PORT: u16 = 9500;
+/// Frames from A whose IP length says 1500 bytes in a 64-byte frame.
+const LYING: u32 = 16;
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_dataplane"))
@@ -137,15 +142,31 @@ fn mld_flood() -> Vec<Vec<u8>> {
 
 /// A UDP datagram from B to A, numbered `seq`, as it would arrive on r-b.
 fn b_to_a(seq: u32) -> Vec<u8> {
-    let mut f = MAC_A.to_vec();
-    f.extend_from_slice(&MAC_B);
+    udp((MAC_B, B), (MAC_A, A), seq, None)
+}
+
+/// A UDP datagram from A to B whose IPv4 total length claims 1500 bytes.
+fn lying_a_to_b(seq: u32) -> Vec<u8> {
+    udp((MAC_A, A), (MAC_B, B), seq, Some(1500))
+}
+
+/// A UDP datagram numbered `seq` to [`INJECTED_PORT`], with its true IPv4
+/// total length or `claimed`.
+fn udp(
+    from: ([u8; 6], Ipv4Addr),
+    to: ([u8; 6], Ipv4Addr),
+    seq: u32,
+    claimed: Option<u16>,
+) -> Vec<u8> {
+    let mut f = to.0.to_vec();
+    f.extend_from_slice(&from.0);
     f.extend_from_slice(&[0x08, 0x00]);
     let payload = seq.to_be_bytes();
-    let len = 20 + 8 + payload.len() as u16;
+    let len = claimed.unwrap_or(20 + 8 + payload.len() as u16);
     let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0];
     ip[2..4].copy_from_slice(&len.to_be_bytes());
-    ip.extend_from_slice(&B.octets());
-    ip.extend_from_slice(&A.octets());
+    ip.extend_from_slice(&from.1.octets());
+    ip.extend_from_slice(&to.1.octets());
     let sum = !checksum::sum(&ip);
     ip[10..12].copy_from_slice(&sum.to_be_bytes());
     f.extend_from_slice(&ip);
@@ -248,8 +269,11 @@ fn hostile_hosts(backend: &str) {
         "unicast A -> B through the floods"
     );
 
-    // 4. Frames other sockets send out of a router port.
+    // 4. Frames other sockets send out of a router port; frames that lie
+    // about their length.
     inject_on_router_port(&lab);
+    let lying: Vec<Vec<u8>> = (0..LYING).map(lying_a_to_b).collect();
+    assert_eq!(flood(&lab.ns("a"), lying).join().unwrap(), LYING as usize);
 
     // 5. Stop within the deadline; read the counters.
     let limit = DRAIN_DEADLINE + Duration::from_secs(3);
@@ -264,9 +288,16 @@ fn hostile_hosts(backend: &str) {
     }
     let total = &report["total"];
     let pl = &total["pipeline"];
+    // The reports the multicast stage learned from are consumed.
     assert_eq!(
         u(&pl["received"]),
-        u(&pl["forwarded"]) + u(&pl["dropped"]),
+        u(&pl["forwarded"]) + u(&pl["consumed"]) + u(&pl["dropped"]),
+        "{pl}"
+    );
+    assert!(u(&pl["consumed"]) > 0, "{pl}");
+    assert_eq!(
+        u(&pl["malformed"]["ipv4_total_length_beyond_frame"]),
+        u64::from(LYING),
         "{pl}"
     );
     let (ra, rb) = (interface(total, "r-a"), interface(total, "r-b"));

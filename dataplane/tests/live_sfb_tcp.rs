@@ -267,7 +267,7 @@ fn fair_sfb_holds_an_unresponsive_flow_among_real_tcp() {
     let pl = &total["pipeline"];
     assert_eq!(
         u(&pl["received"]),
-        u(&pl["forwarded"]) + u(&pl["dropped"]),
+        u(&pl["forwarded"]) + u(&pl["consumed"]) + u(&pl["dropped"]),
         "{pl}"
     );
     assert!(u(&sfb["ratedrop"]) > 0, "{sfb}");

@@ -165,7 +165,7 @@ impl L3Lab {
             let pl = &report["total"]["pipeline"];
             assert_eq!(
                 u(&pl["received"]),
-                u(&pl["forwarded"]) + u(&pl["local"]) + u(&pl["dropped"]) + u(&pl["held"]),
+                u(&pl["forwarded"]) + u(&pl["consumed"]) + u(&pl["dropped"]) + u(&pl["held"]),
                 "{r}: received = forwarded + local + dropped + held: {pl}"
             );
             reports.push(report);

@@ -235,13 +235,14 @@ fn join_forward_leave_expire() {
         SEC,
     );
     let nr = Verdict::Drop(DropReason::NoRoute);
+    let consumed = Verdict::Consumed;
     let fwd = |m: u64| Verdict::Forward(PortSet::from_mask(m));
     assert_eq!(
         v,
         vec![
-            nr,
-            nr,
-            nr,
+            consumed,
+            consumed,
+            consumed,
             fwd(0b0100),
             fwd(0b0110),
             fwd(0b1000),

@@ -208,6 +208,40 @@ fn counts_return_to_zero_after_rehash_and_drain() {
     );
 }
 
+/// After heavy dropping the queue drains and a rehash clears Blue's
+/// probabilities: the figures `tc` prints (`maxqlen`, `maxprob`,
+/// `avgprob`) are of the bins now and read 0, so the end of a run said
+/// nothing of what happened. The run's peaks keep it.
+#[test]
+fn the_end_of_run_figures_are_now_and_the_peaks_are_the_run_s() {
+    let mut sfb = Sfb::new(cfg()).unwrap();
+    let flow = [10, 20, 30, 6];
+    let mut tags = Vec::new();
+    let mut dropped = 0;
+    for i in 0..3000u64 {
+        sfb.tick(t(i * MS / 10));
+        match offer(&mut sfb, &flow, false, tags.len(), t(i * MS / 10)) {
+            Admit::Enqueue { tag, .. } => tags.push(tag),
+            Admit::Drop(_) => dropped += 1,
+        }
+    }
+    assert!(dropped > 1000, "{dropped}");
+    let during = sfb.stats(t(300 * MS));
+    assert_eq!(during.maxprob, SFB_MAX_PROB);
+    // The queue drains, then the sets swap (a rehash).
+    for tag in &tags {
+        sfb.release(tag);
+    }
+    sfb.swap();
+    sfb.tick(t(400 * MS));
+    let end = sfb.stats(t(400 * MS));
+    assert_eq!((end.maxqlen, end.maxprob, end.avgprob), (0, 0, 0), "{end}");
+    assert_eq!(end.peak.maxprob, SFB_MAX_PROB, "{end}");
+    assert!(end.peak.maxqlen >= during.maxqlen.min(20), "{end}");
+    assert!(end.peak.avgprob > 0, "{end}");
+    assert!(end.to_string().contains("now, peak maxqlen"), "{end}");
+}
+
 /// Fraction of innocent flows whose every bin is held at probability 1 by
 /// `m` penalised flows, measured over `seeds` key draws.
 fn misjudged(
@@ -612,7 +646,7 @@ fn egress_stage_marks_drops_and_balances_in_the_chain() {
                 }
                 Verdict::Forward(_) => {}
                 Verdict::Drop(r) => panic!("port 2 has no SFB, yet dropped: {r}"),
-                v @ (Verdict::Local | Verdict::Held) => panic!("no routed port, yet {v:?}"),
+                v @ (Verdict::Consumed | Verdict::Held) => panic!("no routed port, yet {v:?}"),
             }
         }
         for s in sink.take_sent() {

@@ -26,22 +26,28 @@
 //!
 //! # Determinism
 //!
-//! With one worker (the default), the same capture, config and seed give
-//! the same verdicts, counters, heavy flows and byte-identical `--write`
-//! captures: every stage runs on capture time, and the hash keys a config
-//! leaves to chance are seeded from `--seed` ([`RouterConfig::fill_seeds`]).
-//! With `n` workers, each flow's fate is still decided by one worker on its
-//! own packets in capture order, so heavy flows, Icarus and, for ports
-//! without a queue, every copy are the same; but the workers offer their
-//! copies to a shaped port's one queue (as the live router does) in an
-//! order that depends on thread timing, which changes SFB's decisions, and
-//! multicast memberships learned by one worker reach the
-//! others between batches whose order depends on thread timing. Where the
-//! router has a queue, the dispatcher keeps the frames the workers are
-//! working on within [`LOCKSTEP_WINDOW_NS`] of capture time of each other
-//! ([`Lockstep`]), so that the queue sees the capture's arrivals in order
-//! up to that window, as one worker's queue does. The written captures
-//! are merged per port in departure-time order.
+//! The same capture, config, seed and worker count give the same verdicts,
+//! counters, heavy flows and byte-identical `--write` captures: every
+//! stage runs on capture time, and the hash keys a config leaves to chance
+//! are seeded from `--seed` ([`RouterConfig::fill_seeds`]). With `n`
+//! workers, each flow's fate is decided by one worker on its own packets
+//! in capture order, and the workers act on what they share (a shaped
+//! port's one queue, as in the live router; the multicast memberships and
+//! neighbours they tell each other) by turns in an order the input alone
+//! fixes ([`Turns`]), so thread timing changes nothing but the wall-clock
+//! figures. The written captures are merged per port in departure-time
+//! order (ties: the lower worker first).
+//!
+//! Between worker counts, what differs is what the split changes: a shaped
+//! queue takes one worker's frames a chunk at a time (a chunk is at most
+//! [`BATCH_SIZE`] frames and [`TURN_WINDOW_NS`] of capture time), so the
+//! arrivals of two workers reach it interleaved to within that window
+//! rather than frame by frame, which moves a few of SFB's decisions; a
+//! membership or neighbour one worker learns reaches the others at their
+//! next turn rather than within the batch; and each worker closes the
+//! heavy-flow epochs of its own traffic (the merged report is the same).
+//! With one worker, batches and chunks are as before: a single-worker run
+//! takes no turns.
 //!
 //! # Latency
 //!
@@ -49,7 +55,7 @@
 //! (wall clock, per packet), egress sojourn and through-router (capture
 //! time, per copy).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
@@ -223,7 +229,7 @@ pub fn packet_log(names: Vec<String>) -> PacketLog {
                 Verdict::Forward(set) => format!("forward {}", ports(set)),
                 Verdict::Mark(set) => format!("mark CE, forward {}", ports(set)),
                 Verdict::Drop(r) => format!("drop {r}"),
-                Verdict::Local => "local (to the router)".to_string(),
+                Verdict::Consumed => "consumed (by the router)".to_string(),
                 Verdict::Held => "held (resolving the next hop)".to_string(),
             };
             let ingress = names
@@ -272,7 +278,9 @@ pub struct Report {
     pub packets: u64,
     /// Their wire bytes.
     pub bytes: u64,
-    /// Capture time from the first packet to the last departure, s.
+    /// Capture time from the first arrival to the last arrival or
+    /// departure, whichever is later, s (the capture's span even when no
+    /// packet left).
     pub capture_span_s: f64,
     /// Wall time, s.
     pub elapsed_s: f64,
@@ -316,23 +324,23 @@ pub struct Report {
     /// Gaps in capture time longer than a minute, cut to a minute by the
     /// pacing (`--multiplier`; see `pacing::Schedule`).
     pub pacing_gaps_capped: u64,
-    /// How the workers were kept in step (`None`: one worker, or no
-    /// queue; see [`Lockstep`]).
-    pub lockstep: Option<LockstepSummary>,
+    /// How the workers took turns at what they share (`None`: one worker,
+    /// or nothing shared; see [`Turns`]).
+    pub turns: Option<TurnsSummary>,
     /// The merged latency histograms (ns).
     #[serde(skip)]
     pub latency: Latencies,
 }
 
-/// How the dispatcher kept the workers of a replay in step ([`Lockstep`]).
+/// How the workers of a replay took turns ([`Turns`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct LockstepSummary {
-    /// The window, ms of capture time.
+pub struct TurnsSummary {
+    /// A chunk's longest span, ms of capture time ([`TURN_WINDOW_NS`]).
     pub window_ms: f64,
-    /// Times the dispatcher held a frame back for a late worker.
+    /// Turns taken: chunks, and each worker's end.
+    pub turns: u64,
+    /// Times a worker waited for its turn (wall-clock dependent).
     pub waits: u64,
-    /// Wall time it spent holding frames back, s.
-    pub waited_s: f64,
 }
 
 impl Report {
@@ -361,11 +369,11 @@ impl Report {
             gaps_capped: self.pacing_gaps_capped,
         };
         notes.write_ending(w)?;
-        if let Some(l) = &self.lockstep {
+        if let Some(t) = &self.turns {
             writeln!(
                 w,
-                "workers kept within {} ms of capture time of each other (a shaped queue sees the arrivals in order): the dispatcher held frames back {} times, {:.3} s",
-                l.window_ms, l.waits, l.waited_s
+                "workers took {} turns at what they share (queues, memberships, neighbours) in capture order, chunks of at most {} ms of capture time: the run repeats exactly (a worker waited for its turn {} times)",
+                t.turns, t.window_ms, t.waits
             )?;
         }
         if let Some(f) = &self.filter {
@@ -562,11 +570,14 @@ pub fn write_hgrm(h: &Histogram<u64>, w: &mut impl Write) -> std::io::Result<()>
     )
 }
 
-/// Up to [`BATCH_SIZE`] frames in one reusable buffer.
+/// Up to [`BATCH_SIZE`] frames in one reusable buffer; with [`Turns`], its
+/// number in their order, or a worker's end of input.
 #[derive(Debug)]
 struct Chunk {
     meta: Vec<(u64, u32, LinkType, u8, usize, usize)>,
     bytes: Vec<u8>,
+    seq: u64,
+    end: bool,
 }
 
 impl Chunk {
@@ -574,7 +585,14 @@ impl Chunk {
         Chunk {
             meta: Vec::with_capacity(BATCH_SIZE),
             bytes: Vec::with_capacity(BATCH_SIZE * 2048),
+            seq: 0,
+            end: false,
         }
+    }
+
+    /// The first frame's time.
+    fn first_ts(&self) -> Option<u64> {
+        self.meta.first().map(|m| m.0)
     }
     fn push(&mut self, ts: u64, orig_len: u32, link: LinkType, ingress: u8, data: &[u8]) {
         let start = self.bytes.len();
@@ -585,6 +603,7 @@ impl Chunk {
     fn clear(&mut self) {
         self.meta.clear();
         self.bytes.clear();
+        self.end = false;
     }
 }
 
@@ -621,85 +640,120 @@ impl Writers {
     }
 }
 
-/// How far apart in capture time the frames the workers of a replay work
-/// on may be, where the router has a queue (see [`Lockstep`]). A smaller
-/// window keeps the queue's arrivals closer to capture order but makes
-/// the dispatcher wait for the workers more often; at this one a shaped
-/// port's counts match a one-worker run's (the README has the figures).
-pub const LOCKSTEP_WINDOW_NS: u64 = 20_000_000;
+/// How far apart in capture time the frames of one chunk may be when the
+/// workers of a replay take turns ([`Turns`]): a chunk is handed out when
+/// it is full or when a frame arrives this long after its first, so a
+/// shaped queue takes the workers' arrivals in capture order to within
+/// this window.
+pub const TURN_WINDOW_NS: u64 = 5_000_000;
 
-/// What keeps the workers of a replay within [`LOCKSTEP_WINDOW_NS`] of
-/// capture time of each other: how many frames each has finished.
+/// The order in which the workers of a replay act on what they share.
 ///
-/// The workers share each shaped port's queue, as in the live router,
-/// where they all run on the wall clock. On replay each runs on its own
-/// frames' clock as fast as it can, and an arrival never goes back in
-/// time: left to run apart (the dispatcher buffers 64 chunks per worker),
-/// on busy cores one worker got hundreds of milliseconds of capture time
-/// ahead of another, the late one's copies reached the queue in bursts
-/// stamped with the early one's time, and the built-in router's shaped
-/// port sent about 60% of what it sends with one worker. So the
-/// dispatcher hands out a frame only when no worker still has a frame from
-/// more than the window before it unfinished: a worker publishes how many
-/// frames it has finished (all it received before each `recv`), and the
-/// dispatcher, which knows what it gave to whom (`InStep`), waits for the
-/// late ones, having first sent every frame it holds. Only the dispatcher
-/// waits, and only for workers that have all they need, so the replay
-/// always moves on; a worker that ends, or unwinds, counts as having
-/// finished everything.
-#[derive(Debug)]
-pub struct Lockstep {
-    /// Per worker: frames finished.
-    done: Vec<AtomicU64>,
-    /// The dispatcher is asleep waiting for a worker, and what wakes it.
-    waiting: AtomicBool,
+/// The workers share each shaped port's queue (as in the live router) and
+/// tell each other the multicast memberships and neighbours they learn. On
+/// the wall clock the order in which they reach that state would depend on
+/// thread timing, and so would SFB's decisions, the memberships a packet
+/// sees and which departures a worker sends. So the dispatcher numbers the
+/// chunks it hands out, in the order it hands them out (a chunk is cut
+/// when it is full or [`TURN_WINDOW_NS`] after its first frame, both
+/// decided by the input alone), and numbers each worker's end of input
+/// after them; a worker runs the steps of the chain that touch only its
+/// own state (parsing, Icarus, heavy flows) whenever it likes, and the
+/// rest of a chunk (and the tick and report that follow it, or its end)
+/// only in that chunk's turn. Every run of the same input, config and
+/// worker count then makes the same decisions in the same order. A worker
+/// whose turn has not come waits; the one whose turn it is always holds
+/// its chunk (every chunk numbered before it was sent before it), so the
+/// replay always moves on. A worker that unwinds, or a dispatcher that
+/// stops without numbering the ends, breaks the order: the others then go
+/// on unordered (the run fails anyway).
+#[derive(Debug, Default)]
+pub struct Turns {
+    /// The number whose turn it is.
+    next: AtomicU64,
+    /// The order is given up (see above).
+    broken: AtomicBool,
+    /// Workers asleep waiting for a turn, and what wakes them.
+    sleepers: AtomicU64,
     lock: Mutex<()>,
     moved: Condvar,
+    /// Times a worker waited for its turn.
+    waits: AtomicU64,
 }
 
-impl Lockstep {
-    fn new(workers: usize) -> Self {
-        Lockstep {
-            done: (0..workers).map(|_| AtomicU64::new(0)).collect(),
-            waiting: AtomicBool::new(false),
-            lock: Mutex::new(()),
-            moved: Condvar::new(),
+impl Turns {
+    /// Waits until it is turn `seq`'s (or the order is broken).
+    fn wait_for(&self, seq: u64) {
+        let ready = || {
+            self.next.load(AtomicOrdering::SeqCst) == seq
+                || self.broken.load(AtomicOrdering::SeqCst)
+        };
+        if ready() {
+            return;
         }
+        self.waits.fetch_add(1, AtomicOrdering::Relaxed);
+        for _ in 0..256 {
+            std::hint::spin_loop();
+            if ready() {
+                return;
+            }
+        }
+        // Counted first, so that a pass either sees a sleeper or is seen
+        // here before the wait.
+        self.sleepers.fetch_add(1, AtomicOrdering::SeqCst);
+        let mut g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        while !ready() {
+            g = self
+                .moved
+                .wait_timeout(g, std::time::Duration::from_millis(5))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        drop(g);
+        self.sleepers.fetch_sub(1, AtomicOrdering::SeqCst);
     }
 
-    /// Worker `w` has finished `frames` frames; wakes the dispatcher if it
-    /// waits.
-    fn finished(&self, w: usize, frames: u64) {
-        if let Some(d) = self.done.get(w) {
-            // Sequentially consistent with the dispatcher's flag: either it
-            // sees this count, or this sees it waiting.
-            d.store(frames, AtomicOrdering::SeqCst);
-        }
-        if self.waiting.load(AtomicOrdering::SeqCst) {
+    /// Turn `seq` is over: the next one's begins.
+    fn pass(&self, seq: u64) {
+        self.next.store(seq + 1, AtomicOrdering::SeqCst);
+        self.wake();
+    }
+
+    /// Gives the order up (see the type's docs).
+    fn give_up(&self) {
+        self.broken.store(true, AtomicOrdering::SeqCst);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if self.sleepers.load(AtomicOrdering::SeqCst) > 0 {
             let _g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
-            self.moved.notify_one();
+            self.moved.notify_all();
         }
     }
-
-    /// Frames worker `w` has finished.
-    fn done(&self, w: usize) -> u64 {
-        self.done
-            .get(w)
-            .map_or(u64::MAX, |d| d.load(AtomicOrdering::SeqCst))
-    }
 }
 
-/// A worker's place in the [`Lockstep`]; dropped (the worker ended, or is
-/// unwinding), it holds the dispatcher back no more.
+/// A worker's place in the [`Turns`].
 #[derive(Debug)]
-struct Seat {
-    lockstep: Arc<Lockstep>,
-    id: usize,
+struct Turn {
+    turns: Arc<Turns>,
+    /// The number of the input `recv` returned last (a chunk, or the end).
+    seq: u64,
+    /// The turn is held.
+    holding: bool,
+    /// The worker's end of input has come (numbered, or not: see `Drop`).
+    ended: bool,
+    /// Its end's turn has been passed: the worker is done with the order.
+    done: bool,
 }
 
-impl Drop for Seat {
+impl Drop for Turn {
+    /// A worker that unwinds (its turn, or an earlier one, would never be
+    /// passed) gives the order up, so that the others still finish.
     fn drop(&mut self) {
-        self.lockstep.finished(self.id, u64::MAX);
+        if !self.done {
+            self.turns.give_up();
+        }
     }
 }
 
@@ -713,11 +767,9 @@ pub struct ChunkPorts {
     free: Sender<Chunk>,
     writers: Option<Writers>,
     last_departure: Timestamp,
-    /// Frames handed to the worker loop.
-    received: u64,
-    /// This worker's place in the lockstep (`None`: one worker, or no
-    /// queue).
-    seat: Option<Seat>,
+    /// This worker's place in the order of the workers' turns (`None`: one
+    /// worker, or nothing shared).
+    turn: Option<Turn>,
 }
 
 impl ChunkPorts {
@@ -750,18 +802,40 @@ impl Transmit for ChunkPorts {
 
 impl Ports for ChunkPorts {
     fn recv(&mut self, batch: &mut Batch) -> usize {
-        // The worker loop is done with every frame it was handed before.
-        if let Some(seat) = &self.seat {
-            seat.lockstep.finished(seat.id, self.received);
+        let Some(turn) = &mut self.turn else {
+            if self.mem.pending() == 0
+                && let Ok(c) = self.rx.try_recv()
+            {
+                self.take(c);
+            }
+            return self.mem.recv(batch);
+        };
+        // Taking turns: one chunk is one batch, waited for (the end of
+        // the input comes as a numbered chunk of its own).
+        if turn.ended {
+            return 0;
         }
-        if self.mem.pending() == 0
-            && let Ok(c) = self.rx.try_recv()
-        {
-            self.take(c);
+        match self.rx.recv() {
+            Ok(c) if c.end => {
+                (turn.seq, turn.ended) = (c.seq, true);
+                let mut c = c;
+                c.clear();
+                let _ = self.free.send(c);
+                0
+            }
+            Ok(c) => {
+                turn.seq = c.seq;
+                self.take(c);
+                self.mem.recv(batch)
+            }
+            // The dispatcher stopped without numbering this worker's end:
+            // no turn of it comes (see `Turns`).
+            Err(_) => {
+                turn.ended = true;
+                turn.turns.give_up();
+                0
+            }
         }
-        let n = self.mem.recv(batch);
-        self.received += n as u64;
-        n
     }
 
     fn now(&mut self) -> Timestamp {
@@ -772,12 +846,34 @@ impl Ports for ChunkPorts {
         if self.mem.pending() > 0 {
             return true;
         }
+        if let Some(turn) = &self.turn {
+            return !turn.ended;
+        }
         match self.rx.recv() {
             Ok(c) => {
                 self.take(c);
                 true
             }
             Err(_) => false,
+        }
+    }
+
+    fn take_turn(&mut self) {
+        if let Some(t) = &mut self.turn
+            && !t.holding
+        {
+            t.turns.wait_for(t.seq);
+            t.holding = true;
+        }
+    }
+
+    fn pass_turn(&mut self) {
+        if let Some(t) = &mut self.turn
+            && t.holding
+        {
+            t.turns.pass(t.seq);
+            t.holding = false;
+            t.done = t.ended;
         }
     }
 
@@ -895,126 +991,47 @@ struct Dispatcher<'a> {
     filter: Option<BpfFilter>,
     /// Records the filter did not match.
     filtered_out: u64,
-    /// The dispatcher's side of the workers' lockstep (`None`: one worker,
-    /// or no queue).
-    in_step: Option<InStep>,
-}
-
-/// The dispatcher's side of the [`Lockstep`]: per worker, the arrival
-/// times of the frames given to it (sent, or still held here) that it has
-/// not finished, in the order given; and what holding frames back cost.
-#[derive(Debug)]
-struct InStep {
-    lockstep: Arc<Lockstep>,
-    unfinished: Vec<VecDeque<u64>>,
-    /// Per worker, frames it has finished (as last read).
-    finished: Vec<u64>,
-    /// No worker had an unfinished frame from before this, ns of capture
-    /// time, when it was last worked out: frames up to the window past it
-    /// go out without a look at the workers.
-    floor: u64,
-    /// Times a frame was held back for a late worker, and for how long.
-    waits: u64,
-    waited: std::time::Duration,
-}
-
-impl InStep {
-    fn new(lockstep: Arc<Lockstep>) -> Self {
-        let workers = lockstep.done.len();
-        InStep {
-            lockstep,
-            unfinished: vec![VecDeque::new(); workers],
-            finished: vec![0; workers],
-            floor: 0,
-            waits: 0,
-            waited: std::time::Duration::ZERO,
-        }
-    }
-
-    /// Worker `w` is given a frame that arrived at `ts`.
-    fn given(&mut self, w: usize, ts: u64) {
-        if let Some(times) = self.unfinished.get_mut(w) {
-            times.push_back(ts);
-        }
-    }
-
-    /// Whether a frame that arrived at `ts` may go out: no worker has an
-    /// unfinished frame from more than [`LOCKSTEP_WINDOW_NS`] before it.
-    fn allows(&mut self, ts: u64) -> bool {
-        if ts <= self.floor.saturating_add(LOCKSTEP_WINDOW_NS) {
-            return true;
-        }
-        // Every frame still to come arrives no earlier than this one
-        // (arrival times that go back are taken as they come), so it
-        // bounds the floor when every worker is done.
-        let mut floor = ts;
-        for (w, times) in self.unfinished.iter_mut().enumerate() {
-            let done = self.lockstep.done(w);
-            while self.finished[w] < done && times.pop_front().is_some() {
-                self.finished[w] += 1;
-            }
-            if let Some(&t) = times.front() {
-                floor = floor.min(t);
-            }
-        }
-        self.floor = floor;
-        ts <= floor.saturating_add(LOCKSTEP_WINDOW_NS)
-    }
-
-    /// Waits until a frame that arrived at `ts` may go out (every frame
-    /// held by the dispatcher having been sent), or a stop is requested.
-    fn wait(&mut self, ts: u64, stop: &Stop<'_>) {
-        if self.allows(ts) {
-            return;
-        }
-        self.waits += 1;
-        let since = Instant::now();
-        let l = Arc::clone(&self.lockstep);
-        if !(0..64).any(|_| {
-            std::hint::spin_loop();
-            self.allows(ts)
-        }) {
-            // Asleep until a worker finishes frames (the timeout checks the
-            // stop request and guards against a lost wake-up).
-            l.waiting.store(true, AtomicOrdering::SeqCst);
-            let mut g = l.lock.lock().unwrap_or_else(PoisonError::into_inner);
-            while !self.allows(ts) && !stop.requested() {
-                g = l
-                    .moved
-                    .wait_timeout(g, std::time::Duration::from_millis(5))
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
-            }
-            drop(g);
-            l.waiting.store(false, AtomicOrdering::SeqCst);
-        }
-        self.waited += since.elapsed();
-    }
-
-    /// What holding frames back cost, for the report.
-    fn summary(&self) -> LockstepSummary {
-        LockstepSummary {
-            window_ms: LOCKSTEP_WINDOW_NS as f64 / 1e6,
-            waits: self.waits,
-            waited_s: self.waited.as_secs_f64(),
-        }
-    }
+    /// The workers take turns ([`Turns`]): chunks are numbered and cut by
+    /// the input alone.
+    turns: bool,
+    /// The next chunk's number.
+    seq: u64,
+    /// The latest arrival handed out, ns of capture time.
+    last_ts: u64,
 }
 
 impl Dispatcher<'_> {
-    /// With the lockstep, holds a frame that arrived at `ts` back until no
-    /// worker has an unfinished frame from more than the window before it
-    /// (see [`Lockstep`]): first sends every frame held here, then waits
-    /// for the workers. A stop request ends the wait.
-    fn keep_pace(&mut self, ts: u64) -> Result<()> {
-        if self.in_step.as_mut().is_none_or(|s| s.allows(ts)) {
+    /// With [`Turns`], hands out every chunk whose first frame arrived more
+    /// than [`TURN_WINDOW_NS`] before `ts` (in worker order).
+    fn cut_by_time(&mut self, ts: u64) -> Result<()> {
+        if !self.turns {
             return Ok(());
         }
-        self.flush_all()?;
-        if let Some(s) = &mut self.in_step {
-            s.wait(ts, &self.stop);
+        for w in 0..self.pending.len() {
+            if self.pending[w]
+                .first_ts()
+                .is_some_and(|f| ts.saturating_sub(f) > TURN_WINDOW_NS)
+            {
+                self.flush(w)?;
+            }
         }
         Ok(())
+    }
+
+    /// With [`Turns`], after the last chunk: each worker's end of input,
+    /// numbered after every chunk (in worker order). A worker that has
+    /// stopped is skipped.
+    fn end_turns(&mut self) {
+        if !self.turns {
+            return;
+        }
+        for tx in &self.txs {
+            let mut c = self.free.try_recv().unwrap_or_else(|_| Chunk::new());
+            c.clear();
+            (c.seq, c.end) = (self.seq, true);
+            self.seq += 1;
+            let _ = tx.send(c);
+        }
     }
 
     /// Whether the filter (if any) keeps this record; counts the others.
@@ -1039,7 +1056,9 @@ impl Dispatcher<'_> {
             return Ok(());
         }
         let fresh = self.free.try_recv().unwrap_or_else(|_| Chunk::new());
-        let full = std::mem::replace(&mut self.pending[w], fresh);
+        let mut full = std::mem::replace(&mut self.pending[w], fresh);
+        full.seq = self.seq;
+        self.seq += 1;
         self.txs[w]
             .send(full)
             .map_err(|_| anyhow!("worker {w} stopped early"))
@@ -1058,7 +1077,11 @@ impl Dispatcher<'_> {
         };
         let target = self.start + std::time::Duration::from_nanos(offset);
         if target > Instant::now() {
-            self.flush_all()?;
+            // Workers taking turns get chunks cut by the input alone (a
+            // cut here would depend on the wall clock).
+            if !self.turns {
+                self.flush_all()?;
+            }
             // A paced run's progress moves where it waits: it shows at low
             // rates without an update per packet at high ones.
             if let Some(p) = self.progress {
@@ -1097,11 +1120,9 @@ impl Dispatcher<'_> {
             return Ok(());
         }
         self.first_ts.get_or_insert(ts);
-        self.keep_pace(ts)?;
+        self.last_ts = self.last_ts.max(ts);
+        self.cut_by_time(ts)?;
         let w = worker_of(link, data, self.txs.len());
-        if let Some(s) = &mut self.in_step {
-            s.given(w, ts);
-        }
         self.pending[w].push(ts, orig_len, link, ingress, data);
         if self.pending[w].meta.len() >= BATCH_SIZE {
             self.flush(w)?;
@@ -1217,9 +1238,11 @@ pub fn replay_with_stop(
     // The shaped ports' queues, shared by the workers: read once all stop.
     let queues = chains.first().map(|(c, _)| c.egress().queue_view());
     let (free_tx, free_rx) = unbounded::<Chunk>();
-    // Only a queue sees the order in which the workers offer their copies.
-    let lockstep = (cfg.workers > 1 && !router.egress_queues().is_empty())
-        .then(|| Arc::new(Lockstep::new(cfg.workers)));
+    // Workers that share something (a queue; memberships and neighbours,
+    // linked) take turns at it.
+    let turns = (cfg.workers > 1
+        && (!router.egress_queues().is_empty() || chains.iter().any(|(_, l)| l.is_some())))
+    .then(|| Arc::new(Turns::default()));
     let mut txs = Vec::new();
     let mut handles = Vec::new();
     let sample_queues = cfg.sample_queues;
@@ -1230,7 +1253,6 @@ pub fn replay_with_stop(
         chain.set_parse_config(PipelineConfig {
             malformed: cfg.malformed,
             default_egress: PortSet::EMPTY,
-            ..PipelineConfig::default()
         });
         let writers = match &cfg.write {
             None => None,
@@ -1259,8 +1281,13 @@ pub fn replay_with_stop(
             free: free_tx.clone(),
             writers,
             last_departure: Timestamp::ZERO,
-            received: 0,
-            seat: lockstep.clone().map(|lockstep| Seat { lockstep, id: i }),
+            turn: turns.clone().map(|turns| Turn {
+                turns,
+                seq: 0,
+                holding: false,
+                ended: false,
+                done: false,
+            }),
         };
         let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
         let h = thread::Builder::new()
@@ -1287,7 +1314,9 @@ pub fn replay_with_stop(
         lengths_fixed: 0,
         filter,
         filtered_out: 0,
-        in_step: lockstep.map(InStep::new),
+        turns: turns.is_some(),
+        seq: 0,
+        last_ts: 0,
     };
     let started = Instant::now();
     let map = IngressMap {
@@ -1297,12 +1326,14 @@ pub fn replay_with_stop(
     };
     let result = feed(input, cfg, &map, &mut d);
     let flushed = d.flush_all();
+    d.end_turns();
     let (sent, bytes, first_ts, interrupted) = (d.sent, d.bytes, d.first_ts, d.stopped);
+    let last_ts = d.last_ts;
     let limit_reached = d.limit_reached;
     let filtered_out = d.filtered_out;
     let rate_reached = d.schedule.rate_reached(d.start.elapsed());
     let (lengths_fixed, gaps_capped) = (d.lengths_fixed, d.schedule.capped_gaps());
-    let lockstep = d.in_step.as_ref().map(InStep::summary);
+    let numbered = d.seq;
     drop(d); // closes the channels: workers finish
     let mut results = Vec::new();
     for h in handles {
@@ -1346,7 +1377,10 @@ pub fn replay_with_stop(
         .heavy_config()
         .map_or(Threshold::ByteShare(0.001), |h| h.threshold);
     let heavy = merge_epochs(&shards, threshold);
+    // The merged epochs are the report's: one definition of both figures
+    // whatever the worker count (each worker closes the epochs it saw).
     if let Some(h) = &mut stats.heavy {
+        h.epochs = heavy.len() as u64;
         h.reported = heavy.iter().map(|e| e.flows.len() as u64).sum();
     }
     // `heavy.ipfix`: the epochs as the live router exports them, with
@@ -1377,7 +1411,16 @@ pub fn replay_with_stop(
             s.packets, s.flows, s.zipf_s, s.seed
         )],
     };
-    let span = first_ts.map_or(0, |f| last_departure.as_nanos().saturating_sub(f));
+    // The capture's span, whatever became of its packets: from the first
+    // arrival to the last arrival or departure.
+    let span = first_ts.map_or(0, |f| {
+        last_departure.as_nanos().max(last_ts).saturating_sub(f)
+    });
+    let turns = turns.map(|t| TurnsSummary {
+        window_ms: TURN_WINDOW_NS as f64 / 1e6,
+        turns: numbered,
+        waits: t.waits.load(AtomicOrdering::Relaxed),
+    });
     Ok(Report {
         inputs,
         workers: cfg.workers,
@@ -1403,7 +1446,7 @@ pub fn replay_with_stop(
         queue_samples,
         input_lengths_fixed: lengths_fixed,
         pacing_gaps_capped: gaps_capped,
-        lockstep,
+        turns,
         latency,
     })
 }
@@ -1540,43 +1583,6 @@ fn feed(
 mod tests {
     use super::*;
     use std::collections::HashSet;
-
-    /// The dispatcher hands out a frame only when no worker has an
-    /// unfinished frame from more than the window before it, whatever the
-    /// workers did before: worker 1 idle for a long stretch does not let
-    /// worker 0's frames run ahead of the first frame given to worker 1
-    /// afterwards.
-    #[test]
-    fn pace_holds_frames_a_window_past_a_late_worker() {
-        const W: u64 = LOCKSTEP_WINDOW_NS;
-        let lockstep = Arc::new(Lockstep::new(2));
-        let mut in_step = InStep::new(Arc::clone(&lockstep));
-        // Worker 0 alone for a long while, finishing each frame at once.
-        for k in 0..100u64 {
-            let ts = k * W;
-            assert!(in_step.allows(ts), "frame {k}");
-            in_step.given(0, ts);
-            lockstep.finished(0, k + 1);
-        }
-        // Worker 1 gets a frame and does not finish it: worker 0's frames
-        // go out up to the window past it, and no further.
-        let t1 = 100 * W;
-        assert!(in_step.allows(t1));
-        in_step.given(1, t1);
-        for ts in [t1, t1 + W / 2, t1 + W] {
-            assert!(in_step.allows(ts), "{ts}");
-            in_step.given(0, ts);
-        }
-        lockstep.finished(0, 103);
-        assert!(!in_step.allows(t1 + W + 1));
-        assert!(!in_step.allows(t1 + 10 * W));
-        // Once worker 1 has finished it, they go out again.
-        lockstep.finished(1, 1);
-        assert!(in_step.allows(t1 + W + 1));
-        // A frame that arrived earlier than those before (a capture whose
-        // times go back) is never held.
-        assert!(in_step.allows(0));
-    }
 
     fn synth() -> Input {
         Input::Synth(RouterSynthConfig {
@@ -1816,7 +1822,7 @@ mod tests {
         assert!(r.packets >= 1 && r.packets < 200_000, "{}", r.packets);
         let p = &r.router.pipeline;
         assert_eq!(p.received, r.packets);
-        assert_eq!(p.received, p.forwarded + p.dropped);
+        assert_eq!(p.received, p.forwarded + p.consumed + p.dropped);
         assert!(r.router.is_consistent());
         for i in &r.router.interfaces {
             assert_eq!(i.port.backlog_packets, 0, "{} drained", i.port.name);

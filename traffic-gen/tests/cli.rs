@@ -178,7 +178,9 @@ fn a_public_capture_cut_short_is_replayed_up_to_the_cut() {
     assert!(received > before, "{r}");
     assert_eq!(
         received,
-        p["forwarded"].as_u64().unwrap() + p["dropped"].as_u64().unwrap()
+        p["forwarded"].as_u64().unwrap()
+            + p["consumed"].as_u64().unwrap_or(0)
+            + p["dropped"].as_u64().unwrap()
     );
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -427,7 +429,9 @@ fn assert_consistent_and_partial(r: &serde_json::Value) {
     assert_eq!(r["packets"].as_u64(), Some(received));
     assert_eq!(
         received,
-        p["forwarded"].as_u64().unwrap() + p["dropped"].as_u64().unwrap(),
+        p["forwarded"].as_u64().unwrap()
+            + p["consumed"].as_u64().unwrap_or(0)
+            + p["dropped"].as_u64().unwrap(),
         "{p}"
     );
 }

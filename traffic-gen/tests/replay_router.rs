@@ -464,13 +464,13 @@ fn r_b(r: &Report) -> &dataplane::runtime::stats::InterfaceReport {
 }
 
 /// The workers of a replay share a shaped port's queue, as the live
-/// router's do. Kept within 20 ms of capture time of each other
-/// (`replay::Lockstep`), two or three of them offer it the same traffic
-/// one worker does, and the built-in router's shaped port `r-b` sends as
-/// much as in a one-worker run. (Unchecked, workers at top speed on busy
-/// cores drifted hundreds of milliseconds of capture time apart, the late one's copies
-/// reached the queue in bursts, and `r-b` sent about 60% of what one
-/// worker's run sends.)
+/// router's do. Taking turns at it chunk by chunk in capture order
+/// (`replay::Turns`), two or three of them offer it the same traffic one
+/// worker does, and the built-in router's shaped port `r-b` sends as much
+/// as in a one-worker run. (Workers left to run apart at top speed on busy
+/// cores drifted hundreds of milliseconds of capture time apart, the late
+/// one's copies reached the queue in bursts, and `r-b` sent about 60% of
+/// what one worker's run sends.)
 #[test]
 fn workers_share_a_shaped_port_as_one_worker_does() {
     use traffic_gen::synth_router::RouterSynthConfig;
@@ -481,8 +481,8 @@ fn workers_share_a_shaped_port_as_one_worker_does() {
     let sent = |workers: usize| {
         let r = on_default_router(&input, workers);
         assert_eq!(r.router.pipeline.received, 100_000);
-        // Kept in step, and said so, only where there is more than one.
-        assert_eq!(r.lockstep.is_some(), workers > 1, "{:?}", r.lockstep);
+        // Turns taken, and said so, only where there is more than one.
+        assert_eq!(r.turns.is_some(), workers > 1, "{:?}", r.turns);
         r_b(&r).port.counters.sent
     };
     let one = sent(1) as f64;

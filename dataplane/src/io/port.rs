@@ -86,4 +86,19 @@ pub trait Ports: Transmit {
     /// [`rx_counters`](Self::rx_counters); the worker calls it at every
     /// tick and when it stops. By default there are none.
     fn refresh_counters(&mut self) {}
+
+    /// The worker is about to act on what it shares with other workers
+    /// (the shaped ports' queues, multicast memberships, learned
+    /// neighbours) for the input [`recv`](Self::recv) returned last (a
+    /// batch, or the end of the input). A backend whose workers must do so
+    /// in an order fixed by the input, so that a run is repeatable (a
+    /// replay with several workers), waits here for this worker's turn; it
+    /// is held until [`pass_turn`](Self::pass_turn). Live ports act as the
+    /// packets come: by default this returns at once.
+    fn take_turn(&mut self) {}
+
+    /// The worker is done with the shared state until its next
+    /// [`take_turn`](Self::take_turn) (its batch, tick and report, or its
+    /// end, are over).
+    fn pass_turn(&mut self) {}
 }

@@ -473,6 +473,30 @@ impl Collector for StatsCollector {
                 .iter()
                 .map(|(n, _, q)| ([("interface", *n)], probability(q.avgprob))),
         )?;
+        f.gauges(
+            "sfb_peak_maxqlen",
+            "The most packets in SFB's fullest bin over the run.",
+            None,
+            queues
+                .iter()
+                .map(|(n, _, q)| ([("interface", *n)], u64::from(q.peak.maxqlen))),
+        )?;
+        f.gauges(
+            "sfb_peak_maxprob",
+            "SFB's largest marking probability over the run (0 to 1).",
+            None,
+            queues
+                .iter()
+                .map(|(n, _, q)| ([("interface", *n)], probability(q.peak.maxprob))),
+        )?;
+        f.gauges(
+            "sfb_peak_avgprob",
+            "SFB's largest mean marking probability over the run (0 to 1).",
+            None,
+            queues
+                .iter()
+                .map(|(n, _, q)| ([("interface", *n)], probability(q.peak.avgprob))),
+        )?;
         // The fair-share check (the default profile's queues only).
         let fair: Vec<_> = queues
             .iter()
@@ -514,13 +538,13 @@ impl Collector for StatsCollector {
             None,
             w.no_route,
         )?;
+        f.counter(
+            "pipeline_consumed",
+            "Packets the router took in as its own input: addressed to it, or IGMP/MLD it learned from.",
+            None,
+            pl.consumed,
+        )?;
         if let Some(fw) = &s.forward {
-            f.counter(
-                "pipeline_local",
-                "Packets addressed to the router and consumed (routed ports).",
-                None,
-                pl.local,
-            )?;
             f.gauge(
                 "pipeline_held",
                 "Packets held now for a next hop being resolved.",
@@ -930,6 +954,11 @@ mod tests {
             maxprob: 32768,
             avgprob: SFB_MAX_PROB,
             maxqlen: 9,
+            peak: crate::stage::sfb::SfbPeaks {
+                maxqlen: 40,
+                maxprob: SFB_MAX_PROB,
+                avgprob: SFB_MAX_PROB,
+            },
             fair: Some(crate::stage::sfb::FairStats {
                 share_bps: 1_250_000,
                 competing: 17,
@@ -1007,6 +1036,7 @@ mod tests {
             "bloomplane_queue_backlog_bytes{interface=\"r-b\"} 4500\n",
             "bloomplane_sfb_maxqlen{interface=\"r-b\"} 9\n",
             "bloomplane_sfb_avgprob{interface=\"r-b\"} 1.0\n",
+            "bloomplane_sfb_peak_maxqlen{interface=\"r-b\"} 40\n",
             "bloomplane_sfb_fair_share_bytes_per_second{interface=\"r-b\"} 156250\n",
             "bloomplane_sfb_fair_competing{interface=\"r-b\"} 17\n",
             "bloomplane_sfb_fair_held{interface=\"r-b\"} 3\n",
@@ -1056,7 +1086,7 @@ mod tests {
     #[test]
     fn forwarding_counters_when_a_port_is_routed() {
         let mut s = stats();
-        s.pipeline.local = 5;
+        s.pipeline.consumed = 5;
         s.pipeline.held = 2;
         s.forward = Some(crate::stage::forward::ForwardCounters {
             forwarded: 900,
@@ -1067,7 +1097,7 @@ mod tests {
         });
         let text = encode(&s);
         for want in [
-            "bloomplane_pipeline_local_total 5\n",
+            "bloomplane_pipeline_consumed_total 5\n",
             "# TYPE bloomplane_pipeline_held gauge\n",
             "bloomplane_pipeline_held 2\n",
             "bloomplane_forward_forwarded_total 900\n",

@@ -383,6 +383,11 @@ impl Router {
         }
         let mut merged = Stats::merged(&out);
         merged.set_latency(&latency);
+        // The merged epochs are the report's: each worker closes the epochs
+        // it saw, and the merged counters take the larger count.
+        if let (Some(r), Some(h)) = (&self.reporter, &mut merged.heavy) {
+            (h.epochs, h.reported) = (r.epochs, r.flows);
+        }
         if let Some(q) = &self.queues {
             merged.set_queues(q.summaries(self.clock.now()));
         }
@@ -535,6 +540,9 @@ struct HeavyReporter {
     ipfix: Option<crate::ipfix::Exporter>,
     /// The workers' clock: reports carry wall-clock times.
     clock: MonotonicClock,
+    /// Merged epochs written, and the heavy flows in them.
+    epochs: u64,
+    flows: u64,
 }
 
 impl std::fmt::Debug for HeavyReporter {
@@ -575,6 +583,8 @@ impl HeavyReporter {
             closed_before: vec![0; workers],
             ipfix,
             clock,
+            epochs: 0,
+            flows: 0,
         })
     }
 
@@ -608,6 +618,8 @@ impl HeavyReporter {
                 f.detected_ns = unix(f.detected_ns);
             }
             e.write_json_lines(&mut self.out)?;
+            self.epochs += 1;
+            self.flows += e.flows.len() as u64;
             if let Some(x) = &mut self.ipfix {
                 x.export(&e, |ns| ns / 1_000_000);
             }

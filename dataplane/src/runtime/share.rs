@@ -172,10 +172,26 @@ pub fn process(
     now: Timestamp,
     tx: &mut impl Transmit,
 ) {
+    chain.process_local(batch, now);
+    process_shared(chain, link, batch, now, tx);
+}
+
+/// The steps of [`process`] after [`Chain::process_local`]: the other
+/// workers' events, [`Chain::process_shared`], then this batch's events
+/// out. The worker loop runs it in its turn ([`Ports::take_turn`]).
+///
+/// [`Ports::take_turn`]: crate::io::port::Ports::take_turn
+pub fn process_shared(
+    chain: &mut Chain,
+    link: Option<&MembershipLink>,
+    batch: &mut Batch,
+    now: Timestamp,
+    tx: &mut impl Transmit,
+) {
     if let Some(l) = link {
         l.receive(chain);
     }
-    chain.process(batch, now, tx);
+    chain.process_shared(batch, now, tx);
     if let Some(l) = link {
         l.send(chain);
     }

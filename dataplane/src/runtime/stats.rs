@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::worker::{Latencies, Worker};
 use crate::io::port::{Ports, RxCounters};
-use crate::pipeline::PipelineCounters;
+use crate::pipeline::{DropReason, PipelineCounters};
 use crate::stage::egress::{PortSummary, QueueSummary, fmt_rate};
 use crate::stage::forward::ForwardCounters;
 use crate::stage::heavy::HeavyCounters;
@@ -40,9 +40,10 @@ pub struct PipelineSummary {
     pub marked: u64,
     /// Dropped, all reasons.
     pub dropped: u64,
-    /// Addressed to the router and consumed (routed ports; absent when 0).
+    /// Taken in by the router as its own input: addressed to it (routed
+    /// ports) or IGMP/MLD it learned from (absent when 0).
     #[serde(skip_serializing_if = "is_zero")]
-    pub local: u64,
+    pub consumed: u64,
     /// Held for a next hop being resolved, now (absent when 0).
     #[serde(skip_serializing_if = "is_zero")]
     pub held: u64,
@@ -66,7 +67,7 @@ impl PipelineSummary {
             forwarded: c.forwarded,
             marked: c.marked,
             dropped: c.dropped.total(),
-            local: c.local,
+            consumed: c.consumed,
             held: c.held,
             drops: c
                 .dropped
@@ -89,7 +90,7 @@ impl PipelineSummary {
         self.forwarded += o.forwarded;
         self.marked += o.marked;
         self.dropped += o.dropped;
-        self.local += o.local;
+        self.consumed += o.consumed;
         self.held += o.held;
         for (k, v) in &o.drops {
             *self.drops.entry(k.clone()).or_default() += v;
@@ -101,9 +102,9 @@ impl PipelineSummary {
         self.cut_by_capture += o.cut_by_capture;
     }
 
-    /// `received == forwarded + local + dropped + held`.
+    /// `received == forwarded + consumed + dropped + held`.
     pub fn is_consistent(&self) -> bool {
-        self.received == self.forwarded + self.local + self.dropped + self.held
+        self.received == self.forwarded + self.consumed + self.dropped + self.held
     }
 }
 
@@ -318,9 +319,10 @@ pub struct MulticastInterface {
 
 /// The rates over one interval of the live router's periodic report, from
 /// two merged snapshots `secs` apart: what came in and went out (packets
-/// and Mbit/s of every port together), and drops per second (the chain's
-/// drops; frames the kernel dropped before the router read them).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// and Mbit/s of every port together), what the router did not send per
+/// second, by reason ([`Stats::not_sent`]), and the frames the kernel
+/// dropped before the router read them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct IntervalRates {
     /// Frames read per second.
     pub rx_pps: f64,
@@ -330,8 +332,10 @@ pub struct IntervalRates {
     pub tx_pps: f64,
     /// Megabits sent per second.
     pub tx_mbps: f64,
-    /// Packets the chain dropped per second.
+    /// Copies the router did not send per second (every reason).
     pub dropped_per_s: f64,
+    /// The same by reason (reasons with none left out), most first.
+    pub dropped_by_reason: Vec<(&'static str, f64)>,
     /// Frames the kernel dropped per second.
     pub kernel_dropped_per_s: f64,
 }
@@ -355,7 +359,20 @@ impl IntervalRates {
             rx_mbps: per_s(&|s| sum(s, &|i| i.rx.rx_bytes)) * 8.0 / 1e6,
             tx_pps: per_s(&|s| sum(s, &|i| i.port.counters.sent)),
             tx_mbps: per_s(&|s| sum(s, &|i| i.port.counters.sent_bytes)) * 8.0 / 1e6,
-            dropped_per_s: per_s(&|s| s.pipeline.dropped),
+            dropped_per_s: per_s(&|s| s.not_sent().values().sum()),
+            dropped_by_reason: {
+                let (a, b) = (prev.not_sent(), now.not_sent());
+                let mut v: Vec<(&'static str, f64)> = b
+                    .iter()
+                    .map(|(&r, &n)| {
+                        let d = n.saturating_sub(a.get(r).copied().unwrap_or(0));
+                        (r, if secs > 0.0 { d as f64 / secs } else { 0.0 })
+                    })
+                    .filter(|&(_, x)| x > 0.0)
+                    .collect();
+                v.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(y.0)));
+                v
+            },
             kernel_dropped_per_s: per_s(&|s| sum(s, &|i| i.rx.rx_dropped)),
         }
     }
@@ -363,8 +380,20 @@ impl IntervalRates {
     /// The line heading a periodic report: when (RFC 3339, UTC), over how
     /// long, and the rates; the cumulative counters follow it.
     pub fn heading(&self, at: std::time::SystemTime, secs: f64) -> String {
+        // The three largest reasons, as `(sfb_rate 650/s, no_route 10/s)`.
+        let reasons: Vec<String> = self
+            .dropped_by_reason
+            .iter()
+            .take(3)
+            .map(|(r, x)| format!("{r} {x:.0}/s"))
+            .collect();
+        let reasons = if reasons.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", reasons.join(", "))
+        };
         format!(
-            "== {} (last {secs:.2} s): in {:.0} pps {:.2} Mbit/s, out {:.0} pps {:.2} Mbit/s, dropped {:.0}/s, kernel dropped {:.0}/s; cumulative counters:\n",
+            "== {} (last {secs:.2} s): in {:.0} pps {:.2} Mbit/s, out {:.0} pps {:.2} Mbit/s, dropped {:.0}/s{reasons}, kernel dropped {:.0}/s; cumulative counters:\n",
             humantime::format_rfc3339_seconds(at),
             self.rx_pps,
             self.rx_mbps,
@@ -543,6 +572,36 @@ impl Stats {
     }
 
     /// Whether every packet and every copy is accounted for: the chain's
+    /// What the router did not send, by reason: packets dropped before any
+    /// copy was made, by the chain's reason (`no_route`, `loop`, a
+    /// malformed reason, ...), and every copy a port dropped (SFB's and the
+    /// queue's reasons, counted per copy: a packet SFB dropped on its only
+    /// port counts once), failed to send (`send_error`) or discarded at a
+    /// live shutdown (`egress_shutdown`).
+    pub fn not_sent(&self) -> BTreeMap<&'static str, u64> {
+        let mut out: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for r in DropReason::all().filter(|r| !r.at_egress()) {
+            if let Some(&n) = self.pipeline.drops.get(r.name())
+                && n > 0
+            {
+                *out.entry(r.name()).or_default() += n;
+            }
+        }
+        for i in &self.interfaces {
+            let c = &i.port.counters;
+            for (r, n) in c.dropped.nonzero() {
+                *out.entry(r.name()).or_default() += n;
+            }
+            if c.send_errors > 0 {
+                *out.entry("send_error").or_default() += c.send_errors;
+            }
+            if c.shutdown_dropped > 0 {
+                *out.entry(DropReason::EgressShutdown.name()).or_default() += c.shutdown_dropped;
+            }
+        }
+        out
+    }
+
     /// `received == forwarded + dropped`, and per port `copies == sent +
     /// send_errors + dropped + backlog + shutdown_dropped`.
     pub fn is_consistent(&self) -> bool {
@@ -574,14 +633,22 @@ impl Stats {
                 String::new()
             }
         );
-        if pl.local > 0 || pl.held > 0 {
-            let _ = writeln!(s, "    local {} held {}", pl.local, pl.held);
+        if pl.consumed > 0 || pl.held > 0 {
+            let _ = writeln!(s, "    consumed {} held {}", pl.consumed, pl.held);
         }
         for (r, n) in &pl.drops {
             let _ = writeln!(s, "    dropped {r} {n}");
         }
         for (r, n) in &pl.malformed {
             let _ = writeln!(s, "    malformed {r} {n}");
+        }
+        // Copies, where the lines above count packets (a packet SFB
+        // dropped on one of two ports was forwarded, and one copy is lost).
+        let not_sent = self.not_sent();
+        let total: u64 = not_sent.values().sum();
+        if total > 0 {
+            let by: Vec<String> = not_sent.iter().map(|(r, n)| format!("{r} {n}")).collect();
+            let _ = writeln!(s, "    not sent {total} copies: {}", by.join(" "));
         }
         for i in &self.interfaces {
             render_port(&mut s, i);
@@ -755,9 +822,19 @@ fn render_port(s: &mut String, i: &InterfaceReport) {
     if let Some(fair) = &sfb.fair {
         let _ = writeln!(s, "      {fair}");
     }
+    // tc's convention: the bins' figures are now; the peaks and the
+    // sojourn times are over the run. (The second line keeps the shape
+    // flowmix's parser reads: what it adds comes last.)
     let _ = writeln!(
         s,
-        "      maxqlen {} maxprob {:.5} avgprob {:.5} sojourn mean {:.3} ms max {:.3} ms",
+        "      peak maxqlen {} maxprob {:.5} avgprob {:.5} over the run",
+        sfb.peak.maxqlen,
+        prob(sfb.peak.maxprob),
+        prob(sfb.peak.avgprob),
+    );
+    let _ = writeln!(
+        s,
+        "      maxqlen {} maxprob {:.5} avgprob {:.5} sojourn mean {:.3} ms max {:.3} ms (bins now, sojourn over the run)",
         sfb.maxqlen,
         prob(sfb.maxprob),
         prob(sfb.avgprob),
@@ -787,7 +864,10 @@ pub fn fmt_ns(ns: u64) -> String {
 mod tests {
     use super::*;
 
-    fn snapshot(rx: u64, tx: u64, dropped: u64, kernel: u64) -> Stats {
+    /// Two ports; `dropped` packets without a route, and `sfb` copies SFB
+    /// dropped on port 1 of which half were their packet's only copy (the
+    /// others' packets left by port 0).
+    fn snapshot(rx: u64, tx: u64, dropped: u64, sfb: u64, kernel: u64) -> Stats {
         let mut s = Stats::default();
         for _ in 0..2 {
             let mut i = InterfaceReport::default();
@@ -798,7 +878,14 @@ mod tests {
             i.port.counters.sent_bytes = tx * 250;
             s.interfaces.push(i);
         }
-        s.pipeline.dropped = dropped;
+        s.interfaces[1]
+            .port
+            .counters
+            .dropped
+            .record_n(DropReason::SfbEarly, sfb);
+        s.pipeline.drops.insert("no_route".into(), dropped);
+        s.pipeline.drops.insert("sfb_early".into(), sfb / 2);
+        s.pipeline.dropped = dropped + sfb / 2;
         s
     }
 
@@ -822,20 +909,26 @@ mod tests {
     }
 
     #[test]
-    fn interval_rates_and_heading() {
-        let a = snapshot(1000, 500, 10, 0);
-        let b = snapshot(3000, 1500, 30, 4);
+    fn the_interval_line_counts_every_copy_not_sent_by_reason() {
+        let a = snapshot(1000, 500, 10, 0, 0);
+        let b = snapshot(3000, 1500, 30, 40, 4);
         let r = IntervalRates::between(&a, &b, 2.0);
         // Two ports: 2 x 2000 frames in 2 s; 125 bytes = 1000 bits each.
         assert_eq!(r.rx_pps, 2000.0);
         assert_eq!(r.rx_mbps, 2.0);
         assert_eq!(r.tx_pps, 1000.0);
         assert_eq!(r.tx_mbps, 2.0);
-        assert_eq!((r.dropped_per_s, r.kernel_dropped_per_s), (10.0, 4.0));
+        // Every copy not sent: 20 without a route, 40 SFB dropped (of
+        // which 20 were a packet's only copy, in the chain's count too).
+        assert_eq!((r.dropped_per_s, r.kernel_dropped_per_s), (30.0, 4.0));
+        assert_eq!(
+            r.dropped_by_reason,
+            vec![("sfb_early", 20.0), ("no_route", 10.0)]
+        );
         let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_764_000_000);
         assert_eq!(
             r.heading(at, 2.0),
-            "== 2025-11-24T16:00:00Z (last 2.00 s): in 2000 pps 2.00 Mbit/s, out 1000 pps 2.00 Mbit/s, dropped 10/s, kernel dropped 4/s; cumulative counters:\n"
+            "== 2025-11-24T16:00:00Z (last 2.00 s): in 2000 pps 2.00 Mbit/s, out 1000 pps 2.00 Mbit/s, dropped 30/s (sfb_early 20/s, no_route 10/s), kernel dropped 4/s; cumulative counters:\n"
         );
         // Counters that went backwards (a restart) and no time: zero.
         let z = IntervalRates::between(&b, &a, 2.0);

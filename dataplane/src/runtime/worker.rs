@@ -233,10 +233,13 @@ impl<P: Ports> Worker<P> {
             if let Some(now) = self.tick_if_due() {
                 hook(self, now, false);
             }
+            self.io.pass_turn();
         }
+        self.io.take_turn();
         self.finish();
         let now = self.last_now;
         hook(self, now, true);
+        self.io.pass_turn();
     }
 
     /// One round of [`run`](Self::run) without a hook: a batch (or the due
@@ -247,6 +250,7 @@ impl<P: Ports> Worker<P> {
             return false;
         }
         self.tick_if_due();
+        self.io.pass_turn();
         true
     }
 
@@ -265,24 +269,33 @@ impl<P: Ports> Worker<P> {
     }
 
     /// One round: a batch, or the due departures and a wait. `false` when
-    /// the input has ended.
+    /// the input has ended. The steps of the chain that touch only this
+    /// worker's state run first; then the worker takes its turn at what it
+    /// shares ([`Ports::take_turn`]), which the caller passes on.
     fn round(&mut self) -> bool {
         self.batch.clear();
         let t0 = Instant::now();
         let n = self.io.recv(&mut self.batch);
         let now = self.io.now().max(self.last_now);
         self.last_now = now;
-        let mut tap = Tap {
-            io: &mut self.io,
-            latency: &mut self.latency,
-        };
         if n == 0 {
+            self.io.take_turn();
+            let mut tap = Tap {
+                io: &mut self.io,
+                latency: &mut self.latency,
+            };
             self.chain.egress_mut().send_due(now, &mut tap);
             self.io.flush();
             let next = self.chain.egress().next_departure();
             return self.io.wait(next);
         }
-        share::process(
+        self.chain.process_local(&mut self.batch, now);
+        self.io.take_turn();
+        let mut tap = Tap {
+            io: &mut self.io,
+            latency: &mut self.latency,
+        };
+        share::process_shared(
             &mut self.chain,
             self.link.as_ref(),
             &mut self.batch,

@@ -355,15 +355,19 @@ pub struct HeavyCounters {
     pub evictions: u64,
     /// Flows that crossed the threshold while the memory was full.
     pub overflow: u64,
-    /// Epochs closed.
+    /// Epochs closed (each with its report). One worker closes the epochs
+    /// its own packets and ticks saw; a merged report (a replay's, the
+    /// live router's final one) counts the epochs of its merged report,
+    /// one per epoch any worker closed, as its JSON lists them.
     pub epochs: u64,
-    /// Heavy flows reported.
+    /// Heavy flows reported (merged: in the merged report).
     pub reported: u64,
 }
 
 impl HeavyCounters {
-    /// Adds another worker's counters (epochs: the larger; a merged report
-    /// sets `reported` from the merged epochs).
+    /// Adds another worker's counters (epochs: the larger, a lower bound
+    /// until the owner sets the merged report's count; likewise
+    /// `reported`).
     pub fn merge(&mut self, o: &HeavyCounters) {
         self.packets += o.packets;
         self.bytes += o.bytes;
@@ -1056,12 +1060,9 @@ impl Stage for HeavyStage {
             // At most one flow per packet of the batch: `n < BATCH_SIZE`.
             if let (Some(slot), Some(len)) = (flows.get_mut(n), lens.get_mut(n)) {
                 *slot = f;
-                // As the packet travels: with an Icarus option inserted
-                // at this edge (deferred to the egress stage).
-                *len = p
-                    .orig_len
-                    .max(p.data().len() as u32)
-                    .saturating_add(u32::from(p.icarus_pending));
+                // The bytes that arrived on the wire: an Icarus option
+                // this router inserts is an egress matter, not the flow's.
+                *len = p.orig_len.max(p.data().len() as u32);
                 n += 1;
             }
         }

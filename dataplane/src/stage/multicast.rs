@@ -175,8 +175,9 @@
 //! 2. IGMP messages and MLD messages (ICMPv6 130, 131, 132, 143) are handed
 //!    to the control path. Those sent to a multicast address are consumed:
 //!    they are link-scoped control traffic (TTL/hop limit 1, router alert),
-//!    never forwarded as data, and are dropped with [`DropReason::NoRoute`]
-//!    and counted in [`MulticastCounters::control`]. IGMP/MLD sent to a
+//!    the router's own input, never forwarded as data: their verdict is
+//!    [`Verdict::Consumed`] and they are counted in
+//!    [`MulticastCounters::control`]. IGMP/MLD sent to a
 //!    unicast address is learned from and otherwise left alone.
 //! 3. If a membership changed, publish (above), so data in the same batch
 //!    already sees a join that preceded it.
@@ -1589,7 +1590,7 @@ impl Stage for MulticastStage {
                 && parsed.dst_multicast
             {
                 self.counters.control += 1;
-                p.drop_for(DropReason::NoRoute);
+                p.verdict = Verdict::Consumed;
             }
         }
         self.sync();

@@ -191,7 +191,6 @@ pub fn check(data: &[u8]) {
         } else {
             MalformedPolicy::Drop
         },
-        strict_lengths: settings & 2 != 0,
         default_egress: PortSet::EMPTY,
     });
     let extra = if settings & 4 != 0 { 100 } else { 0 };

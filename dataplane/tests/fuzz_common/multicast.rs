@@ -161,7 +161,9 @@ fn check_batch(p: &Pipeline, batch: &Batch, cap: u64, forward_link_local: bool) 
                 assert_eq!(want.count(), 0, "a member port got nothing");
             }
             Verdict::Drop(r) => panic!("multicast data dropped for {r}"),
-            v @ (Verdict::Local | Verdict::Held) => panic!("multicast data {v:?} (no routed port)"),
+            v @ (Verdict::Consumed | Verdict::Held) => {
+                panic!("multicast data {v:?} (no routed port)")
+            }
         }
     }
 }

@@ -78,7 +78,8 @@ use crate::clock::Timestamp;
 use crate::flow::FlowKey;
 use crate::pipeline::{Batch, DropCounters, DropReason, Packet, PortSet, Verdict};
 use crate::stage::sfb::{
-    Arrival, Enqueued, FairStats, Feed, PortKeys, SfbConfig, SfbConfigError, SfbCounters, SfbQueue,
+    Arrival, Enqueued, FairStats, Feed, PortKeys, SfbConfig, SfbConfigError, SfbCounters, SfbPeaks,
+    SfbQueue,
 };
 use crate::timing::{Lap, Step};
 use crate::wire::icarus::Filter;
@@ -215,12 +216,14 @@ pub struct SfbSummary {
     /// ratedrop, ratemark.
     #[serde(flatten)]
     pub counters: SfbCounters,
-    /// Largest bin count.
+    /// Largest bin count now.
     pub maxqlen: u16,
-    /// Largest marking probability, Q0.16.
+    /// Largest marking probability now, Q0.16.
     pub maxprob: u16,
-    /// Mean marking probability, Q0.16.
+    /// Mean marking probability now, Q0.16.
     pub avgprob: u16,
+    /// The highest of each of those over the run.
+    pub peak: SfbPeaks,
     /// Flows recently in the penalty box (at most 16).
     pub penalised: Vec<PenalisedSummary>,
     /// The fair-share check's state (`None`: `profile = "linux"`).
@@ -245,6 +248,7 @@ impl SfbSummary {
             (a, b) => a.or(b),
         };
         self.maxqlen = self.maxqlen.max(o.maxqlen);
+        self.peak = self.peak.max(o.peak);
         self.maxprob = self.maxprob.max(o.maxprob);
         self.avgprob = self.avgprob.max(o.avgprob);
         let room = MAX_PENALISED.saturating_sub(self.penalised.len());
@@ -348,6 +352,7 @@ fn queue_summary(q: &SharedQueue, now: Timestamp) -> QueueSummary {
         sfb: SfbSummary {
             counters: st.counters,
             maxqlen: st.maxqlen,
+            peak: st.peak,
             maxprob: st.maxprob,
             avgprob: st.avgprob,
             penalised: st

@@ -7,7 +7,7 @@
 //! 1. **Layer 2.** A frame addressed to another host's MAC is dropped
 //!    (`other_host`: a promiscuous port sees them); only Ethernet frames
 //!    carrying IPv4, IPv6 or ARP are routed (else `not_routable`). ARP is
-//!    consumed ([`Verdict::Local`]). IP multicast is left to the
+//!    consumed ([`Verdict::Consumed`]). IP multicast is left to the
 //!    multicast stage when it is on, else consumed, as are IPv4 limited
 //!    broadcasts.
 //! 2. **Lookup.** The destinations of the batch are looked up in the
@@ -71,7 +71,7 @@
 //! # Frames the router originates
 //!
 //! Answers are new frames, not the packet turned around: the packet keeps
-//! its own verdict (dropped by its reason, or [`Verdict::Local`]), so the
+//! its own verdict (dropped by its reason, or [`Verdict::Consumed`]), so the
 //! chain's accounting stays `received == forwarded + local + dropped +
 //! held`. The stage writes them into an [`Originated`] batch (reused
 //! buffers, at most [`BATCH_SIZE`] frames a batch; a frame that finds it
@@ -507,7 +507,7 @@ impl Forward {
         }
         if x.ethertype == EtherType::Arp {
             c.local += 1;
-            p.verdict = Verdict::Local;
+            p.verdict = Verdict::Consumed;
             if let Some(a) = ndisc::read_arp(p.data(), &x) {
                 self.arp(p, &x, &a, now, out);
             }
@@ -525,7 +525,7 @@ impl Forward {
         };
         if let Some(nd) = ndisc::read_nd(p.data(), &x) {
             c.local += 1;
-            p.verdict = Verdict::Local;
+            p.verdict = Verdict::Consumed;
             self.nd(p, &x, &nd, now, out);
             return None;
         }
@@ -534,7 +534,7 @@ impl Forward {
                 c.multicast += 1;
             } else {
                 c.local += 1;
-                p.verdict = Verdict::Local;
+                p.verdict = Verdict::Consumed;
             }
             return None;
         }
@@ -559,7 +559,7 @@ impl Forward {
         };
         let Some((port, via)) = hop.resolve(dst) else {
             self.counters.local += 1;
-            p.verdict = Verdict::Local;
+            p.verdict = Verdict::Consumed;
             if icmp::is_echo_request(p.data(), &x) {
                 let (port, dst_mac) = self.answer_path(
                     x.ip_version

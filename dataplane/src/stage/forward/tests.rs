@@ -208,9 +208,9 @@ fn drops_by_reason_and_consumes_what_is_for_the_router() {
             Verdict::Forward(PortSet::single(1)),
             Verdict::Held,
             Verdict::Drop(R::OtherHost),
-            Verdict::Local,
-            Verdict::Local,
-            Verdict::Local,
+            Verdict::Consumed,
+            Verdict::Consumed,
+            Verdict::Consumed,
             Verdict::Forward(PortSet::EMPTY),
             Verdict::Drop(R::NoRoute),
         ]

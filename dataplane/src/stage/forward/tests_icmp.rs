@@ -159,7 +159,7 @@ fn echo_replies_ipv4_and_ipv6() {
         (0, ping("2001:db8:1::7", "2001:db8:1::1", 64)),
     ];
     let (b, made) = answers(&mut s, &frames);
-    assert!(b.packets().iter().all(|p| p.verdict == Verdict::Local));
+    assert!(b.packets().iter().all(|p| p.verdict == Verdict::Consumed));
     assert_eq!(made.len(), 3);
     for (i, (f, v, _)) in made.iter().take(2).enumerate() {
         assert_eq!(*v, Verdict::Forward(PortSet::single(0)));
@@ -250,7 +250,7 @@ fn the_chain_sends_answers_out_of_the_ingress_port() {
     chain.process(&mut b, T, &mut tx);
     let c = chain.counters();
     assert_eq!(
-        (c.received, c.forwarded, c.local, c.dropped.total()),
+        (c.received, c.forwarded, c.consumed, c.dropped.total()),
         (3, 1, 1, 1)
     );
     assert!(c.is_consistent());
@@ -276,7 +276,7 @@ fn udp_to_the_router_gets_port_unreachable_from_the_address_probed() {
         (0, v6(MAC_A, "2001:db8:1::7", "2001:db8:2::1", 64, 20)),
     ];
     let (b, made) = answers(&mut s, &frames);
-    assert!(b.packets().iter().all(|p| p.verdict == Verdict::Local));
+    assert!(b.packets().iter().all(|p| p.verdict == Verdict::Consumed));
     assert_eq!(made.len(), 3);
     for (f, from) in made.iter().take(2).zip([[10, 1, 0, 1], [10, 2, 0, 1]]) {
         let m = icmp4(&f.0);

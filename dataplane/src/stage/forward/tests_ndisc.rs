@@ -71,7 +71,7 @@ fn answers_arp_and_solicitations_for_its_addresses_and_learns() {
         (0, nd(ndisc::NS, PEER, "2001:db8:1::20", "2001:db8:1::1")),
     ];
     let b = run_at(&mut s, &frames, T, &mut out);
-    assert!(b.packets().iter().all(|p| p.verdict == Verdict::Local));
+    assert!(b.packets().iter().all(|p| p.verdict == Verdict::Consumed));
     let m = made(&out);
     assert_eq!(m.len(), 2);
     let (rep, ports) = &m[0];
@@ -173,7 +173,7 @@ fn holds_resolves_and_releases_through_the_chain() {
         t2,
     );
     let c = chain.counters();
-    assert_eq!((c.received, c.held, c.forwarded, c.local), (4, 0, 2, 2));
+    assert_eq!((c.received, c.held, c.forwarded, c.consumed), (4, 0, 2, 2));
     assert_eq!(sent.len(), 2, "{sent:?}");
     let f = &sent[0].frame;
     assert_eq!(

@@ -14,7 +14,7 @@ use super::config::{BinIndex, SFB_MAX_PROB, SfbConfig, SfbConfigError};
 use super::keys::{SfbKey, SfbTag, field_width, row_index, slices};
 use super::penalty::PenaltyBucket;
 use super::rate::{FairRate, FirstRow, RateVerdict};
-use super::stats::{PenalisedFlow, SfbCounters, SfbStats};
+use super::stats::{PenalisedFlow, SfbCounters, SfbPeaks, SfbStats};
 
 /// Nanoseconds per millisecond.
 pub(super) const NS_PER_MS: u64 = 1_000_000;
@@ -174,7 +174,16 @@ pub struct Sfb {
     pub(super) rate: Option<FairRate>,
     pub(super) counters: SfbCounters,
     penalised: Vec<PenalisedFlow>,
+    /// The run's highest bin figures so far ([`SfbStats::peak`]), and when
+    /// [`tick`](Sfb::tick) samples them next (ns of the clock).
+    peak: SfbPeaks,
+    next_peak_ns: u64,
 }
+
+/// How often (at most, on the queue's clock) [`Sfb::tick`] samples the
+/// bins for the run's peaks ([`SfbStats::peak`]): a scan of the active set
+/// costs about as much as a few packets, so once a millisecond is free.
+pub const PEAK_SAMPLE_NS: u64 = 1_000_000;
 
 impl Sfb {
     /// SFB with `cfg`; an error names a bad key.
@@ -229,6 +238,8 @@ impl Sfb {
             },
             counters: SfbCounters::default(),
             penalised: Vec::with_capacity(cfg.penalty_flows),
+            peak: SfbPeaks::default(),
+            next_peak_ns: 0,
         })
     }
 
@@ -325,6 +336,10 @@ impl Sfb {
     /// starts the clock (and the penalty bucket, full). Call before hashing
     /// arrivals at `now` (hashes made before a swap are stale).
     pub fn tick(&mut self, now: Timestamp) {
+        if now.as_nanos() >= self.next_peak_ns {
+            self.peak = self.peak.max(self.bin_figures());
+            self.next_peak_ns = now.as_nanos().saturating_add(PEAK_SAMPLE_NS);
+        }
         if let Some(r) = &mut self.rate {
             // The period's sweeps over the sketch vectorise with the
             // kernel's target feature.
@@ -761,11 +776,11 @@ impl Sfb {
     /// count, maximum and mean probability of the active set, and the flows
     /// penalised within `penalty_idle_ms` of `now`.
     pub fn stats(&self, now: Timestamp) -> SfbStats {
-        let bins: Vec<Bin> = self.words(self.active).iter().map(|&w| unword(w)).collect();
-        let maxqlen = bins.iter().map(|b| b.qlen).max().unwrap_or(0);
-        let maxprob = bins.iter().map(|b| b.p_mark).max().unwrap_or(0);
-        let total: u64 = bins.iter().map(|b| u64::from(b.p_mark)).sum();
-        let avgprob = (total / bins.len() as u64) as u16;
+        let SfbPeaks {
+            maxqlen,
+            maxprob,
+            avgprob,
+        } = self.bin_figures();
         let idle = self.cfg.penalty_idle_ms.saturating_mul(NS_PER_MS);
         let mut penalised: Vec<PenalisedFlow> = self
             .penalised
@@ -779,8 +794,33 @@ impl Sfb {
             maxqlen,
             maxprob,
             avgprob,
+            peak: self.peak.max(SfbPeaks {
+                maxqlen,
+                maxprob,
+                avgprob,
+            }),
             penalised,
             fair: self.rate.as_ref().map(FairRate::stats),
+        }
+    }
+}
+
+impl Sfb {
+    /// The active set's largest count, largest probability and mean
+    /// probability (integer mean, as the kernel's) now.
+    fn bin_figures(&self) -> SfbPeaks {
+        let words = self.words(self.active);
+        let (mut maxqlen, mut maxprob, mut total) = (0u16, 0u16, 0u64);
+        for &w in words {
+            let b = unword(w);
+            maxqlen = maxqlen.max(b.qlen);
+            maxprob = maxprob.max(b.p_mark);
+            total += u64::from(b.p_mark);
+        }
+        SfbPeaks {
+            maxqlen,
+            maxprob,
+            avgprob: (total / words.len().max(1) as u64) as u16,
         }
     }
 }

@@ -241,6 +241,7 @@ mod queue;
 mod rate;
 mod stats;
 
+pub use algorithm::PEAK_SAMPLE_NS;
 pub use algorithm::{Admit, Bin, Sfb, SfbDrop};
 pub use config::{
     BinIndex, MAX_LEVELS, MAX_LOG2_BINS, SFB_MAX_PROB, SfbConfig, SfbConfigError, SfbProfile,
@@ -248,4 +249,4 @@ pub use config::{
 pub use keys::{KeyBatch, PortKeys, SfbKey, SfbTag, field_width, row_index, slice_index, slices};
 pub use queue::{Arrival, Enqueued, Feed, Queued, SfbQueue};
 pub use rate::{FairRate, FirstRow, MAX_RATE_LOG2_BINS, MAX_RATE_ROWS, RateVerdict};
-pub use stats::{FairStats, PenalisedFlow, SfbCounters, SfbStats};
+pub use stats::{FairStats, PenalisedFlow, SfbCounters, SfbPeaks, SfbStats};

@@ -60,6 +60,30 @@ pub struct FairStats {
     pub held: u32,
 }
 
+/// The highest bin count, highest probability and highest mean
+/// probability of an SFB over the run ([`SfbStats::peak`]), each on its own
+/// (they need not come from one moment).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SfbPeaks {
+    /// Largest bin count.
+    pub maxqlen: u16,
+    /// Largest marking probability, Q0.16.
+    pub maxprob: u16,
+    /// Largest mean marking probability, Q0.16.
+    pub avgprob: u16,
+}
+
+impl SfbPeaks {
+    /// Each figure the larger of the two.
+    pub fn max(self, o: SfbPeaks) -> SfbPeaks {
+        SfbPeaks {
+            maxqlen: self.maxqlen.max(o.maxqlen),
+            maxprob: self.maxprob.max(o.maxprob),
+            avgprob: self.avgprob.max(o.avgprob),
+        }
+    }
+}
+
 /// A flow in the penalty box.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PenalisedFlow {
@@ -87,6 +111,11 @@ pub struct SfbStats {
     pub maxprob: u16,
     /// Mean probability over the active set, Q0.16 (integer mean, as the kernel).
     pub avgprob: u16,
+    /// The highest `maxqlen`, `maxprob` and `avgprob` over the run: the
+    /// three above are now (as `tc` reports them), these are their
+    /// maxima, sampled before each batch the queue takes, at most every
+    /// [`PEAK_SAMPLE_NS`](super::PEAK_SAMPLE_NS) of its clock, and now.
+    pub peak: SfbPeaks,
     /// Flows recently penalised, most recent first.
     pub penalised: Vec<PenalisedFlow>,
     /// The fair-share check's state (`None`: `profile = "linux"`).
@@ -111,10 +140,13 @@ impl fmt::Display for SfbStats {
         )?;
         write!(
             f,
-            "  maxqlen {} maxprob {:.5} avgprob {:.5}",
+            "  maxqlen {} maxprob {:.5} avgprob {:.5} now, peak maxqlen {} maxprob {:.5} avgprob {:.5} over the run",
             self.maxqlen,
             p(self.maxprob),
-            p(self.avgprob)
+            p(self.avgprob),
+            self.peak.maxqlen,
+            p(self.peak.maxprob),
+            p(self.peak.avgprob)
         )?;
         if let Some(fair) = &self.fair {
             write!(f, "\n  {fair}")?;
@@ -162,7 +194,7 @@ mod tests {
         assert_eq!(
             s,
             "  earlydrop 0 penaltydrop 0 bucketdrop 0 queuedrop 0 childdrop 0 marked 0 ratedrop 0 ratemark 0\n  \
-             maxqlen 0 maxprob 0.00000 avgprob 0.00000\n  \
+             maxqlen 0 maxprob 0.00000 avgprob 0.00000 now, peak maxqlen 0 maxprob 0.00000 avgprob 0.00000 over the run\n  \
              fairshare none competing 0 held 0"
         );
         let fair = FairStats {
