@@ -118,6 +118,7 @@
 //! See `ARCHITECTURE.md` at the repository root for the map.
 
 pub mod chain;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod flow;
