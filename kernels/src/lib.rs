@@ -1,12 +1,51 @@
 //! Bloomplane kernels: keyed SIMD batch hashing of fixed-width flow keys, the
 //! index derivations every Bloom-family structure uses, the structures
-//! themselves (Bloom filters, count-min sketches) and SFB's per-arrival bin
-//! kernel ([`sfb`]). Nothing here knows about packets.
+//! themselves (Bloom filters, counting and per-port filters, count-min
+//! sketches) and SFB's per-arrival bin kernel ([`sfb`]). Nothing here knows
+//! about packets: a key is `[u32; W]` (W = 4 for an IPv4 5-tuple, 10 for
+//! IPv6), and the structures take keys one at a time or a batch at a time.
 //!
-//! The contract: a batch of keys (`[u32; W]`, W = 4 for an IPv4 5-tuple, 10 for
-//! IPv6) goes in, one [`HashPair`] per key comes out, and from the pairs the
-//! [`index`] functions derive k indices per key. Every backend (scalar, AVX2,
-//! NEON) produces bit-identical output; the scalar one is the reference.
+//! The batch calls are what the crate is for: they hash the whole batch
+//! with the best SIMD backend the CPU has (AVX2, AVX-512, NEON; the scalar
+//! reference elsewhere, every backend bit-identical), derive every key's
+//! indices in vector registers and prefetch before touching memory. A Bloom
+//! filter of multicast groups and a count-min sketch of per-flow bytes, fed
+//! a batch of keys:
+//!
+//! ```
+//! use kernels::bloom::Bloom;
+//! use kernels::cms::CountMin;
+//!
+//! // A batch of IPv4 5-tuples: [src, dst, sport << 16 | dport, protocol].
+//! let flows: Vec<[u32; 4]> = (0..64u32)
+//!     .map(|i| [0x0a00_0000 | i, 0xac10_0001, (1024 + i) << 16 | 443, 6])
+//!     .collect();
+//!
+//! // Bloom filter: 10,000 keys at a 0.1% false-positive rate (split-block
+//! // layout: one 32-byte block per key, one vector test per query).
+//! let mut seen = Bloom::with_rate(10_000, 0.001).unwrap();
+//! seen.insert_batch(&flows[..32]);
+//! let mut hit = vec![false; flows.len()];
+//! seen.contains_batch(&flows, &mut hit);
+//! assert!(hit[..32].iter().all(|&h| h), "no false negatives");
+//! assert!(hit[32..].iter().filter(|&&h| h).count() <= 2, "few false positives");
+//!
+//! // Count-min sketch with conservative update, sized for an error of at
+//! // most 0.1% of the total with probability 99%: every flow sent 1500
+//! // bytes, flow 0 ten times more.
+//! let mut bytes = CountMin::with_error(0.001, 0.01);
+//! let mut sizes = vec![1500u32; flows.len()];
+//! sizes[0] = 15_000;
+//! bytes.add_conservative_batch(&flows, &sizes);
+//! let mut estimate = vec![0u32; flows.len()];
+//! bytes.estimate_batch(&flows, &mut estimate);
+//! assert!(estimate[0] >= 15_000, "never below the true count");
+//! assert!(estimate.iter().zip(&sizes).all(|(e, s)| e >= s));
+//! ```
+//!
+//! Underneath, [`Hasher::hash_batch`] turns each key into a [`HashPair`]
+//! (keyed AES rounds; a per-process random key unless seeded), and the
+//! [`index`] functions derive k indices per key from the pairs:
 //!
 //! ```
 //! use kernels::{Hasher, HashPair, index::Partitioned};
@@ -24,35 +63,8 @@
 //! assert!(idx.iter().all(|&i| i < 1 << 16));
 //! ```
 //!
-//! The structures most users want are [`bloom::Bloom`] and
-//! [`cms::CountMin`]; both take keys one at a time or a batch at a time
-//! (the batch calls hash with the SIMD backend and prefetch):
-//!
-//! ```
-//! use kernels::bloom::Bloom;
-//!
-//! // 10,000 groups at a 0.1% false-positive rate (split-block layout).
-//! let mut groups = Bloom::with_rate(10_000, 0.001).unwrap();
-//! let keys: Vec<[u32; 4]> = (0..1000u32).map(|g| [0xe000_0000 | g, 0, 0, 0]).collect();
-//! groups.insert_batch(&keys);
-//! let mut hit = vec![false; keys.len()];
-//! groups.contains_batch(&keys, &mut hit);
-//! assert!(hit.iter().all(|&h| h), "no false negatives");
-//! assert!(groups.false_positive_rate() < 0.001);
-//! ```
-//!
-//! ```
-//! use kernels::cms::CountMin;
-//!
-//! // Count-min with conservative update: estimates never fall below the
-//! // true count, and exceed it by at most epsilon N with probability 1 - delta.
-//! let mut bytes = CountMin::with_error(0.001, 0.01);
-//! let flow = [0x0a00_0001, 0x0a00_0002, (1234 << 16) | 80, 6];
-//! for _ in 0..10 {
-//!     bytes.add_conservative(&flow, 1500);
-//! }
-//! assert!(bytes.estimate(&flow) >= 15_000);
-//! ```
+//! [`Backend`] says which backend runs (`BLOOMPLANE_BACKEND` forces one);
+//! [`platform::summary`] is the line `--version` prints.
 
 pub mod arch;
 mod backend;

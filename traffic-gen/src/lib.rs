@@ -28,6 +28,25 @@
 //!   heavy-flow epoch.
 //! * [`scenario`] — closed-loop AIMD and unresponsive senders against SFB
 //!   and drop-tail in virtual time.
+//!
+//! The `traffic-gen` binary is the command line over these modules (see
+//! `docs/guide.md`). As a library, a replay of the built-in router's
+//! synthetic workload, every packet accounted for:
+//!
+//! ```
+//! use traffic_gen::replay::{Input, ReplayConfig, replay};
+//! use traffic_gen::synth_router::RouterSynthConfig;
+//!
+//! let input = Input::Synth(RouterSynthConfig {
+//!     packets: 5_000,
+//!     ..RouterSynthConfig::default()
+//! });
+//! let report = replay(&input, &ReplayConfig::default(), None)?;
+//! let p = &report.router.pipeline;
+//! assert_eq!(p.received, 5_000);
+//! assert_eq!(p.forwarded + p.dropped, p.received);
+//! # Ok::<(), anyhow::Error>(())
+//! ```
 
 pub mod filter;
 pub mod frames;

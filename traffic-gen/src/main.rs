@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use anyhow::{Context, Result, bail};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use dataplane::cli::{CompletionsArgs, ManArgs};
 use dataplane::config::{IoBackend, RouterConfig, ThresholdConfig};
 use dataplane::pipeline::MalformedPolicy;
 use dataplane::stage::sfb::SfbConfig;
@@ -118,6 +119,11 @@ enum Command {
     /// --loss of the frames are lost; unique frames made as they are sent,
     /// sent from --tx and matched at --rx (needs CAP_NET_RAW).
     Throughput(ThroughputArgs),
+    /// Print a shell completion script (bash, elvish, fish, powershell, zsh).
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff), or a subcommand's (`man replay`);
+    /// --dir writes every page.
+    Man(ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -1252,6 +1258,18 @@ fn run() -> Result<Outcome> {
         .long_version(kernels::platform::long_version(env!("CARGO_PKG_VERSION")))
         .get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Generated from the command line's definition; no backend needed.
+    match &cli.command {
+        Command::Completions(a) => {
+            a.write(Cli::command(), &mut std::io::stdout().lock())?;
+            return Ok(Outcome::Done);
+        }
+        Command::Man(a) => {
+            a.write(Cli::command(), &mut std::io::stdout().lock())?;
+            return Ok(Outcome::Done);
+        }
+        _ => {}
+    }
     // A backend forced through the environment that this CPU lacks (or an
     // unknown name) is an error here, before any work, not a silent
     // fallback.
@@ -1274,6 +1292,7 @@ fn run() -> Result<Outcome> {
         Command::Scenario(ScenarioCmd::Sfb(a)) => run_scenario_sfb(a).map(|()| Outcome::Done),
         Command::Throughput(a) => run_throughput_cmd(a).map(|()| Outcome::Done),
         Command::Synth(s) => run_synth(s).map(|()| Outcome::Done),
+        Command::Completions(_) | Command::Man(_) => Ok(Outcome::Done),
     }
 }
 

@@ -3,6 +3,8 @@
 //! ```text
 //! dataplane check-config router.toml
 //! dataplane run --config router.toml [--stats-interval 5s] [--heavy-report FILE] [--final-report FILE]
+//! dataplane completions bash     # a shell completion script
+//! dataplane man                  # the manual page (roff)
 //! ```
 //!
 //! `run` prints the counters (per interface, per stage, per drop reason) to
@@ -24,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use dataplane::cli::{CompletionsArgs, ManArgs};
 use dataplane::config::RouterConfig;
 use dataplane::runtime::metrics::MetricsServer;
 use dataplane::runtime::{IntervalRates, Router, RunOptions, Stats};
@@ -57,6 +60,11 @@ enum Command {
         #[arg(long)]
         final_report: Option<PathBuf>,
     },
+    /// Print a shell completion script (bash, elvish, fish, powershell, zsh).
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff), or a subcommand's (`man run`); --dir
+    /// writes every page.
+    Man(ManArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -86,6 +94,24 @@ fn main() -> ExitCode {
         .long_version(kernels::platform::long_version(env!("CARGO_PKG_VERSION")))
         .get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Generated from the command line's definition; no backend needed.
+    let generated = match &cli.command {
+        Command::Completions(a) => Some(
+            a.write(Cli::command(), &mut std::io::stdout().lock())
+                .map_err(anyhow::Error::from),
+        ),
+        Command::Man(a) => Some(a.write(Cli::command(), &mut std::io::stdout().lock())),
+        _ => None,
+    };
+    if let Some(res) = generated {
+        return match res {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                err_out(&format!("dataplane: error: {e:#}\n"));
+                ExitCode::FAILURE
+            }
+        };
+    }
     // A forced backend this CPU lacks is an error before any work.
     if let Err(e) = kernels::Backend::from_env() {
         err_out(&format!(
@@ -102,6 +128,7 @@ fn main() -> ExitCode {
             heavy_report,
             final_report,
         } => run(&config, stats_interval, heavy_report, final_report),
+        Command::Completions(_) | Command::Man(_) => Ok(()),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
