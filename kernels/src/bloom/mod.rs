@@ -44,6 +44,9 @@
 //!   sizes a classic filter for the fewest bytes on the wire at a target
 //!   rate ("Compressed Bloom filters"), and [`Bloom::to_message`] reports
 //!   a message's size beside the raw form and a plain list ([`MessageSizes`]).
+//! * [`dbf`]: the Distributed Bloom Filter's per-pair, per-exchange
+//!   mappings built from stored element hashes, and the set of
+//!   `(element, stored hash, last reported)` entries peers reconcile.
 //!
 //! Every filter hashes a batch of keys at once, derives all positions (or,
 //! split block, the block and the mask in registers), prefetches, then
@@ -81,6 +84,7 @@
 //! textbook formulas and compressed transfer.
 
 mod counting;
+pub mod dbf;
 mod filter;
 pub(crate) mod params;
 mod ports;
