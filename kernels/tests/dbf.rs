@@ -92,8 +92,8 @@ proptest! {
 
 /// Each mapping's false-positive rate is the layout's formula at the
 /// set's size: 1,000 elements, filters sized for 1,000 at 50%, 10% and
-/// 1% (the classic textbook sizing, the fewest-bytes sizing and the
-/// blocked layout), 64 mappings of 20,000 non-members each (1.28 million
+/// 1% (the classic textbook sizing, the fewest-bytes sizing, the blocked
+/// and the split-block layouts), 64 mappings of 20,000 non-members each (1.28 million
 /// queries per row, so the spread of one filter's fill averages out); the
 /// mean rate within 5% of the design rate.
 #[test]
@@ -113,6 +113,7 @@ fn false_positive_rate_matches_design() {
             Params::for_items(Layout::Classic, N as u64, p).unwrap(),
             Params::for_transfer(N as u64, p, 64 * N as u64).unwrap(),
             Params::for_items(Layout::Blocked, N as u64, p).unwrap(),
+            Params::for_items(Layout::SplitBlock, N as u64, p).unwrap(),
         ] {
             let design = params.false_positive_rate(N as f64);
             let mut fp = 0usize;
@@ -154,9 +155,14 @@ fn mappings_give_independent_false_positives() {
     let ab = Mapping::for_pair(0x0a00_0001, 0x0a00_0002);
     let ac = Mapping::for_pair(0x0a00_0001, 0x0a00_0003);
     for p in [0.5, 0.2] {
+        // The textbook filter, and a dense one (many positions per key).
+        let dense = (1..)
+            .map(|w| Params::new(Layout::Classic, 64 * w, 27).unwrap())
+            .find(|d| d.false_positive_rate(N as f64) <= p)
+            .unwrap();
         for params in [
             Params::for_items(Layout::Classic, N as u64, p).unwrap(),
-            Params::for_transfer(N as u64, p, 64 * N as u64).unwrap(),
+            dense,
         ] {
             for (x, y) in [
                 (ab, ac),

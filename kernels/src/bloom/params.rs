@@ -349,31 +349,35 @@ impl Params {
 
     /// The classic geometry that sends the fewest bits: among classic
     /// filters of at most `max_bits` bits whose false-positive rate after
-    /// `n` items is at most `p`, the one whose range-coded size
-    /// ([`Params::compressed_bits`], Mitzenmacher's `z = m H(p0)`) is the
-    /// smallest, or, of those within 1% of the smallest, the one with the
-    /// fewest positions per key `k`.
+    /// `n` items is at most `p`, and with at most as many positions per key
+    /// as the uncompressed optimum ([`Params::for_items`]), the one whose
+    /// range-coded size ([`Params::compressed_bits`], Mitzenmacher's
+    /// `z = m H(p0)`) is the smallest; on a tie, the smaller `k`.
     ///
     /// This is the optimisation of "Compressed Bloom filters" (Mitzenmacher
     /// 2002) in the form of its Tables IV and V: fix the false-positive
-    /// rate, minimise the transmitted size. For each `k` in `1..=32` the
-    /// smallest `m` (a multiple of 64) that reaches `p` is the best for
-    /// that `k` (the coded size grows with `m` at fixed `k`), so the search
-    /// is one closed-form `m` per `k`. The bound on `m` is the paper's
-    /// "restriction on m": without one the optimum runs to `k = 1` and
-    /// `m ~ n / p`, an array the receiver must hold and the decoder walk.
-    /// A sender that would otherwise send the items as a list passes the
-    /// list's size in bits (less the transfer header), so the raw form
-    /// never exceeds the list either.
+    /// rate, minimise the transmitted size. For each `k` the smallest `m` (a
+    /// multiple of 64) that reaches `p` is the best for that `k` (the coded
+    /// size grows with `m` at fixed `k`), so the search is one closed-form
+    /// `m` per `k`. The bound on `m` is the paper's "restriction on m":
+    /// without one the optimum runs to `k = 1` and `m ~ n / p`, an array
+    /// the receiver must hold and the decoder walk. A sender that would
+    /// otherwise send the items as a list passes the list's size in bits
+    /// (less the transfer header), so the raw form never exceeds the list
+    /// either.
     ///
-    /// Coded size has two optima, sparse filters (few positions, `p0 -> 1`)
-    /// and dense ones (many positions, `p0 -> 0`); the paper's tables use the
-    /// sparse side, whose lookups are also cheaper. The search covers both
-    /// but takes the smallest `k` within 1% of the fewest bits, so a dense
-    /// geometry is chosen only where it saves more than that: at a 50%
-    /// rate, where the sparse side cannot compress at all (`k = 1` leaves
-    /// half the bits zero), `k` is in the twenties and the filter about 13%
-    /// smaller than the uncompressed 1.44 bits per item.
+    /// Coded size has a second optimum on the dense side (many positions,
+    /// few zero bits), which the search leaves out, as the paper's tables
+    /// do: a dense filter holding fewer items than it was sized for has
+    /// about half its bits set and hardly compresses, where a sparse one
+    /// gets sparser and compresses better. At a 50% rate (the DBF's) the
+    /// dense optimum, `k = 27` and 7.4 array bits per item, codes a full
+    /// filter in 1.26 bits per item against the textbook 1.44; but sized
+    /// for 1,000 items and holding 200, it takes 920 bytes (it no longer
+    /// compresses) against the textbook filter's 101, and over the DBF
+    /// paper's experiments it sent more bytes per filter, not fewer
+    /// (`docs/network.md`). So at 50% this gives the textbook geometry,
+    /// `k = 1`.
     ///
     /// ```
     /// use kernels::bloom::{Layout, Params};
@@ -389,36 +393,25 @@ impl Params {
     ///
     /// # Errors
     /// [`ParamError::NoItems`] if `n == 0`, [`ParamError::Rate`] unless
-    /// `0 < p < 1`, [`ParamError::OverBudget`] if no classic filter of at
-    /// most `max_bits` (and at most 2^32) bits reaches `p`.
+    /// `0 < p < 1`, [`ParamError::TooLarge`] if no classic filter of at
+    /// most 2^32 bits reaches `p`, [`ParamError::OverBudget`] if none of at
+    /// most `max_bits` bits does.
     pub fn for_transfer(n: u64, p: f64, max_bits: u64) -> Result<Self, ParamError> {
-        if n == 0 {
-            return Err(ParamError::NoItems);
-        }
-        if !(p > 0.0 && p < 1.0) {
-            return Err(ParamError::Rate(p));
-        }
+        let textbook = Params::for_items(Layout::Classic, n, p)?;
         let cap = max_bits.min(MAX_BITS);
         let nf = n as f64;
-        // The best geometry for each k (None where it exceeds the cap).
-        let mut each = [None; MAX_K];
-        for (k, slot) in (1..=MAX_K).zip(each.iter_mut()) {
-            if let Some(m) = classic_bits_for(nf, p, k, cap) {
-                let params = Params::new(Layout::Classic, m, k)?;
-                *slot = Some((params.compressed_bits(nf), params));
+        let mut best: Option<(f64, Params)> = None;
+        for k in 1..=textbook.k {
+            let Some(m) = classic_bits_for(nf, p, k, cap) else {
+                continue;
+            };
+            let params = Params::new(Layout::Classic, m, k)?;
+            let z = params.compressed_bits(nf);
+            if best.is_none_or(|(fewest, _)| z < fewest) {
+                best = Some((z, params));
             }
         }
-        let fewest = each
-            .iter()
-            .flatten()
-            .map(|&(z, _)| z)
-            .min_by(f64::total_cmp)
-            .ok_or(ParamError::OverBudget(max_bits))?;
-        // The smallest k within TRANSFER_SLACK of the fewest bits.
-        each.iter()
-            .flatten()
-            .find(|&&(z, _)| z <= fewest * (1.0 + TRANSFER_SLACK))
-            .map(|&(_, params)| params)
+        best.map(|(_, params)| params)
             .ok_or(ParamError::OverBudget(max_bits))
     }
 
@@ -664,10 +657,6 @@ impl Scratch {
         }
     }
 }
-
-/// How far above the fewest coded bits [`Params::for_transfer`] accepts a
-/// geometry with fewer positions per key.
-const TRANSFER_SLACK: f64 = 0.01;
 
 /// The smallest classic `m` (a multiple of 64, at most `cap`) with
 /// `(1 - (1 - 1/m)^(k n))^k <= p`, or `None` if above `cap`. Solved in
