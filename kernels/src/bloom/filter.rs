@@ -222,15 +222,7 @@ impl Bloom {
                     self.params.positions(&self.hasher, keys, &mut s);
                     let pos = &s.pos[..k * n];
                     self.prefetch(pos, n);
-                    let mut acc = [1u64; BATCH];
-                    for row in pos.chunks_exact(n) {
-                        for (a, &p) in acc.iter_mut().zip(row) {
-                            *a &= self.bit(p);
-                        }
-                    }
-                    for (o, &a) in out.iter_mut().zip(&acc) {
-                        *o = a != 0;
-                    }
+                    self.test_positions(pos, n, out);
                 }
             }
         }
@@ -238,58 +230,130 @@ impl Bloom {
 
     /// The split-block query: per chunk of up to 64 keys, hash into `pairs`
     /// (initialised once per call, 512 bytes), then the backend's kernel.
-    /// The backend is the hasher's, checked when the hasher was built.
     #[inline]
     fn contains_split<const W: usize>(&self, keys: &[[u32; W]], out: &mut [bool]) {
-        let layout = SplitBlock::new(self.params.blocks().trailing_zeros());
-        let blocks = self.split_blocks();
-        let backend = self.hasher.backend();
         let mut pairs = [HashPair::default(); BATCH];
         for (keys, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
             let pairs = &mut pairs[..keys.len()];
             self.hasher.hash_batch(keys, pairs);
-            match backend {
-                #[cfg(target_arch = "x86_64")]
-                crate::Backend::Avx2 | crate::Backend::Avx512 => {
-                    // SAFETY: a `Hasher` holds `Avx2` (or `Avx512`, which
-                    // requires AVX2 too) only if
-                    // `Backend::require` or `Backend::active` found AVX2 on
-                    // this CPU when it was built (its invariant).
-                    unsafe { arch::x86_64::avx2::split_block_contains(pairs, layout, blocks, out) }
-                }
-                #[cfg(target_arch = "aarch64")]
-                crate::Backend::Neon => {
-                    arch::aarch64::neon::split_block_contains(pairs, layout, blocks, out)
-                }
-                _ => arch::scalar::split_block_contains(pairs, layout, blocks, out),
+            self.contains_split_pairs(pairs, out);
+        }
+    }
+
+    /// The split-block query of hash pairs, with the backend's kernel. The
+    /// backend is the hasher's, checked when the hasher was built.
+    #[inline]
+    fn contains_split_pairs(&self, pairs: &[HashPair], out: &mut [bool]) {
+        let layout = SplitBlock::new(self.params.blocks().trailing_zeros());
+        let blocks = self.split_blocks();
+        match self.hasher.backend() {
+            #[cfg(target_arch = "x86_64")]
+            crate::Backend::Avx2 | crate::Backend::Avx512 => {
+                // SAFETY: a `Hasher` holds `Avx2` (or `Avx512`, which
+                // requires AVX2 too) only if
+                // `Backend::require` or `Backend::active` found AVX2 on
+                // this CPU when it was built (its invariant).
+                unsafe { arch::x86_64::avx2::split_block_contains(pairs, layout, blocks, out) }
             }
+            #[cfg(target_arch = "aarch64")]
+            crate::Backend::Neon => {
+                arch::aarch64::neon::split_block_contains(pairs, layout, blocks, out)
+            }
+            _ => arch::scalar::split_block_contains(pairs, layout, blocks, out),
         }
     }
 
     /// The split-block insert: as [`Bloom::contains_split`], ORing masks in.
     #[inline]
     fn insert_split<const W: usize>(&mut self, keys: &[[u32; W]]) {
-        let layout = SplitBlock::new(self.params.blocks().trailing_zeros());
-        let backend = self.hasher.backend();
-        let hasher = &self.hasher;
-        let blocks = split_blocks_mut(&mut self.lines, self.params.blocks() as usize);
         let mut pairs = [HashPair::default(); BATCH];
         for keys in keys.chunks(BATCH) {
             let pairs = &mut pairs[..keys.len()];
-            hasher.hash_batch(keys, pairs);
-            match backend {
-                #[cfg(target_arch = "x86_64")]
-                crate::Backend::Avx2 | crate::Backend::Avx512 => {
-                    // SAFETY: as in `contains_split`: the hasher's backend
-                    // was found on this CPU when the hasher was built.
-                    unsafe { arch::x86_64::avx2::split_block_insert(pairs, layout, blocks) }
-                }
-                #[cfg(target_arch = "aarch64")]
-                crate::Backend::Neon => {
-                    arch::aarch64::neon::split_block_insert(pairs, layout, blocks)
-                }
-                _ => arch::scalar::split_block_insert(pairs, layout, blocks),
+            self.hasher.hash_batch(keys, pairs);
+            self.insert_split_pairs(pairs);
+        }
+    }
+
+    /// The split-block insert of hash pairs, with the backend's kernel.
+    #[inline]
+    fn insert_split_pairs(&mut self, pairs: &[HashPair]) {
+        let layout = SplitBlock::new(self.params.blocks().trailing_zeros());
+        let backend = self.hasher.backend();
+        let blocks = split_blocks_mut(&mut self.lines, self.params.blocks() as usize);
+        match backend {
+            #[cfg(target_arch = "x86_64")]
+            crate::Backend::Avx2 | crate::Backend::Avx512 => {
+                // SAFETY: as in `contains_split_pairs`: the hasher's backend
+                // was found on this CPU when the hasher was built.
+                unsafe { arch::x86_64::avx2::split_block_insert(pairs, layout, blocks) }
             }
+            #[cfg(target_arch = "aarch64")]
+            crate::Backend::Neon => arch::aarch64::neon::split_block_insert(pairs, layout, blocks),
+            _ => arch::scalar::split_block_insert(pairs, layout, blocks),
+        }
+    }
+
+    /// Inserts keys given by their hash pairs instead of the keys: each
+    /// pair sets the positions a key with that pair would. For structures
+    /// that derive pairs themselves (the DBF's per-peer mappings,
+    /// [`crate::bloom::dbf`]). Allocation-free.
+    pub(crate) fn insert_pairs(&mut self, pairs: &[HashPair]) {
+        if SPLIT_VIEW && self.params.layout() == Layout::SplitBlock {
+            for chunk in pairs.chunks(BATCH) {
+                self.insert_split_pairs(chunk);
+            }
+            return;
+        }
+        let mut s = Scratch::new();
+        let k = self.params.k();
+        for chunk in pairs.chunks(self.params.chunk()) {
+            let n = chunk.len();
+            self.params
+                .pair_positions(&self.hasher, chunk, &mut s.blocks, &mut s.pos);
+            let pos = &s.pos[..k * n];
+            self.prefetch(pos, n);
+            for &p in pos {
+                self.set(p);
+            }
+        }
+    }
+
+    /// `out[i]`: whether a key with hash pair `pairs[i]` may have been
+    /// inserted (as [`Bloom::insert_pairs`]). `out` must be at least as
+    /// long as `pairs` (the caller's buffer; crate-internal).
+    pub(crate) fn contains_pairs(&self, pairs: &[HashPair], out: &mut [bool]) {
+        debug_assert!(out.len() >= pairs.len());
+        if SPLIT_VIEW && self.params.layout() == Layout::SplitBlock {
+            for (chunk, out) in pairs.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+                self.contains_split_pairs(chunk, out);
+            }
+            return;
+        }
+        let mut s = Scratch::new();
+        let k = self.params.k();
+        let chunk = self.params.chunk();
+        for (pairs, out) in pairs.chunks(chunk).zip(out.chunks_mut(chunk)) {
+            let n = pairs.len();
+            self.params
+                .pair_positions(&self.hasher, pairs, &mut s.blocks, &mut s.pos);
+            let pos = &s.pos[..k * n];
+            self.prefetch(pos, n);
+            self.test_positions(pos, n, out);
+        }
+    }
+
+    /// `out[i]` = whether all `k` positions of key `i` are set, positions
+    /// index-major (`pos[j * n + i]`).
+    #[inline(always)]
+    fn test_positions(&self, pos: &[u32], n: usize, out: &mut [bool]) {
+        let mut acc = [1u64; BATCH];
+        for row in pos.chunks_exact(n) {
+            for (a, &p) in acc.iter_mut().zip(row) {
+                *a &= self.bit(p);
+            }
+        }
+        for (o, &a) in out.iter_mut().zip(&acc[..n]) {
+            *o = a != 0;
         }
     }
 
@@ -553,6 +617,40 @@ fn fold_pairs(w: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pair paths set and test exactly the bits the key paths do, in
+    /// every layout and on every backend this CPU has.
+    #[test]
+    fn pair_paths_equal_key_paths() {
+        let keys: Vec<[u32; 4]> = (0..1000u32).map(|i| [i, i * 7, 99, 6]).collect();
+        let probes: Vec<[u32; 4]> = (0..3000u32).map(|i| [i, i * 7 + 1, 99, 6]).collect();
+        for backend in crate::Backend::ALL {
+            let Ok(hasher) = Hasher::with_seed(4).on_backend(backend) else {
+                continue;
+            };
+            for params in [
+                Params::new(Layout::Classic, 9600, 7).unwrap(),
+                Params::new(Layout::Blocked, 8192, 5).unwrap(),
+                Params::new(Layout::SplitBlock, 8192, 8).unwrap(),
+            ] {
+                let mut by_key = Bloom::new(params, hasher.clone());
+                by_key.insert_batch(&keys);
+                let mut pairs = vec![HashPair::default(); keys.len()];
+                hasher.hash_batch(&keys, &mut pairs);
+                let mut by_pair = Bloom::new(params, hasher.clone());
+                by_pair.insert_pairs(&pairs);
+                assert_eq!(by_key, by_pair, "{backend:?} {params:?}");
+                let mut want = vec![false; probes.len()];
+                by_key.contains_batch(&probes, &mut want);
+                let mut probe_pairs = vec![HashPair::default(); probes.len()];
+                hasher.hash_batch(&probes, &mut probe_pairs);
+                let mut got = vec![false; probes.len()];
+                by_pair.contains_pairs(&probe_pairs, &mut got);
+                assert_eq!(want, got, "{backend:?} {params:?}");
+                assert!(got.iter().any(|&h| h) && !got.iter().all(|&h| h));
+            }
+        }
+    }
 
     #[test]
     fn fold_pairs_reference() {

@@ -40,7 +40,13 @@
 //! * Transfer forms ([`Bloom::to_bytes`], [`Bloom::to_compressed_bytes`],
 //!   [`Bloom::from_bytes`]): a versioned header (layout code 0 classic,
 //!   1 blocked, 2 split block) and a raw or range-coded payload; decoding
-//!   rejects malformed bytes with a [`DecodeError`].
+//!   rejects malformed bytes with a [`DecodeError`]. [`Params::for_transfer`]
+//!   sizes a classic filter for the fewest bytes on the wire at a target
+//!   rate ("Compressed Bloom filters"), and [`Bloom::to_message`] reports
+//!   a message's size beside the raw form and a plain list ([`MessageSizes`]).
+//! * [`dbf`]: the Distributed Bloom Filter's per-pair, per-exchange
+//!   mappings built from stored element hashes, and the set of
+//!   `(element, stored hash, last reported)` entries peers reconcile.
 //!
 //! Every filter hashes a batch of keys at once, derives all positions (or,
 //! split block, the block and the mask in registers), prefetches, then
@@ -78,6 +84,7 @@
 //! textbook formulas and compressed transfer.
 
 mod counting;
+pub mod dbf;
 mod filter;
 pub(crate) mod params;
 mod ports;
@@ -90,4 +97,4 @@ pub use params::{
     SPLIT_BLOCK_K, blocked_fpr, split_block_fpr,
 };
 pub use ports::{MAX_PORTS, PortError, PortFilter, PortIter, PortSet};
-pub use transfer::{DecodeError, HEADER_LEN, MAGIC, MAX_CODED_BITS, VERSION};
+pub use transfer::{DecodeError, HEADER_LEN, MAGIC, MAX_CODED_BITS, MessageSizes, VERSION};

@@ -113,6 +113,9 @@ pub enum ParamError {
     TooLarge,
     /// Halving needs a power-of-two `m` of at least 1024 bits.
     CannotHalve(u64),
+    /// No classic filter of at most this many bits reaches the target rate
+    /// ([`Params::for_transfer`]).
+    OverBudget(u64),
 }
 
 impl fmt::Display for ParamError {
@@ -144,6 +147,10 @@ impl fmt::Display for ParamError {
             ParamError::CannotHalve(m) => write!(
                 f,
                 "cannot halve a filter of {m} bits: need a power of two of at least 1024"
+            ),
+            ParamError::OverBudget(max) => write!(
+                f,
+                "no classic filter of at most {max} bits reaches the target false-positive rate"
             ),
         }
     }
@@ -340,6 +347,105 @@ impl Params {
         }
     }
 
+    /// The classic geometry that sends the fewest bits: among classic
+    /// filters of at most `max_bits` bits whose false-positive rate after
+    /// `n` items is at most `p`, and with at most as many positions per key
+    /// as the uncompressed optimum ([`Params::for_items`]), the one whose
+    /// range-coded size ([`Params::compressed_bits`], Mitzenmacher's
+    /// `z = m H(p0)`) is the smallest; on a tie, the smaller `k`.
+    ///
+    /// This is the optimisation of "Compressed Bloom filters" (Mitzenmacher
+    /// 2002) in the form of its Tables IV and V: fix the false-positive
+    /// rate, minimise the transmitted size. For each `k` the smallest `m` (a
+    /// multiple of 64) that reaches `p` is the best for that `k` (the coded
+    /// size grows with `m` at fixed `k`), so the search is one closed-form
+    /// `m` per `k`. The bound on `m` is the paper's "restriction on m":
+    /// without one the optimum runs to `k = 1` and `m ~ n / p`, an array
+    /// the receiver must hold and the decoder walk. A sender that would
+    /// otherwise send the items as a list passes the list's size in bits
+    /// (less the transfer header), so the raw form never exceeds the list
+    /// either.
+    ///
+    /// Coded size has a second optimum on the dense side (many positions,
+    /// few zero bits), which the search leaves out, as the paper's tables
+    /// do: a dense filter holding fewer items than it was sized for has
+    /// about half its bits set and hardly compresses, where a sparse one
+    /// gets sparser and compresses better. At a 50% rate (the DBF's) the
+    /// dense optimum, `k = 27` and 7.4 array bits per item, codes a full
+    /// filter in 1.26 bits per item against the textbook 1.44; but sized
+    /// for 1,000 items and holding 200, it takes 920 bytes (it no longer
+    /// compresses) against the textbook filter's 101, and over the DBF
+    /// paper's experiments it sent more bytes per filter, not fewer
+    /// (`docs/network.md`). So at 50% this gives the textbook geometry,
+    /// `k = 1`.
+    ///
+    /// ```
+    /// use kernels::bloom::{Layout, Params};
+    ///
+    /// // 10,000 items at about 0.045%, at most 48 array bits per item:
+    /// // Table V's k = 3, m/n = 37.5, z/n = 14.67 (16 for the uncompressed
+    /// // optimum, k = 11).
+    /// let p = Params::for_transfer(10_000, 0.000454, 480_000).unwrap();
+    /// assert_eq!((p.layout(), p.k()), (Layout::Classic, 3));
+    /// assert!((p.bits() as f64 / 10_000.0 - 37.5).abs() < 0.3);
+    /// assert!((p.compressed_bits(10_000.0) / 10_000.0 - 14.666).abs() < 0.1);
+    /// ```
+    ///
+    /// # Errors
+    /// [`ParamError::NoItems`] if `n == 0`, [`ParamError::Rate`] unless
+    /// `0 < p < 1`, [`ParamError::TooLarge`] if no classic filter of at
+    /// most 2^32 bits reaches `p`, [`ParamError::OverBudget`] if none of at
+    /// most `max_bits` bits does.
+    pub fn for_transfer(n: u64, p: f64, max_bits: u64) -> Result<Self, ParamError> {
+        let textbook = Params::for_items(Layout::Classic, n, p)?;
+        let cap = max_bits.min(MAX_BITS);
+        let nf = n as f64;
+        let mut best: Option<(f64, Params)> = None;
+        for k in 1..=textbook.k {
+            let Some(m) = classic_bits_for(nf, p, k, cap) else {
+                continue;
+            };
+            let params = Params::new(Layout::Classic, m, k)?;
+            let z = params.compressed_bits(nf);
+            if best.is_none_or(|(fewest, _)| z < fewest) {
+                best = Some((z, params));
+            }
+        }
+        best.map(|(_, params)| params)
+            .ok_or(ParamError::OverBudget(max_bits))
+    }
+
+    /// The expected fraction of zero bits after `n` distinct items:
+    /// `(1 - 1/m)^(k n)` (Classic), `exp(-(n / R) (1 - (1 - 1/512)^k))`
+    /// (Blocked, `R` blocks, a block's load Poisson), `exp(-(n / R) / 32)`
+    /// (SplitBlock). 1 for `n <= 0` or NaN.
+    pub fn expected_zero_fraction(&self, n: f64) -> f64 {
+        if n.is_nan() || n <= 0.0 {
+            return 1.0;
+        }
+        let k = self.k as f64;
+        match self.layout {
+            Layout::Classic => (k * n * (-1.0 / self.bits as f64).ln_1p()).exp(),
+            Layout::Blocked => {
+                let per_key = 1.0 - (1.0 - 1.0 / BLOCK_BITS as f64).powf(k);
+                (-(n / self.blocks() as f64) * per_key).exp()
+            }
+            Layout::SplitBlock => (-(n / self.blocks() as f64) / 32.0).exp(),
+        }
+    }
+
+    /// The transmitted size "Compressed Bloom filters" predicts for the
+    /// range-coded bit vector after `n` items, in bits: `m H(p0)`, `H` the
+    /// binary entropy and `p0` the [expected zero
+    /// fraction](Params::expected_zero_fraction) (the paper's `z`; its
+    /// Table II gives `z / n`). The coded payload of
+    /// [`Bloom::to_compressed_bytes`](crate::bloom::Bloom::to_compressed_bytes)
+    /// is this plus a few words; the header adds
+    /// [`HEADER_LEN`](crate::bloom::HEADER_LEN) bytes.
+    pub fn compressed_bits(&self, n: f64) -> f64 {
+        self.bits as f64 * binary_entropy(self.expected_zero_fraction(n))
+    }
+
     /// The layout.
     pub fn layout(&self) -> Layout {
         self.layout
@@ -464,9 +570,7 @@ impl Params {
 
     /// Hashes `keys` (at most [`Params::chunk`] of them) and writes their
     /// positions, index-major: `s.pos[j * n + i]` is position `j` of key `i`,
-    /// in `0..m`. Blocked: `block * 512 + bit`; SplitBlock:
-    /// `block * 256 + 32 j + bit_j` (bit `i` of word `j` of the block is
-    /// position `256 block + 32 j + i`); Classic: `(x_j * m) >> 32`.
+    /// in `0..m` (see [`Params::pair_positions`]).
     #[inline]
     pub(crate) fn positions<const W: usize>(
         &self,
@@ -478,12 +582,32 @@ impl Params {
         debug_assert!(n <= self.chunk());
         let pairs = &mut s.pairs[..n];
         hasher.hash_batch(keys, pairs);
-        let pos = &mut s.pos[..self.k * n];
+        self.pair_positions(hasher, &s.pairs[..n], &mut s.blocks, &mut s.pos);
+    }
+
+    /// Writes the positions of `pairs` (at most [`Params::chunk`] of them)
+    /// into `pos`, index-major: `pos[j * n + i]` is position `j` of pair
+    /// `i`, in `0..m`. Blocked: `block * 512 + bit`; SplitBlock:
+    /// `block * 256 + 32 j + bit_j` (bit `i` of word `j` of the block is
+    /// position `256 block + 32 j + i`); Classic: `(x_j * m) >> 32`.
+    /// `blocks` is scratch for the block of each pair. The hasher only
+    /// chooses the backend: its key plays no part.
+    #[inline]
+    pub(crate) fn pair_positions(
+        &self,
+        hasher: &Hasher,
+        pairs: &[HashPair],
+        blocks: &mut [u32; BATCH],
+        pos: &mut [u32; POS_CAP],
+    ) {
+        let n = pairs.len();
+        debug_assert!(n <= self.chunk());
+        let pos = &mut pos[..self.k * n];
         match self.layout {
             Layout::Blocked => {
                 let log2_blocks = (self.bits / BLOCK_BITS).trailing_zeros();
                 let layout = Blocked::new(log2_blocks, LOG2_BLOCK_BITS, self.k);
-                let blocks = &mut s.blocks[..n];
+                let blocks = &mut blocks[..n];
                 hasher.blocked(pairs, layout, blocks, pos);
                 for row in pos.chunks_exact_mut(n) {
                     for (p, &b) in row.iter_mut().zip(blocks.iter()) {
@@ -496,7 +620,7 @@ impl Params {
                 // derivation with 32-bit "blocks" of bits and k = 8.
                 let log2_blocks = self.blocks().trailing_zeros();
                 let layout = Blocked::new(log2_blocks, 5, SPLIT_BLOCK_K);
-                let blocks = &mut s.blocks[..n];
+                let blocks = &mut blocks[..n];
                 hasher.blocked(pairs, layout, blocks, pos);
                 for (j, row) in pos.chunks_exact_mut(n).enumerate() {
                     for (p, &b) in row.iter_mut().zip(blocks.iter()) {
@@ -532,6 +656,41 @@ impl Scratch {
             pos: [0; POS_CAP],
         }
     }
+}
+
+/// The smallest classic `m` (a multiple of 64, at most `cap`) with
+/// `(1 - (1 - 1/m)^(k n))^k <= p`, or `None` if above `cap`. Solved in
+/// closed form, then stepped by 64 to the exact boundary (a step or two).
+fn classic_bits_for(n: f64, p: f64, k: usize, cap: u64) -> Option<u64> {
+    let kf = k as f64;
+    // (1 - 1/m)^(k n) = 1 - p^(1/k)  =>  1/m = 1 - (1 - p^(1/k))^(1/(k n)).
+    let zeros = -(p.ln() / kf).exp_m1(); // 1 - p^(1/k), in (0, 1)
+    let inv_m = -(zeros.ln() / (kf * n)).exp_m1();
+    let m = 1.0 / inv_m;
+    if !m.is_finite() || m > cap as f64 + 64.0 {
+        return None;
+    }
+    let fpr = |m: u64| (1.0 - (kf * n * (-1.0 / m as f64).ln_1p()).exp()).powf(kf);
+    let mut m = ((m / 64.0).ceil() as u64).max(1) * 64;
+    while fpr(m) > p {
+        m += 64;
+        if m > cap {
+            return None;
+        }
+    }
+    while m > 64 && fpr(m - 64) <= p {
+        m -= 64;
+    }
+    (m <= cap).then_some(m)
+}
+
+/// The binary entropy `H(x) = -x log2 x - (1 - x) log2 (1 - x)`, 0 at the
+/// ends.
+fn binary_entropy(x: f64) -> f64 {
+    if !(x > 0.0 && x < 1.0) {
+        return 0.0;
+    }
+    -(x * x.log2() + (1.0 - x) * (1.0 - x).log2())
 }
 
 /// The blocked layout's false-positive rate (Putze, Sanders, Singler 2007):

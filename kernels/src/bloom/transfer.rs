@@ -137,6 +137,37 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
+/// What one filter message costs, beside what the other forms of the same
+/// set would have cost: the compressed transfer form (what is sent), the
+/// raw form of the same filter, and the items as a plain list. A sender
+/// logs or counts these per message ([`Bloom::to_message`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageSizes {
+    /// Bytes of [`Bloom::to_compressed_bytes`], header included (the raw
+    /// form when coding would not be smaller).
+    pub compressed: u64,
+    /// Bytes of [`Bloom::to_bytes`]: [`HEADER_LEN`] `+ m / 8`.
+    pub raw: u64,
+    /// Bytes of the items as a list: `items * item_bytes` (4 per IPv4
+    /// group, 16 per IPv6 group, 16 or 40 per flow key), no header.
+    pub list: u64,
+}
+
+impl MessageSizes {
+    /// The compression gain on the bit vector: raw payload over coded
+    /// payload, headers excluded, so it compares with `m / z` of
+    /// "Compressed Bloom filters" (`1 / H(p0)`,
+    /// [`Params::compressed_bits`]). 1 when the filter travels raw.
+    pub fn payload_gain(&self) -> f64 {
+        let header = HEADER_LEN as u64;
+        let coded = self.compressed.saturating_sub(header);
+        if coded == 0 || self.compressed >= self.raw {
+            return 1.0;
+        }
+        self.raw.saturating_sub(header) as f64 / coded as f64
+    }
+}
+
 /// The header's item estimate: the rounded Swamidass-Baldi estimate
 /// ([`Params::estimate_items`], finite for a full filter too).
 fn estimate_field(params: &Params, ones: u64) -> u64 {
@@ -229,6 +260,34 @@ impl Bloom {
             out.extend_from_slice(&w.to_le_bytes());
         }
         out
+    }
+
+    /// The compressed transfer form ([`Bloom::to_compressed_bytes`]) and
+    /// what it costs beside the raw form and a list of `items` items of
+    /// `item_bytes` bytes each: what a sender counts for every message.
+    ///
+    /// ```
+    /// use kernels::Hasher;
+    /// use kernels::bloom::{Bloom, HEADER_LEN, Params};
+    ///
+    /// // 1,000 IPv4 groups at 0.1%; the raw filter must stay below the list.
+    /// let list_bits = (1000 * 4 - HEADER_LEN as u64 - 1) * 8;
+    /// let params = Params::for_transfer(1000, 0.001, list_bits).unwrap();
+    /// let mut groups = Bloom::new(params, Hasher::with_seed(1));
+    /// let ids: Vec<[u32; 1]> = (0..1000u32).map(|g| [0xe000_0000 | g]).collect();
+    /// groups.insert_batch(&ids);
+    /// let (bytes, sizes) = groups.to_message(1000, 4);
+    /// assert_eq!(bytes.len() as u64, sizes.compressed);
+    /// assert!(sizes.compressed < sizes.raw && sizes.raw < sizes.list);
+    /// ```
+    pub fn to_message(&self, items: u64, item_bytes: u64) -> (Vec<u8>, MessageSizes) {
+        let bytes = self.to_compressed_bytes();
+        let sizes = MessageSizes {
+            compressed: bytes.len() as u64,
+            raw: HEADER_LEN as u64 + self.params().bits() / 8,
+            list: items.saturating_mul(item_bytes),
+        };
+        (bytes, sizes)
     }
 
     /// Decodes either transfer form for use with `hasher`, whose key must
