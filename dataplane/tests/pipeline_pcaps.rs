@@ -1,5 +1,5 @@
 //! Every capture in the shared corpus through the pipeline: no panic,
-//! `received == forwarded + dropped` for every file under both malformed
+//! `received == forwarded + consumed + dropped` for every file under both malformed
 //! policies, and the per-file numbers of `expected_pcaps.md` (malformed
 //! reasons, IP versions, VLAN depths) asserted for the files listed in
 //! `EXPECTED` below.

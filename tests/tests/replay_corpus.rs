@@ -2,7 +2,7 @@
 //! built-in router (all four stages, a shaped SFB port), as `traffic-gen
 //! replay FILE` runs it: no panic; a capture that reads to its end is
 //! replayed whole with every packet and every copy accounted for
-//! (received = forwarded + dropped by reason; per port copies = sent +
+//! (received = forwarded + consumed + dropped by reason; per port copies = sent +
 //! dropped + backlog, the backlog drained to zero); a capture with a fault
 //! part-way is replayed up to it, with the fault in the report's input
 //! errors; a capture whose header is bad gives an error naming the file.

@@ -44,7 +44,7 @@
 //! let report = replay(&input, &ReplayConfig::default(), None)?;
 //! let p = &report.router.pipeline;
 //! assert_eq!(p.received, 5_000);
-//! assert_eq!(p.forwarded + p.dropped, p.received);
+//! assert_eq!(p.forwarded + p.consumed + p.dropped, p.received);
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 

@@ -67,7 +67,7 @@
 //! dropped moves from `forwarded` to the `egress_shutdown` drop reason).
 //! Then the final counters are collected.
 //!
-//! Accounting: the chain's `received == forwarded + dropped` (by reason,
+//! Accounting: the chain's `received == forwarded + consumed + dropped` (by reason,
 //! SFB and queue drops included); per port, `copies == sent + send_errors
 //! + dropped + backlog + shutdown_dropped` ([`Stats::is_consistent`]).
 

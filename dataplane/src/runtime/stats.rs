@@ -602,7 +602,7 @@ impl Stats {
         out
     }
 
-    /// `received == forwarded + dropped`, and per port `copies == sent +
+    /// `received == forwarded + consumed + dropped`, and per port `copies == sent +
     /// send_errors + dropped + backlog + shutdown_dropped`.
     pub fn is_consistent(&self) -> bool {
         self.pipeline.is_consistent() && self.interfaces.iter().all(|i| i.port.is_consistent())
