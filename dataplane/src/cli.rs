@@ -1,7 +1,8 @@
-//! Shell completions and manual pages for the command-line tools
-//! (`dataplane` and `traffic-gen`), made by clap's own generators
-//! (`clap_complete`, `clap_mangen`) from each tool's command definition, so
-//! they always list the flags the tool has.
+//! What the command-line tools (`dataplane` and `traffic-gen`) share: the
+//! exit status of a command line that cannot be run ([`EXIT_USAGE`],
+//! [`parse_or_exit`]), and shell completions and manual pages, made by
+//! clap's own generators (`clap_complete`, `clap_mangen`) from each tool's
+//! command definition, so they always list the flags the tool has.
 //!
 //! Each tool has two subcommands built on this module:
 //!
@@ -40,7 +41,34 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use clap::Command;
+use clap::{ArgMatches, Command, FromArgMatches};
+
+/// The exit status of a command line that cannot be run as written: an
+/// unknown flag, a missing or malformed value, a value out of its range,
+/// flags that exclude each other (`EX_USAGE` of `sysexits.h`). clap's own
+/// default for these, 2, is left to the tools' own meanings
+/// (`traffic-gen replay`: completed with input errors).
+pub const EXIT_USAGE: u8 = 64;
+
+/// Parses the process's arguments with `cmd` into `T`. `--help` and
+/// `--version` print and exit 0; a usage error prints clap's message
+/// (naming the flag, with a hint) and exits with [`EXIT_USAGE`].
+pub fn parse_or_exit<T: FromArgMatches>(cmd: Command) -> (ArgMatches, T) {
+    let matches = cmd.try_get_matches().unwrap_or_else(|e| exit_for(&e));
+    let parsed = T::from_arg_matches(&matches).unwrap_or_else(|e| exit_for(&e));
+    (matches, parsed)
+}
+
+/// Prints `e` where clap would (help and version on standard output) and
+/// exits: 0 for help and version, [`EXIT_USAGE`] for an error.
+fn exit_for(e: &clap::Error) -> ! {
+    // Printing can only fail on a closed stream; the status says the rest.
+    let _ = e.print();
+    if e.use_stderr() {
+        std::process::exit(i32::from(EXIT_USAGE))
+    }
+    std::process::exit(0)
+}
 
 /// `completions SHELL`: a completion script on standard output.
 #[derive(Debug, Clone, clap::Args)]

@@ -15,10 +15,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::parser::ValueSource;
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use dataplane::cli::{CompletionsArgs, ManArgs};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use dataplane::cli::{CompletionsArgs, EXIT_USAGE, ManArgs};
 use dataplane::config::{IoBackend, RouterConfig, ThresholdConfig};
 use dataplane::pipeline::MalformedPolicy;
 use dataplane::stage::sfb::SfbConfig;
@@ -42,15 +42,39 @@ use traffic_gen::throughput::{self, ThroughputConfig, run_throughput};
 const EXIT_STATUS: &str = "\
 Exit status:
   0    done
-  1    error: nothing was run, or the run failed (the message says why)
+  1    error: the run failed, or could not start (the message names the
+       file, offset, flag or interface)
   2    replay completed with input errors: a capture had a defect part-way
        (cut short, a bad record, garbage after the data); what precedes it
        was replayed, the next file read, and each defect is in the warnings
        and the JSON report's input_errors
+  64   usage: an unknown flag, a missing or malformed value, a value out of
+       range, flags that exclude each other (nothing was run)
   130  replay interrupted (SIGINT/Ctrl-C or SIGTERM): the summary and the
-       --json/--hgrm/--heavy-jsonl/--write outputs cover what was sent
-       (a second signal a second or more later exits at once, writing
+       --json/--hgrm/--heavy-jsonl/--plot/--write outputs cover what was
+       sent (a second signal a second or more later exits at once, writing
        nothing)";
+
+/// A command line that cannot be run as given, found by the program
+/// rather than by clap (flags that only apply together, a value out of
+/// range): exit status [`EXIT_USAGE`], as clap's own usage errors.
+#[derive(Debug)]
+struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// Returns a [`Usage`] error from the enclosing function.
+macro_rules! usage {
+    ($($t:tt)*) => {
+        return Err(Usage(format!($($t)*)).into())
+    };
+}
 
 /// How a command ended, short of an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,7 +251,7 @@ fn run_throughput_cmd(a: &ThroughputArgs) -> Result<()> {
         grace: std::time::Duration::from_millis(a.rx_grace),
         pause: std::time::Duration::from_nanos(a.pause),
     };
-    cfg.validate()?;
+    cfg.validate().map_err(|e| Usage(format!("{e:#}")))?;
     // The output file is checked first, so a bad path fails at once.
     let json = Output::check("--json", a.json.as_deref())?;
     let report = run_throughput(&cfg)?;
@@ -381,7 +405,7 @@ fn write_json(out: Option<Output<'_>>, value: &impl serde::Serialize) -> Result<
 
 fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
     if !(a.rate_mbps.is_finite() && a.rate_mbps > 0.0) {
-        bail!("--rate-mbps must be positive, got {}", a.rate_mbps);
+        usage!("--rate-mbps must be positive, got {}", a.rate_mbps);
     }
     let mut d = SfbScenarioConfig::evaluation_sfb();
     if a.sfb_profile.as_deref() == Some("linux") {
@@ -395,7 +419,7 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
         levels: a.sfb_levels.unwrap_or(d.levels),
         log2_bins: match a.sfb_bins {
             Some(n) if n.is_power_of_two() => n.trailing_zeros(),
-            Some(n) => bail!("--sfb-bins must be a power of two, got {n}"),
+            Some(n) => usage!("--sfb-bins must be a power of two, got {n}"),
             None => d.log2_bins,
         },
         penalty_rate: a.sfb_penalty_rate.unwrap_or(d.penalty_rate),
@@ -984,7 +1008,7 @@ impl StdinSpool {
             return Ok(None);
         }
         if dashes > 1 {
-            bail!("standard input (-) can be read once");
+            usage!("standard input (-) can be read once");
         }
         let dir = std::env::temp_dir().join(format!("traffic-gen-{}", std::process::id()));
         std::fs::create_dir_all(&dir)
@@ -1031,7 +1055,7 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
             .iter()
             .map(|f| format!("--{}", f.replace('_', "-")))
             .collect();
-        bail!(
+        usage!(
             "{}: only for the synthetic workload (no capture files given); --limit N stops after N packets",
             flags.join(", ")
         );
@@ -1041,7 +1065,13 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         return run_live_replay(a, tx, files, spool.as_ref());
     }
     if a.io != IoBackend::Pnet {
-        bail!("--io applies to live replay (--tx)");
+        usage!("--io applies to live replay (--tx)");
+    }
+    if a.workers == 0 {
+        usage!("--workers must be at least 1");
+    }
+    if a.verbose && a.workers > 1 {
+        usage!("--verbose prints the packets in order: it takes one worker (--workers 1)");
     }
     let mut router = match &a.config {
         Some(p) => RouterConfig::load(p)?,
@@ -1051,13 +1081,13 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         let h = router.heavy.get_or_insert_with(Default::default);
         if let Some(pct) = a.heavy_percent {
             if !(pct.is_finite() && pct > 0.0 && pct <= 100.0) {
-                bail!("--heavy-percent must be in (0, 100], got {pct}");
+                usage!("--heavy-percent must be in (0, 100], got {pct}");
             }
             h.threshold = ThresholdConfig::Share(pct / 100.0);
         }
         if let Some(ms) = a.epoch_ms {
             if ms == 0 {
-                bail!("--epoch-ms must be at least 1");
+                usage!("--epoch-ms must be at least 1");
             }
             h.epoch_ms = Some(ms);
         }
@@ -1083,7 +1113,7 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
     };
     let input = if files.is_empty() {
         if a.synth.size.is_some() || a.synth.unique {
-            bail!(
+            usage!(
                 "--size and --unique shape `synth --kind zipf` captures; the built-in workload replay runs without files has its own sizes"
             );
         }
@@ -1187,7 +1217,7 @@ fn run_live_replay(
     spool: Option<&StdinSpool>,
 ) -> Result<Outcome> {
     if a.hgrm.is_some() && a.rx.is_none() {
-        bail!("--hgrm needs --rx (latency is measured at the receiver)");
+        usage!("--hgrm needs --rx (latency is measured at the receiver)");
     }
     let cfg = LiveConfig {
         tx: Endpoint {
@@ -1214,7 +1244,7 @@ fn run_live_replay(
     let json = Output::check("--json", a.json.as_deref())?;
     if let Some(p) = &a.plot {
         if a.rx.is_none() {
-            bail!("--plot needs --rx with live replay (latency is measured at the receiver)");
+            usage!("--plot needs --rx with live replay (latency is measured at the receiver)");
         }
         check_writable("--plot", p)?;
     }
@@ -1254,10 +1284,9 @@ fn run_live_replay(
 }
 
 fn run() -> Result<Outcome> {
-    let matches = Cli::command()
-        .long_version(kernels::platform::long_version(env!("CARGO_PKG_VERSION")))
-        .get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let (matches, cli) = dataplane::cli::parse_or_exit::<Cli>(
+        Cli::command().long_version(kernels::platform::long_version(env!("CARGO_PKG_VERSION"))),
+    );
     // Generated from the command line's definition; no backend needed.
     match &cli.command {
         Command::Completions(a) => {
@@ -1347,7 +1376,11 @@ fn main() -> ExitCode {
             for line in format!("{e:#}").lines() {
                 eprintln!("traffic-gen: error: {line}");
             }
-            ExitCode::FAILURE
+            if e.downcast_ref::<Usage>().is_some() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

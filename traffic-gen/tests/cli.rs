@@ -574,7 +574,7 @@ fn limit_read_stdin_and_flag_errors() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(64), "a usage error");
     assert!(
         stderr.contains("--packets, --zipf-s: only for the synthetic workload"),
         "{stderr}"
@@ -587,8 +587,82 @@ fn limit_read_stdin_and_flag_errors() {
     ] {
         let out = bin().arg("replay").args(args).arg(&a).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_eq!(out.status.code(), Some(64), "{stderr}");
         assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Exit status 64 is a usage error, and only that: clap's (an unknown
+/// flag, with its hint; a value out of range) and the program's own
+/// (flags that exclude each other); 2 stays "completed with input
+/// errors". `--help` of the program and of `replay` carry the table, and
+/// the guide's table has the same statuses.
+#[test]
+fn usage_errors_have_their_own_exit_status() {
+    let d = scratch("usage");
+    let a = fixed_pcap(&d, "a.pcap", 100);
+    for (args, want) in [
+        (
+            vec!["replay", "--confg", "x.toml"],
+            "tip: a similar argument exists: '--config'",
+        ),
+        (
+            vec!["replay", "--pps", "0"],
+            "invalid value '0' for '--pps <N>'",
+        ),
+        (
+            vec!["replay", "--io", "ring"],
+            "--io applies to live replay (--tx)",
+        ),
+        (
+            vec!["replay", "-v", "--workers", "2"],
+            "--verbose prints the packets in order",
+        ),
+        (
+            vec!["replay", "--workers", "0"],
+            "--workers must be at least 1",
+        ),
+        (
+            vec!["throughput", "--tx", "a", "--rx", "b", "--loss", "2"],
+            "--loss is a fraction",
+        ),
+        (vec!["bogus"], "unrecognized subcommand 'bogus'"),
+    ] {
+        let mut cmd = bin();
+        cmd.args(&args);
+        if args[0] == "replay" {
+            cmd.arg(&a);
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing was run");
+    }
+    // The input errors' own status.
+    let cut = d.join("cut.pcap");
+    std::fs::write(&cut, &std::fs::read(&a).unwrap()[..1000]).unwrap();
+    let out = bin().arg("replay").arg(&cut).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // Help and version exit 0; help carries the table.
+    let guide =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/guide.md")).unwrap();
+    for args in [vec!["--help"], vec!["replay", "--help"]] {
+        let out = bin().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let help = String::from_utf8_lossy(&out.stdout);
+        for status in ["0", "1", "2", "64", "130"] {
+            assert!(
+                help.lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{status} "))),
+                "{args:?}: no {status} in {help}"
+            );
+            assert!(
+                guide.contains(&format!("| {status} |")),
+                "the guide's table lacks {status}"
+            );
+        }
     }
     std::fs::remove_dir_all(&d).unwrap();
 }

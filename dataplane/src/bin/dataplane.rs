@@ -25,14 +25,29 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use dataplane::cli::{CompletionsArgs, ManArgs};
 use dataplane::config::RouterConfig;
 use dataplane::runtime::metrics::MetricsServer;
 use dataplane::runtime::{IntervalRates, Router, RunOptions, Stats};
 
+/// The exit statuses, as `--help` shows them.
+const EXIT_STATUS: &str = "\
+Exit status:
+  0    done: check-config accepted the file, or run stopped on SIGINT or
+       SIGTERM and wrote its final report
+  1    error: the file has problems (each printed with its line and key),
+       the router could not start, or a report could not be written
+  64   usage: an unknown flag, a missing or malformed value (nothing was
+       done)";
+
 #[derive(Debug, Parser)]
-#[command(name = "dataplane", version, about = "Bloomplane router dataplane")]
+#[command(
+    name = "dataplane",
+    version,
+    about = "Bloomplane router dataplane",
+    after_help = EXIT_STATUS
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,11 +56,13 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Validate a configuration file without opening any socket.
+    #[command(after_help = EXIT_STATUS)]
     CheckConfig {
         /// The TOML file.
         file: PathBuf,
     },
     /// Run the router.
+    #[command(after_help = EXIT_STATUS)]
     Run {
         /// The TOML file.
         #[arg(long, short)]
@@ -90,10 +107,9 @@ fn err_out(text: &str) {
 }
 
 fn main() -> ExitCode {
-    let matches = Cli::command()
-        .long_version(kernels::platform::long_version(env!("CARGO_PKG_VERSION")))
-        .get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let (_, cli) = dataplane::cli::parse_or_exit::<Cli>(
+        Cli::command().long_version(kernels::platform::long_version(env!("CARGO_PKG_VERSION"))),
+    );
     // Generated from the command line's definition; no backend needed.
     let generated = match &cli.command {
         Command::Completions(a) => Some(
