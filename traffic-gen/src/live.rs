@@ -707,13 +707,23 @@ impl LiveReport {
                 r.unmatched,
                 r.received_pps
             )?;
-            writeln!(
-                w,
-                "Kernel drops at the receiver ({}): {} (buffer full), ring blocks found held: {}",
-                self.io.name(),
-                r.kernel_dropped,
-                r.kernel_freeze_q
-            )?;
+            // A receive ring's blocks exist only with `--io ring`.
+            if self.io == IoBackend::Ring {
+                writeln!(
+                    w,
+                    "Kernel drops at the receiver ({}): {} (ring full), ring blocks found held: {}",
+                    self.io.name(),
+                    r.kernel_dropped,
+                    r.kernel_freeze_q
+                )?;
+            } else {
+                writeln!(
+                    w,
+                    "Kernel drops at the receiver ({}): {} (socket buffer full)",
+                    self.io.name(),
+                    r.kernel_dropped
+                )?;
+            }
             let l = &r.latency;
             let us = |ns: u64| ns as f64 / 1e3;
             writeln!(

@@ -255,8 +255,10 @@ fn run_throughput_cmd(a: &ThroughputArgs) -> Result<()> {
     // The output file is checked first, so a bad path fails at once.
     let json = Output::check("--json", a.json.as_deref())?;
     let report = run_throughput(&cfg)?;
-    report.write_text(&mut std::io::stdout().lock())?;
-    write_json(json, &report)
+    let mut out = std::io::stdout().lock();
+    report.write_text(&mut out)?;
+    let written: Vec<PathBuf> = write_json(json, &report)?.into_iter().collect();
+    print_written(&mut out, &written)
 }
 
 #[derive(Debug, Subcommand)]
@@ -390,15 +392,24 @@ impl<'p> Output<'p> {
     }
 }
 
-/// Writes `value` as JSON into `out`.
-fn write_json(out: Option<Output<'_>>, value: &impl serde::Serialize) -> Result<()> {
-    if let Some(o) = out {
-        let (p, f) = (o.path, o.create()?);
-        let mut w = std::io::BufWriter::new(f);
-        serde_json::to_writer_pretty(&mut w, value)
-            .map_err(std::io::Error::from)
-            .and_then(|()| w.flush())
-            .with_context(|| format!("{}: write failed", p.display()))?;
+/// Writes `value` as JSON into `out`; returns the path written.
+fn write_json(out: Option<Output<'_>>, value: &impl serde::Serialize) -> Result<Option<PathBuf>> {
+    let Some(o) = out else { return Ok(None) };
+    let (p, f) = (o.path, o.create()?);
+    let mut w = std::io::BufWriter::new(f);
+    serde_json::to_writer_pretty(&mut w, value)
+        .map_err(std::io::Error::from)
+        .and_then(|()| w.flush())
+        .with_context(|| format!("{}: write failed", p.display()))?;
+    Ok(Some(p.to_path_buf()))
+}
+
+/// A `wrote FILE` line for each output file a command wrote (as the
+/// replay's `--write` captures are listed), after its summary; a reader
+/// gone from standard output is no error.
+fn print_written(out: &mut impl Write, files: &[PathBuf]) -> Result<()> {
+    for f in files {
+        quiet_on_closed_pipe(writeln!(out, "wrote {}", f.display()))?;
     }
     Ok(())
 }
@@ -442,6 +453,7 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
         }
     }
     let mut reports = Vec::new();
+    let mut written = Vec::new();
     let mut out = std::io::stdout().lock();
     for (i, &aimd) in a.aimd.iter().enumerate() {
         let cfg = SfbScenarioConfig {
@@ -470,6 +482,7 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
                 write_hgrm(&r.histogram, &mut f)
                     .and_then(|()| f.flush())
                     .with_context(|| format!("{}: write failed", path.display()))?;
+                written.push(path);
             }
         }
         reports.push(rep);
@@ -495,8 +508,10 @@ fn run_scenario_sfb(a: &SfbScenarioArgs) -> Result<()> {
             )
             .collect();
         plot_svg(p, "scenario sfb", &hists, &[])?;
+        written.push(p.clone());
     }
-    write_json(json, &reports)
+    written.extend(write_json(json, &reports)?);
+    print_written(&mut out, &written)
 }
 
 /// `dir/stem.ext` -> `dir/stem-QUEUE-aimdN.ext`.
@@ -1167,7 +1182,7 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
     let mut out = std::io::stdout().lock();
     // The files are written even when standard output is gone.
     let printed = report.write_text(&mut out, a.top);
-    let hgrm_written = match hgrms {
+    let mut written = match hgrms {
         Some(paths) => {
             let files = paths
                 .into_iter()
@@ -1177,7 +1192,7 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         }
         None => Vec::new(),
     };
-    write_json(json, &report)?;
+    written.extend(write_json(json, &report)?);
     if let Some(p) = &a.plot {
         let through = report.latency.through();
         plot_svg(
@@ -1190,6 +1205,7 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
             ],
             &report.queue_samples,
         )?;
+        written.push(p.clone());
     }
     if let Some(o) = heavy_jsonl {
         let p = o.path;
@@ -1200,11 +1216,10 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         }
         f.flush()
             .with_context(|| format!("{}: write failed", p.display()))?;
+        written.push(p.to_path_buf());
     }
     quiet_on_closed_pipe(printed)?;
-    for f in hgrm_written {
-        quiet_on_closed_pipe(writeln!(out, "wrote {}", f.display()))?;
-    }
+    print_written(&mut out, &written)?;
     let interrupted = report.interrupted || stop.load(Ordering::Relaxed);
     Ok(Outcome::of_replay(interrupted, &report.input_errors))
 }
@@ -1262,7 +1277,9 @@ fn run_live_replay(
     StdinSpool::rename(spool, report.input_errors.iter_mut().map(|e| &mut e.file));
     warn_input_errors(&report.input_errors, "sent");
     // The files are written even when standard output is gone.
-    let printed = report.write_text(&mut std::io::stdout().lock());
+    let mut out = std::io::stdout().lock();
+    let printed = report.write_text(&mut out);
+    let mut written = Vec::new();
     // Without a receive side there is no distribution, and no file.
     if let Some(o) = hgrm
         && report.rx.is_some()
@@ -1273,12 +1290,20 @@ fn run_live_replay(
             r.and_then(|()| f.flush())
                 .with_context(|| format!("{}: write failed", p.display()))?;
         }
+        written.push(p.to_path_buf());
     }
-    write_json(json, &report)?;
+    if let Some(p) = &a.hlog
+        && report.rx.is_some()
+    {
+        written.push(p.clone());
+    }
+    written.extend(write_json(json, &report)?);
     if let (Some(p), Some(rx)) = (&a.plot, &report.rx) {
         plot_svg(p, "live replay", &[("send to receive", &rx.histogram)], &[])?;
+        written.push(p.clone());
     }
     quiet_on_closed_pipe(printed)?;
+    print_written(&mut out, &written)?;
     let interrupted = report.interrupted || stop.load(Ordering::Relaxed);
     Ok(Outcome::of_replay(interrupted, &report.input_errors))
 }

@@ -105,6 +105,103 @@ fn errors_name_the_file_and_exit_non_zero() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// Every output file a run writes gets its `wrote FILE` line, after the
+/// summary, and nothing else does: `--write`'s captures, `--hgrm`'s three
+/// distributions, `--json`, `--plot`, `--heavy-jsonl`; `scenario sfb`
+/// likewise.
+#[test]
+fn wrote_lines_name_every_output_file() {
+    let d = scratch("wrote");
+    let out = bin()
+        .current_dir(&d)
+        .args([
+            "replay",
+            "--limit",
+            "3000",
+            "--json",
+            "r.json",
+            "--plot",
+            "r.svg",
+            "--heavy-jsonl",
+            "h.jsonl",
+            "--hgrm",
+            "l.hgrm",
+            "--write",
+            "out",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let wrote: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("wrote "))
+        .collect();
+    assert_eq!(
+        wrote,
+        [
+            "out/r-a.pcap",
+            "out/r-b.pcap",
+            "out/r-c.pcap",
+            "l-processing.hgrm",
+            "l-sojourn.hgrm",
+            "l-through.hgrm",
+            "r.json",
+            "r.svg",
+            "h.jsonl",
+        ],
+        "{stdout}"
+    );
+    for f in &wrote {
+        assert!(d.join(f).is_file(), "{f}");
+    }
+    let out = bin()
+        .current_dir(&d)
+        .args([
+            "scenario",
+            "sfb",
+            "--aimd",
+            "4",
+            "--rate-mbps",
+            "10",
+            "--duration",
+            "2s",
+            "--json",
+            "s.json",
+            "--plot",
+            "s.svg",
+            "--hgrm",
+            "s.hgrm",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let wrote: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("wrote "))
+        .collect();
+    assert_eq!(
+        wrote,
+        [
+            "s-sfb-aimd4.hgrm",
+            "s-droptail-aimd4.hgrm",
+            "s.svg",
+            "s.json"
+        ],
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 /// The shared corpus of public captures, if this checkout has it.
 fn shared_pcaps() -> Option<PathBuf> {
     let d = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/pcaps"));
