@@ -224,8 +224,13 @@ pub struct RunNotes<'a> {
     pub rate_reached: Option<f64>,
     /// Records whose absurd original length was replaced.
     pub lengths_fixed: u64,
-    /// Capture-time gaps cut to the pacing limit.
-    pub gaps_capped: u64,
+    /// Gaps in capture time longer than a minute.
+    pub gaps: crate::pacing::LongGaps,
+    /// The pacing waits for capture time (a multiplier), so it cut them.
+    pub paced_by_capture_time: bool,
+    /// The capture time the report covers, s (the embedded router's clock;
+    /// `None` live).
+    pub capture_span_s: Option<f64>,
 }
 
 impl RunNotes<'_> {
@@ -260,11 +265,33 @@ impl RunNotes<'_> {
                 self.lengths_fixed
             )?;
         }
-        if self.gaps_capped > 0 {
+        let g = self.gaps;
+        if g.count > 0 {
+            let (them, it) = if g.count == 1 {
+                ("gap", "it")
+            } else {
+                ("gaps", "them")
+            };
+            let pacing = if self.paced_by_capture_time {
+                format!(
+                    "--{} paced each as one minute of capture time ({:.3} s of the capture's timing skipped)",
+                    self.pacing,
+                    g.beyond_ns as f64 / 1e9
+                )
+            } else {
+                format!("{} pacing does not wait for capture time", self.pacing)
+            };
+            let clock = match self.capture_span_s {
+                Some(span) => format!(
+                    ", and the router runs on capture time, so the {span:.3} s of capture time include {it}"
+                ),
+                None => String::new(),
+            };
             writeln!(
                 w,
-                "pacing: {} gaps in capture time longer than a minute were cut to a minute",
-                self.gaps_capped
+                "capture time: {} {them} longer than a minute (the longest {:.3} s); {pacing}{clock}",
+                g.count,
+                g.longest_ns as f64 / 1e9
             )?;
         }
         Ok(())

@@ -634,9 +634,11 @@ pub struct LiveReport {
     /// Records whose original length (above 16 MiB) was replaced by the
     /// captured one.
     pub input_lengths_fixed: u64,
-    /// Gaps in capture time longer than the pacing limit (a minute) that
-    /// were cut to it.
+    /// Gaps in capture time longer than the pacing limit (a minute) whose
+    /// wait was cut to it (`--multiplier` only).
     pub pacing_gaps_capped: u64,
+    /// Gaps in capture time longer than a minute, in every mode.
+    pub capture_gaps: crate::pacing::LongGaps,
     /// `--limit` or `--duration` ended the sending before the input's end.
     pub limit_reached: Option<LimitReached>,
     /// The share of the requested rate reached (paced runs of 10 ms or
@@ -680,7 +682,10 @@ impl LiveReport {
             pacing: &self.pacing,
             rate_reached: self.rate_reached,
             lengths_fixed: self.input_lengths_fixed,
-            gaps_capped: self.pacing_gaps_capped,
+            gaps: self.capture_gaps,
+            // Only a multiplier cuts (waits for) the gaps it meets.
+            paced_by_capture_time: self.pacing_gaps_capped > 0,
+            capture_span_s: None,
         };
         notes.write_ending(w)?;
         if let Some(f) = &self.filter {
@@ -1545,6 +1550,8 @@ struct TxRun {
     lengths_fixed: u64,
     /// Gaps in capture time cut to the pacing limit.
     gaps_capped: u64,
+    /// Gaps in capture time longer than the limit.
+    gaps: crate::pacing::LongGaps,
     /// `--limit` or `--duration` ended the sending.
     limit_reached: Option<LimitReached>,
     /// The share of the requested rate reached.
@@ -1575,7 +1582,9 @@ impl TxRun {
             all.qdisc_bypass &= r.qdisc_bypass;
             all.interrupted |= r.interrupted;
             all.lengths_fixed += r.lengths_fixed;
-            all.gaps_capped += r.gaps_capped;
+            // Every sender of the stream meets every gap.
+            all.gaps_capped = all.gaps_capped.max(r.gaps_capped);
+            all.gaps = all.gaps.max(r.gaps);
             all.limit_reached = all.limit_reached.or(r.limit_reached);
             all.rate_reached = match (all.rate_reached, r.rate_reached) {
                 (Some(x), Some(y)) => Some(x.min(y)),
@@ -1698,6 +1707,7 @@ fn sender_thread(
         interrupted,
         lengths_fixed: tx.lengths_fixed,
         gaps_capped: tx.schedule.capped_gaps(),
+        gaps: tx.schedule.long_gaps(),
         limit_reached: tx.limit_reached,
         rate_reached: tx.schedule.rate_reached(elapsed),
         filtered_out: tx.filtered_out,
@@ -2194,6 +2204,7 @@ fn run(
         interrupted: tx_run.interrupted,
         input_lengths_fixed: tx_run.lengths_fixed,
         pacing_gaps_capped: tx_run.gaps_capped,
+        capture_gaps: tx_run.gaps,
         limit_reached: tx_run.limit_reached,
         rate_reached: tx_run.rate_reached,
         filter: cfg.filter.clone(),
@@ -2242,6 +2253,11 @@ mod tests {
             interrupted: false,
             lengths_fixed: 0,
             gaps_capped: 2,
+            gaps: crate::pacing::LongGaps {
+                count: 2,
+                longest_ns: 5,
+                beyond_ns: 9,
+            },
             limit_reached: None,
             rate_reached: rate,
             filtered_out: 0,
@@ -2258,7 +2274,8 @@ mod tests {
         assert_eq!(t, [1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(m.elapsed, Duration::from_millis(100));
         assert!(!m.qdisc_bypass);
-        assert_eq!(m.gaps_capped, 4);
+        assert_eq!(m.gaps_capped, 2, "each sender meets every gap");
+        assert_eq!(m.gaps.count, 2);
         assert_eq!(m.rate_reached, Some(0.9));
         assert_eq!(m.limit_reached, Some(LimitReached::Duration));
     }
@@ -2701,7 +2718,12 @@ mod tests {
             }],
             interrupted: true,
             input_lengths_fixed: 2,
-            pacing_gaps_capped: 1,
+            pacing_gaps_capped: 0,
+            capture_gaps: crate::pacing::LongGaps {
+                count: 1,
+                longest_ns: 3_600_000_000_000,
+                beyond_ns: 3_540_000_000_000,
+            },
             limit_reached: Some(LimitReached::Packets),
             rate_reached: Some(0.5),
             filter: None,
@@ -2732,7 +2754,10 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("pacing: 1 gaps in capture time longer than a minute"),
+            text.contains(
+                "capture time: 1 gap longer than a minute (the longest 3600.000 s); \
+                 topspeed pacing does not wait for capture time\n"
+            ),
             "{text}"
         );
         assert!(

@@ -57,9 +57,12 @@ impl Pacing {
 ///
 /// With a multiplier, a gap between two consecutive packets' capture times
 /// longer than the schedule's maximum ([`DEFAULT_MAX_GAP_NS`], one minute,
-/// like tcpreplay's `--maxsleep`) is cut to that maximum and counted
+/// like tcpreplay's `--maxsleep`) is waited for only that long and counted
 /// ([`Schedule::capped_gaps`]): a capture whose clock jumps by 2^31 s must
-/// not put the sender to sleep for 68 years.
+/// not put the sender to sleep for 68 years. Such gaps are recorded in
+/// every mode ([`Schedule::long_gaps`]): the other modes do not wait for
+/// capture time, but the router's clock on replay is capture time, and a
+/// report explains its span with them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
     pacing: Pacing,
@@ -69,7 +72,7 @@ pub struct Schedule {
     prev_ts: Option<u64>,
     /// Capture time cut out of long gaps so far.
     skipped_ns: u64,
-    capped: u64,
+    gaps: LongGaps,
     max_gap_ns: u64,
     /// The latest due offset given so far.
     last_due_ns: u64,
@@ -82,6 +85,30 @@ pub const RATE_WARN_BELOW: f64 = 0.95;
 /// Schedules shorter than this are not judged (a few packets' timing says
 /// little about a rate).
 const RATE_JUDGED_FROM_NS: u64 = 10_000_000;
+
+/// Gaps in a capture's clock longer than [`DEFAULT_MAX_GAP_NS`] (see
+/// [`Schedule`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LongGaps {
+    /// How many.
+    pub count: u64,
+    /// The longest, ns.
+    pub longest_ns: u64,
+    /// Their lengths beyond the maximum, summed, ns: what a multiplier
+    /// does not wait for.
+    pub beyond_ns: u64,
+}
+
+impl LongGaps {
+    /// The gaps of several senders of one stream (each sees every gap).
+    pub fn max(self, o: LongGaps) -> LongGaps {
+        LongGaps {
+            count: self.count.max(o.count),
+            longest_ns: self.longest_ns.max(o.longest_ns),
+            beyond_ns: self.beyond_ns.max(o.beyond_ns),
+        }
+    }
+}
 
 /// The longest gap between two packets' capture times a multiplier
 /// schedule keeps (see [`Schedule`]).
@@ -101,7 +128,7 @@ impl Schedule {
             bits: 0,
             prev_ts: None,
             skipped_ns: 0,
-            capped: 0,
+            gaps: LongGaps::default(),
             max_gap_ns: DEFAULT_MAX_GAP_NS,
             last_due_ns: 0,
         }
@@ -129,9 +156,25 @@ impl Schedule {
         self
     }
 
-    /// Gaps longer than the maximum that were cut to it so far.
+    /// Gaps longer than the maximum whose wait was cut to it so far (only
+    /// a multiplier waits for capture time; 0 in the other modes).
     pub fn capped_gaps(&self) -> u64 {
-        self.capped
+        if matches!(self.pacing, Pacing::Multiplier(_)) {
+            self.gaps.count
+        } else {
+            0
+        }
+    }
+
+    /// The gaps in capture time longer than the maximum so far, whatever
+    /// the mode.
+    pub fn long_gaps(&self) -> LongGaps {
+        self.gaps
+    }
+
+    /// Whether this schedule waits for capture time (a multiplier).
+    pub fn follows_capture_time(&self) -> bool {
+        matches!(self.pacing, Pacing::Multiplier(_))
     }
 
     /// The offset from the start, in ns, at which the next packet (capture
@@ -145,7 +188,9 @@ impl Schedule {
             let gap = ts_ns.saturating_sub(prev);
             if gap > self.max_gap_ns {
                 self.skipped_ns = self.skipped_ns.saturating_add(gap - self.max_gap_ns);
-                self.capped += 1;
+                self.gaps.count += 1;
+                self.gaps.longest_ns = self.gaps.longest_ns.max(gap);
+                self.gaps.beyond_ns = self.skipped_ns;
             }
         }
         // The latest time so far: a packet back in time opens no gap.
@@ -330,6 +375,20 @@ mod tests {
             [Some(0), Some(1_000), Some(1_000 + max), Some(2_000 + max)]
         );
         assert_eq!(s.capped_gaps(), 1);
+        assert_eq!(
+            s.long_gaps(),
+            LongGaps {
+                count: 1,
+                longest_ns: jump,
+                beyond_ns: jump - max
+            }
+        );
+        // Top speed waits for nothing: the gap is recorded, nothing cut.
+        let mut t = Schedule::new(Pacing::TopSpeed);
+        for &ts in &[0, 1_000, 1_000 + jump] {
+            assert_eq!(t.next_offset(ts, 64), None);
+        }
+        assert_eq!((t.capped_gaps(), t.long_gaps().count), (0, 1));
         // A tighter cap, and gaps below it kept.
         let mut s = Schedule::new(Pacing::Multiplier(2.0)).with_max_gap(10_000);
         let got: Vec<Option<u64>> = [0, 5_000, 50_000, 55_000]

@@ -82,7 +82,7 @@ use indicatif::ProgressBar;
 use serde::Serialize;
 
 use crate::filter::BpfFilter;
-pub use crate::pacing::{Pacing, PassClock, Schedule, wait_until, wait_until_or_stop};
+pub use crate::pacing::{LongGaps, Pacing, PassClock, Schedule, wait_until, wait_until_or_stop};
 use crate::plot::QueueSample;
 use dataplane::ipfix::Exporter;
 pub use dataplane::runtime::Latency;
@@ -321,9 +321,12 @@ pub struct Report {
     /// `dataplane::io::capture::MAX_ORIG_LEN`) and taken as the captured
     /// length.
     pub input_lengths_fixed: u64,
-    /// Gaps in capture time longer than a minute, cut to a minute by the
-    /// pacing (`--multiplier`; see `pacing::Schedule`).
+    /// Gaps in capture time longer than a minute whose wait was cut to a
+    /// minute (`--multiplier` only; see `pacing::Schedule`).
     pub pacing_gaps_capped: u64,
+    /// Gaps in capture time longer than a minute, in every mode (the
+    /// router's clock runs through them: they are in `capture_span_s`).
+    pub capture_gaps: LongGaps,
     /// How the workers took turns at what they share (`None`: one worker,
     /// or nothing shared; see [`Turns`]).
     pub turns: Option<TurnsSummary>,
@@ -366,7 +369,10 @@ impl Report {
             pacing: &self.pacing,
             rate_reached: self.rate_reached,
             lengths_fixed: self.input_lengths_fixed,
-            gaps_capped: self.pacing_gaps_capped,
+            gaps: self.capture_gaps,
+            // Only a multiplier cuts (waits for) the gaps it meets.
+            paced_by_capture_time: self.pacing_gaps_capped > 0,
+            capture_span_s: Some(self.capture_span_s),
         };
         notes.write_ending(w)?;
         if let Some(t) = &self.turns {
@@ -1333,6 +1339,7 @@ pub fn replay_with_stop(
     let filtered_out = d.filtered_out;
     let rate_reached = d.schedule.rate_reached(d.start.elapsed());
     let (lengths_fixed, gaps_capped) = (d.lengths_fixed, d.schedule.capped_gaps());
+    let capture_gaps = d.schedule.long_gaps();
     let numbered = d.seq;
     drop(d); // closes the channels: workers finish
     let mut results = Vec::new();
@@ -1446,6 +1453,7 @@ pub fn replay_with_stop(
         queue_samples,
         input_lengths_fixed: lengths_fixed,
         pacing_gaps_capped: gaps_capped,
+        capture_gaps,
         turns,
         latency,
     })
@@ -1727,7 +1735,36 @@ mod tests {
         r.write_text(&mut text, 0).unwrap();
         let text = String::from_utf8(text).unwrap();
         assert!(text.contains("input warning: 1 records"), "{text}");
-        assert!(text.contains("pacing: 1 gaps"), "{text}");
+        let gap = r.capture_gaps.longest_ns as f64 / 1e9;
+        assert!(gap > 2147483648.0 && gap < 2147483649.0, "{gap}");
+        let span = format!("{:.3}", r.capture_span_s);
+        assert!(
+            text.contains(&format!(
+                "capture time: 1 gap longer than a minute (the longest {gap:.3} s); \
+                 --multiplier 1000 paced each as one minute of capture time ({:.3} s of the capture's timing skipped), \
+                 and the router runs on capture time, so the {span} s of capture time include it",
+                gap - 60.0
+            )),
+            "{text}"
+        );
+        // At top speed nothing waits: the gap is explained, nothing cut.
+        let cfg = ReplayConfig {
+            pin: false,
+            ..ReplayConfig::default()
+        };
+        let r = replay(&Input::Files(vec![d.join("bad.pcap")]), &cfg, None).unwrap();
+        assert_eq!((r.pacing_gaps_capped, r.capture_gaps.count), (0, 1));
+        let mut text = Vec::new();
+        r.write_text(&mut text, 0).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains(&format!(
+                "capture time: 1 gap longer than a minute (the longest {gap:.3} s); \
+                 topspeed pacing does not wait for capture time, and the router runs on capture time, \
+                 so the {span} s of capture time include it"
+            )),
+            "{text}"
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 
