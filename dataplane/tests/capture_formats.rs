@@ -8,9 +8,9 @@ use std::io::{Cursor, Write};
 
 use capture_common::*;
 use dataplane::io::capture::{
-    CaptureErrorKind, CaptureFormat, CaptureReader, CaptureWriter, FileFormat, MAX_BLOCK_LEN,
-    MAX_INTERFACES, MAX_ORIG_LEN, MAX_RECORD_LEN, OwnedRecord, PcapNgWriter, TimeResolution, drain,
-    read_all,
+    CaptureErrorKind, CaptureFormat, CaptureReader, CaptureWriter, FileFormat, GzipError,
+    MAX_BLOCK_LEN, MAX_INTERFACES, MAX_ORIG_LEN, MAX_RECORD_LEN, OwnedRecord, PcapNgWriter,
+    TimeResolution, drain, read_all,
 };
 use dataplane::wire::LinkType;
 
@@ -213,7 +213,12 @@ fn bad_magic() {
     assert!(matches!(kind, CaptureErrorKind::BadMagic(0x4745_5420)));
     assert_eq!(
         shown,
-        "t.pcap: byte 0: unknown magic number 0x47455420: not a pcap, pcapng or gzip file"
+        "t.pcap: byte 0: unknown magic number 0x47455420 (\"GET \"): not a pcap, pcapng or gzip file"
+    );
+    let (_, shown, _, _) = fault(&[0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0]);
+    assert_eq!(
+        shown,
+        "t.pcap: byte 0: unknown magic number 0xdeadbeef: not a pcap, pcapng or gzip file"
     );
 }
 
@@ -954,6 +959,78 @@ fn gzip_cut_or_corrupt_is_an_error() {
     bad[20] ^= 0xff;
     let (_, err) = read_bytes("t.gz", &bad);
     assert!(err.is_some());
+}
+
+/// A gzip file whose content is not a capture says it is gzip (its magic
+/// `1f 8b` was understood) and what the content starts with.
+#[test]
+fn gzip_content_that_is_not_a_capture_is_named_as_such() {
+    let z = gzip(b"hello, this is text, not a capture\n");
+    let err = CaptureReader::from_reader("t.gz", Cursor::new(z)).unwrap_err();
+    assert!(matches!(
+        err.kind(),
+        CaptureErrorKind::BadMagicInGzip(0x6865_6c6c)
+    ));
+    assert_eq!(
+        err.to_string(),
+        "t.gz: byte 0: gzip data (magic 1f 8b) whose content starts with unknown magic number \
+         0x68656c6c (\"hell\"): not a pcap or pcapng capture"
+    );
+}
+
+/// Bytes after the last gzip member: the records before are read, and the
+/// fault says what follows the member, how much, and at which compressed
+/// byte (the offset of the error is the decompressed stream's, where the
+/// next record would start). Two members are one stream.
+#[test]
+fn garbage_after_the_gzip_member_is_shown_with_its_compressed_offset() {
+    let mut plain = PCAP_LE_US.to_vec();
+    for i in 0..5 {
+        plain.extend(pcap_record(false, i, 0, 100, &payload(100, i as u8)));
+    }
+    let z = gzip(&plain);
+    let mut two = gzip(&plain[..24 + 2 * 116]);
+    two.extend(gzip(&plain[24 + 2 * 116..]));
+    let (both, err) = read_bytes("t.gz", &two);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(both, read_bytes("t", &plain).0);
+    for (tail, shown) in [
+        (
+            &b"GARBAGE-AFTER-THE-MEMBER"[..],
+            "24 more bytes that are not a gzip member: 47 41 52 42 41 47 45 2d ...",
+        ),
+        (
+            &[0u8; 3][..],
+            "3 more bytes that are not a gzip member: 00 00 00",
+        ),
+    ] {
+        let mut bad = z.clone();
+        bad.extend_from_slice(tail);
+        let (recs, err) = read_bytes("t.gz", &bad);
+        assert_eq!(recs, read_bytes("t", &plain).0, "every record before");
+        let err = err.unwrap();
+        assert_eq!(err.offset(), plain.len() as u64);
+        assert!(
+            matches!(err.kind(), CaptureErrorKind::Gzip(GzipError::TrailingGarbage { at, .. }) if *at == z.len() as u64)
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "t.gz: byte {}: after the gzip data (ends at compressed byte {}): {shown}",
+                plain.len(),
+                z.len()
+            )
+        );
+    }
+    let (recs, err) = read_bytes("t.gz", &z[..z.len() - 3]);
+    assert_eq!(recs, read_bytes("t", &plain).0, "the trailer alone is cut");
+    assert_eq!(
+        err.unwrap().kind().to_string(),
+        format!(
+            "gzip data cut short: the file ends at compressed byte {}, inside a member",
+            z.len() - 3
+        )
+    );
 }
 
 // ---------------------------------------------------------------- files

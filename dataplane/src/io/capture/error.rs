@@ -2,6 +2,8 @@
 
 use std::io;
 
+use super::gzip::GzipError;
+
 /// An error reading or writing a capture file: which file, where in it, and
 /// what is wrong.
 ///
@@ -67,9 +69,25 @@ pub enum CaptureErrorKind {
     Empty,
 
     /// The first four bytes are neither a pcap nor a pcapng magic number
-    /// (nor the gzip magic `1f 8b`). Shown as the bytes in file order.
-    #[error("unknown magic number 0x{0:08x}: not a pcap, pcapng or gzip file")]
+    /// (nor the gzip magic `1f 8b`). Shown as the bytes in file order, and
+    /// as text where they are printable (`0x3c68746d ("<htm")`).
+    #[error("unknown magic number {}: not a pcap, pcapng or gzip file", Magic(*.0))]
     BadMagic(u32),
+
+    /// A gzip file (magic `1f 8b`) whose decompressed content starts with
+    /// neither a pcap nor a pcapng magic number: compressed, but not a
+    /// capture.
+    #[error(
+        "gzip data (magic 1f 8b) whose content starts with unknown magic number {}: not a pcap or pcapng capture",
+        Magic(*.0)
+    )]
+    BadMagicInGzip(u32),
+
+    /// The compressed bytes of a gzip file are at fault (the
+    /// [`CaptureError`]'s offset is the decompressed stream's; this says
+    /// where in the compressed file).
+    #[error("{0}")]
+    Gzip(GzipError),
 
     /// The file or section header carries a version this reader does not
     /// understand (pcap must be 2.4, pcapng 1.x).
@@ -220,4 +238,35 @@ pub enum CaptureErrorKind {
     /// compressed interface blocks would otherwise take gigabytes.
     #[error("more than {0} interfaces in one section")]
     TooManyInterfaces(usize),
+}
+
+/// A magic number as the bytes in file order, and as text where they are
+/// printable ASCII.
+struct Magic(u32);
+
+impl std::fmt::Display for Magic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "0x{:08x}", self.0)?;
+        let b = self.0.to_be_bytes();
+        if b.iter().all(|c| c.is_ascii_graphic() || *c == b' ') {
+            write!(
+                f,
+                " (\"{}\")",
+                b.iter().map(|&c| char::from(c)).collect::<String>()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl CaptureErrorKind {
+    /// An I/O error of the byte stream: a gzip fault it carries
+    /// ([`GzipError::from_io`]) as [`CaptureErrorKind::Gzip`], anything else
+    /// as [`CaptureErrorKind::Io`].
+    pub(super) fn of_io(e: io::Error) -> Self {
+        match GzipError::from_io(&e) {
+            Some(g) => CaptureErrorKind::Gzip(g.clone()),
+            None => CaptureErrorKind::Io(e),
+        }
+    }
 }

@@ -7,7 +7,12 @@
 //! gzip (decompressed transparently, multi-member streams included), then
 //! the pcap magics `a1b2c3d4` (microsecond timestamps) and `a1b23c4d`
 //! (nanosecond) in either byte order, or the pcapng section header block
-//! type `0a0d0d0a`. Anything else is [`CaptureErrorKind::BadMagic`].
+//! type `0a0d0d0a`. Anything else is [`CaptureErrorKind::BadMagic`], or
+//! [`CaptureErrorKind::BadMagicInGzip`] for gzip data that is not a
+//! capture. Bytes after a gzip file's last member that do not start
+//! another, a member cut short or corrupt, are a
+//! [`CaptureErrorKind::Gzip`] naming the compressed byte and what was
+//! found there ([`GzipError`]).
 //!
 //! * **pcap**: the version must be 2.4. The link-type field keeps the link
 //!   type in its low 16 bits; bits 16-25 are reserved and must be zero, and
@@ -78,6 +83,7 @@
 //! why it is not the `pcap-file` crate's writer).
 
 mod error;
+mod gzip;
 mod pcap;
 mod pcapng;
 mod pcapng_writer;
@@ -91,6 +97,7 @@ use std::path::Path;
 use crate::wire::LinkType;
 
 pub use error::{CaptureError, CaptureErrorKind};
+pub use gzip::GzipError;
 pub use pcapng_writer::PcapNgWriter;
 pub use reader::{CaptureReader, MAX_ORIG_LEN};
 pub use writer::{CaptureWriter, TimeResolution};

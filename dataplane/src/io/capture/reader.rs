@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{BufReader, Cursor, Read};
 use std::path::Path;
 
-use flate2::read::MultiGzDecoder;
+use super::gzip::{GZIP_MAGIC, GzMembers};
 
 use super::pcapng::{Block, PcapngState, SHB_MAGIC};
 use super::source::{Fault, Source, read_full};
@@ -110,14 +110,14 @@ impl CaptureReader {
         mut raw: Box<dyn Read + Send>,
     ) -> Result<(Source, CaptureFormat, State, Vec<u8>), Fault> {
         let mut magic = [0u8; 4];
-        let io_fault = |e| Fault::new(0, CaptureErrorKind::Io(e));
+        let io_fault = |e| Fault::new(0, CaptureErrorKind::of_io(e));
         let mut n = read_full(&mut raw, &mut magic).map_err(io_fault)?;
         // Put the sniffed bytes back in front of the stream.
         let mut stream: Box<dyn Read + Send> =
             Box::new(Cursor::new(magic).take(n as u64).chain(raw));
-        let gzip = n >= 2 && magic[..2] == [0x1f, 0x8b];
+        let gzip = n >= 2 && magic[..2] == GZIP_MAGIC;
         if gzip {
-            let mut inner = MultiGzDecoder::new(stream);
+            let mut inner = GzMembers::new(stream);
             n = read_full(&mut inner, &mut magic).map_err(io_fault)?;
             stream = Box::new(Cursor::new(magic).take(n as u64).chain(inner));
         }
@@ -146,6 +146,12 @@ impl CaptureReader {
                 // type): read it now so a bad header fails the open.
                 st.next_block(&mut src, &mut buf)?;
                 (FileFormat::Pcapng, State::Pcapng(st))
+            }
+            other if gzip => {
+                return Err(Fault::new(
+                    0,
+                    CaptureErrorKind::BadMagicInGzip(u32::from_be_bytes(other)),
+                ));
             }
             other => {
                 return Err(Fault::new(

@@ -54,7 +54,7 @@ impl Source {
     /// An I/O error is a fault at `start`, the structure being read.
     pub(super) fn read_some(&mut self, buf: &mut [u8], start: u64) -> Result<usize, Fault> {
         let got = read_full(&mut self.inner, buf)
-            .map_err(|e| Fault::new(start, CaptureErrorKind::Io(e)))?;
+            .map_err(|e| Fault::new(start, CaptureErrorKind::of_io(e)))?;
         self.pos += got as u64;
         Ok(got)
     }
@@ -95,7 +95,7 @@ impl Source {
         need: u64,
     ) -> Result<(), Fault> {
         let got = io::copy(&mut (&mut self.inner).take(n), &mut io::sink())
-            .map_err(|e| Fault::new(start, CaptureErrorKind::Io(e)))?;
+            .map_err(|e| Fault::new(start, CaptureErrorKind::of_io(e)))?;
         self.pos += got;
         if got < n {
             return Err(Fault::new(
