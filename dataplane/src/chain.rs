@@ -83,9 +83,20 @@ fn count_released(o: &Originated, c: &mut PipelineCounters) {
     c.dropped.record_n(DropReason::NoNeighbour, o.failed());
 }
 
-/// Called with each batch once its verdicts are final, and the batch's
-/// `now` (`traffic-gen replay --verbose` prints a line per packet from it).
-pub type PacketLog = Box<dyn FnMut(&Batch, Timestamp) + Send>;
+/// What sees every batch go through the chain (`traffic-gen replay
+/// --verbose` prints a line per packet from it).
+pub trait PacketLogger: Send {
+    /// The batch before the egress stage takes its frames: the bytes are
+    /// still the packets' (a frame that goes into a queue leaves the
+    /// batch), as the ingress stages left them. By default nothing.
+    fn before_egress(&mut self, _batch: &Batch) {}
+
+    /// The batch once its verdicts are final, and its `now`.
+    fn decided(&mut self, batch: &Batch, now: Timestamp);
+}
+
+/// A chain's [`PacketLogger`].
+pub type PacketLog = Box<dyn PacketLogger>;
 
 /// The router's stages in their order (see the module docs).
 pub struct Chain {
@@ -225,6 +236,9 @@ impl Chain {
             Stage::process(s, batch, now);
         }
         lap.lap(Step::Multicast);
+        if let Some(log) = &mut self.packet_log {
+            log.before_egress(batch);
+        }
         self.egress.process(batch, now, tx);
         lap.lap(Step::Egress);
         count_verdicts(batch, &mut self.counters);
@@ -233,7 +247,7 @@ impl Chain {
         }
         count_released(&self.originated, &mut self.counters);
         if let Some(log) = &mut self.packet_log {
-            log(batch, now);
+            log.decided(batch, now);
         }
         lap.lap(Step::Tail);
     }

@@ -26,6 +26,7 @@
 //! * [`synth_router`] — the built-in router's workload: every stage busy,
 //!   ingress ports as pcapng interfaces, exact truth per class, packet and
 //!   heavy-flow epoch.
+//! * [`verbose`] — `replay -v`: a line per packet as tcpdump prints it.
 //! * [`scenario`] — closed-loop AIMD and unresponsive senders against SFB
 //!   and drop-tail in virtual time.
 //!
@@ -61,3 +62,4 @@ pub mod synth_icarus;
 pub mod synth_mcast;
 pub mod synth_router;
 pub mod throughput;
+pub mod verbose;

@@ -28,8 +28,8 @@ use traffic_gen::input::{InputError, Limits, Stop};
 use traffic_gen::live::{Endpoint, LiveConfig, run_live_with_stop};
 use traffic_gen::plot::plot_svg;
 use traffic_gen::replay::{
-    DEFAULT_ROUTER, Input, Pacing, ReplayConfig, default_router, hgrm_paths, replay_with_stop,
-    write_hgrm,
+    DEFAULT_ROUTER, Input, Pacing, ReplayConfig, TimeFormat, default_router, hgrm_paths,
+    replay_with_stop, write_hgrm,
 };
 use traffic_gen::scenario::{self, QueueKind, SfbScenarioConfig, markdown_table, run_sfb_scenario};
 use traffic_gen::synth::{SynthConfig, write_pcap};
@@ -53,7 +53,10 @@ Exit status:
   130  replay interrupted (SIGINT/Ctrl-C or SIGTERM): the summary and the
        --json/--hgrm/--heavy-jsonl/--plot/--write outputs cover what was
        sent (a second signal a second or more later exits at once, writing
-       nothing)";
+       nothing)
+  141  replay -v stopped because its standard output was closed (| head),
+       as tcpdump ends on SIGPIPE (128 + 13); the outputs cover what was
+       sent, as at an interrupt";
 
 /// A command line that cannot be run as given, found by the program
 /// rather than by clap (flags that only apply together, a value out of
@@ -85,6 +88,8 @@ enum Outcome {
     InputErrors,
     /// Stopped by a signal, outputs written.
     Interrupted,
+    /// `-v`'s standard output was closed: stopped as by a signal.
+    OutputClosed,
 }
 
 impl Outcome {
@@ -104,6 +109,7 @@ impl Outcome {
             Outcome::Done => ExitCode::SUCCESS,
             Outcome::InputErrors => ExitCode::from(2),
             Outcome::Interrupted => ExitCode::from(130),
+            Outcome::OutputClosed => ExitCode::from(141),
         }
     }
 }
@@ -747,10 +753,27 @@ struct ReplayArgs {
     #[arg(long, value_name = "EXPR")]
     filter: Option<String>,
     /// Print a line per packet once the router decided it, as tcpdump
-    /// prints packets: seconds since the first, ingress interface, flow,
-    /// length, verdict (forward PORTS / mark CE / drop REASON). One worker.
+    /// prints packets: seconds since the first, ingress interface, VLAN
+    /// tags, flow (fragments as `frag (OFFSET|LENGTH)`), length, verdict
+    /// (forward PORTS / mark CE / drop REASON). One worker. The replay
+    /// stops when standard output is closed (`| head`).
     #[arg(short = 'v', long, conflicts_with = "tx")]
     verbose: bool,
+    /// -v with times as seconds since the Unix epoch (tcpdump's -tt).
+    #[arg(long, group = "time_format", conflicts_with = "tx")]
+    tt: bool,
+    /// -v with times as the time since the previous packet, HH:MM:SS.us
+    /// (tcpdump's -ttt).
+    #[arg(long, group = "time_format", conflicts_with = "tx")]
+    ttt: bool,
+    /// -v with times as the local date and time, YYYY-MM-DD
+    /// HH:MM:SS.us (tcpdump's -tttt; TZ applies).
+    #[arg(long, group = "time_format", conflicts_with = "tx")]
+    tttt: bool,
+    /// -v with times as the time since the first packet, HH:MM:SS.us
+    /// (tcpdump's -ttttt).
+    #[arg(long, group = "time_format", conflicts_with = "tx")]
+    ttttt: bool,
     /// Heavy-flow threshold as a share of the epoch's bytes, in percent
     /// (overrides the config's `heavy.threshold`).
     #[arg(long)]
@@ -894,6 +917,18 @@ impl ReplayArgs {
             packets: self.limit,
             duration: self.duration.map(std::time::Duration::from_nanos),
         }
+    }
+
+    /// `--tt` ... `--ttttt`, each implying `-v`.
+    fn time_format(&self) -> Option<TimeFormat> {
+        [
+            (self.tt, TimeFormat::Epoch),
+            (self.ttt, TimeFormat::Delta),
+            (self.tttt, TimeFormat::Date),
+            (self.ttttt, TimeFormat::SinceFirst),
+        ]
+        .into_iter()
+        .find_map(|(on, f)| on.then_some(f))
     }
 
     fn pacing(&self) -> Pacing {
@@ -1085,7 +1120,9 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
     if a.workers == 0 {
         usage!("--workers must be at least 1");
     }
-    if a.verbose && a.workers > 1 {
+    let time_format = a.time_format();
+    let verbose = a.verbose || time_format.is_some();
+    if verbose && a.workers > 1 {
         usage!("--verbose prints the packets in order: it takes one worker (--workers 1)");
     }
     let mut router = match &a.config {
@@ -1123,7 +1160,8 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         seed: a.synth.seed,
         limits: a.limits(),
         filter: a.filter.clone(),
-        verbose: a.verbose,
+        verbose,
+        time_format: time_format.unwrap_or_default(),
         sample_queues: a.plot.is_some(),
     };
     let input = if files.is_empty() {
@@ -1220,6 +1258,13 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
     }
     quiet_on_closed_pipe(printed)?;
     print_written(&mut out, &written)?;
+    if report.output_closed {
+        eprintln!(
+            "traffic-gen: standard output closed: stopped after {} packets, as at an interrupt",
+            report.packets
+        );
+        return Ok(Outcome::OutputClosed);
+    }
     let interrupted = report.interrupted || stop.load(Ordering::Relaxed);
     Ok(Outcome::of_replay(interrupted, &report.input_errors))
 }

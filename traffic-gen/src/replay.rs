@@ -65,13 +65,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
-use dataplane::chain::{Chain, PacketLog};
+use dataplane::chain::Chain;
 use dataplane::clock::Timestamp;
 use dataplane::config::RouterConfig;
 use dataplane::io::capture::{CaptureReader, CaptureWriter, FileFormat};
 use dataplane::io::memory::MemoryPorts;
 use dataplane::io::port::{Ports, RxCounters};
-use dataplane::pipeline::{BATCH_SIZE, Batch, MalformedPolicy, PipelineConfig, PortSet, Verdict};
+use dataplane::pipeline::{BATCH_SIZE, Batch, MalformedPolicy, PipelineConfig, PortSet};
 use dataplane::runtime::share::MembershipLink;
 use dataplane::runtime::{Latencies, LatencyReport, Stats, Worker, build_workers};
 use dataplane::stage::egress::{Transmit, TxFrame};
@@ -84,6 +84,7 @@ use serde::Serialize;
 use crate::filter::BpfFilter;
 pub use crate::pacing::{LongGaps, Pacing, PassClock, Schedule, wait_until, wait_until_or_stop};
 use crate::plot::QueueSample;
+pub use crate::verbose::{TimeFormat, packet_log};
 use dataplane::ipfix::Exporter;
 pub use dataplane::runtime::Latency;
 pub use dataplane::runtime::worker::new_histogram;
@@ -142,8 +143,11 @@ pub struct ReplayConfig {
     /// `--filter`: a BPF expression (libpcap's); only matching records
     /// are sent.
     pub filter: Option<String>,
-    /// `--verbose`: a line per packet on standard output ([`packet_log`]).
+    /// `--verbose`: a line per packet on standard output
+    /// ([`crate::verbose`]); the replay stops when standard output closes.
     pub verbose: bool,
+    /// How `--verbose` shows times.
+    pub time_format: TimeFormat,
     /// `--plot`: sample each shaped port's queue at every tick (100 ms of
     /// capture time) for the report's [`Report::queue_samples`].
     pub sample_queues: bool,
@@ -165,6 +169,7 @@ impl ReplayConfig {
             limits: Limits::default(),
             filter: None,
             verbose: false,
+            time_format: TimeFormat::Relative,
             sample_queues: false,
         }
     }
@@ -188,61 +193,6 @@ pub struct WorkerSummary {
     pub packets: u64,
     /// Its latency percentiles.
     pub latency: LatencyReport,
-}
-
-/// `--verbose`: one line per packet on standard output, as tcpdump prints
-/// them, once the router has decided it: capture seconds since the first
-/// packet, the ingress interface, the flow (or what else the frame is),
-/// the length on the wire and the verdict with its ports or drop reason:
-///
-/// ```text
-/// 0.000412 r-a 10.0.0.1:1024 -> 172.16.0.1:80 tcp length 60: forward r-b
-/// 0.000415 r-c 10.9.0.7:5000 -> 10.0.0.9:4000 udp length 90: drop loop
-/// ```
-pub fn packet_log(names: Vec<String>) -> PacketLog {
-    let mut first: Option<u64> = None;
-    Box::new(move |batch: &Batch, _now: Timestamp| {
-        let mut out = std::io::stdout().lock();
-        let ports = |set: PortSet| -> String {
-            let v: Vec<&str> = set
-                .iter()
-                .map(|p| names.get(usize::from(p)).map_or("?", String::as_str))
-                .collect();
-            if v.is_empty() {
-                "nowhere".into()
-            } else {
-                v.join(",")
-            }
-        };
-        for p in batch.packets() {
-            let t = p.ts.as_nanos();
-            let rel = t.saturating_sub(*first.get_or_insert(t)) as f64 / 1e9;
-            let what = match (&p.parsed, p.malformed) {
-                (Some(pp), _) => pp.flow.map_or_else(
-                    || format!("ethertype 0x{:04x}", u16::from(pp.ethertype)),
-                    |f| f.to_string(),
-                ),
-                (None, Some(m)) => format!("malformed ({})", m.name()),
-                (None, None) => "not parsed".into(),
-            };
-            let verdict = match p.verdict {
-                Verdict::Forward(set) => format!("forward {}", ports(set)),
-                Verdict::Mark(set) => format!("mark CE, forward {}", ports(set)),
-                Verdict::Drop(r) => format!("drop {r}"),
-                Verdict::Consumed => "consumed (by the router)".to_string(),
-                Verdict::Held => "held (resolving the next hop)".to_string(),
-            };
-            let ingress = names
-                .get(usize::from(p.ingress))
-                .map_or("?", String::as_str);
-            // A closed pipe (`| head`) ends the lines, not the replay.
-            let _ = writeln!(
-                out,
-                "{rel:.6} {ingress} {what} length {}: {verdict}",
-                p.orig_len
-            );
-        }
-    })
 }
 
 /// What went to the IPFIX collector (`heavy.ipfix`).
@@ -302,6 +252,9 @@ pub struct Report {
     /// The operator stopped the run (Ctrl-C, SIGTERM) before the input's
     /// end: the counters cover the packets sent until then.
     pub interrupted: bool,
+    /// `--verbose`'s standard output was closed (`| head`), which stopped
+    /// the run as an interruption does.
+    pub output_closed: bool,
     /// `--limit` or `--duration` ended the run before the input's end.
     pub limit_reached: Option<LimitReached>,
     /// The share of the requested rate reached (paced runs of 10 ms or
@@ -985,6 +938,8 @@ struct Dispatcher<'a> {
     first_ts: Option<u64>,
     progress: Option<&'a ProgressBar>,
     stop: Stop<'a>,
+    /// `--verbose`'s standard output is gone: stop as at a request.
+    output_closed: Arc<AtomicBool>,
     /// A stop was requested: nothing more is sent.
     stopped: bool,
     /// `--limit`, `--duration`.
@@ -1113,7 +1068,7 @@ impl Dispatcher<'_> {
         ingress: u8,
         data: &[u8],
     ) -> Result<()> {
-        if self.stop.requested() {
+        if self.stop.requested() || self.output_closed.load(AtomicOrdering::Relaxed) {
             self.stopped = true;
         }
         if !self.halted() {
@@ -1252,9 +1207,15 @@ pub fn replay_with_stop(
     let mut txs = Vec::new();
     let mut handles = Vec::new();
     let sample_queues = cfg.sample_queues;
+    // Set by `--verbose`'s log when standard output goes away.
+    let output_closed = Arc::new(AtomicBool::new(false));
     for (i, (mut chain, link)) in chains.into_iter().enumerate() {
         if cfg.verbose {
-            chain.set_packet_log(packet_log(names.clone()));
+            chain.set_packet_log(packet_log(
+                names.clone(),
+                cfg.time_format,
+                Arc::clone(&output_closed),
+            ));
         }
         chain.set_parse_config(PipelineConfig {
             malformed: cfg.malformed,
@@ -1314,6 +1275,7 @@ pub fn replay_with_stop(
         first_ts: None,
         progress,
         stop,
+        output_closed: Arc::clone(&output_closed),
         stopped: false,
         limits: cfg.limits,
         limit_reached: None,
@@ -1333,7 +1295,9 @@ pub fn replay_with_stop(
     let result = feed(input, cfg, &map, &mut d);
     let flushed = d.flush_all();
     d.end_turns();
-    let (sent, bytes, first_ts, interrupted) = (d.sent, d.bytes, d.first_ts, d.stopped);
+    let output_closed = output_closed.load(AtomicOrdering::Relaxed);
+    let (sent, bytes, first_ts) = (d.sent, d.bytes, d.first_ts);
+    let interrupted = d.stopped && !output_closed;
     let last_ts = d.last_ts;
     let limit_reached = d.limit_reached;
     let filtered_out = d.filtered_out;
@@ -1445,6 +1409,7 @@ pub fn replay_with_stop(
         written,
         input_errors,
         interrupted,
+        output_closed,
         limit_reached,
         rate_reached,
         filter: cfg.filter.clone(),

@@ -749,7 +749,7 @@ fn usage_errors_have_their_own_exit_status() {
         let out = bin().args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(0));
         let help = String::from_utf8_lossy(&out.stdout);
-        for status in ["0", "1", "2", "64", "130"] {
+        for status in ["0", "1", "2", "64", "130", "141"] {
             assert!(
                 help.lines()
                     .any(|l| l.trim_start().starts_with(&format!("{status} "))),
@@ -947,10 +947,22 @@ fn verbose_lines_match_the_report() {
         .count() as u64;
     assert_eq!(marks, r["router"]["pipeline"]["marked"].as_u64().unwrap());
     assert!(lines[0].starts_with("0.000000 "), "{}", lines[0]);
-    // A closed pipe: read one line, close, and the run still ends well.
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// `replay -v | head -1`: when the reader closes the pipe the replay
+/// stops, as tcpdump does, with an interrupt's partial results (the JSON
+/// written, every packet sent accounted for) and status 141, far short of
+/// the 200,000 packets of the input.
+#[test]
+fn verbose_stops_when_its_output_closes() {
+    let d = scratch("verbose-pipe");
+    let j = d.join("r.json");
     let mut child = bin()
-        .args(["replay", "-v"])
+        .args(["replay", "-v", "--json"])
+        .arg(&j)
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     {
@@ -961,8 +973,149 @@ fn verbose_lines_match_the_report() {
             .unwrap();
         assert!(first.contains(" length "), "{first}");
     }
-    assert!(child.wait().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    let r = json(&j);
+    let sent = r["packets"].as_u64().unwrap();
+    assert!(sent > 0 && sent < 200_000, "{sent}");
+    assert_eq!(r["output_closed"], true);
+    assert_eq!(r["interrupted"], false);
+    assert_eq!(r["router"]["pipeline"]["received"], sent);
+    assert!(
+        stderr.contains(&format!(
+            "standard output closed: stopped after {sent} packets, as at an interrupt"
+        )),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Splits `vlan 118, p 0, vlan 10, p 0, DEI, ...` into its tags.
+fn vlan_tags(line: &str) -> Vec<String> {
+    let t: Vec<&str> = line.split(", ").flat_map(|x| x.split(' ')).collect();
+    let mut tags = Vec::new();
+    for (i, w) in t.iter().enumerate() {
+        if *w == "vlan" && t.get(i + 2) == Some(&"p") {
+            let dei = t.get(i + 4) == Some(&"DEI");
+            tags.push(format!(
+                "{} {} {dei}",
+                t[i + 1],
+                t[i + 3].trim_end_matches(',')
+            ));
+        }
+    }
+    tags
+}
+
+/// `frag (A|B)`, if the line has it.
+fn frag_of(line: &str) -> Option<&str> {
+    let i = line.find("frag (")?;
+    let rest = &line[i..];
+    Some(&rest[..=rest.find(')')?])
+}
+
+/// `-v` against tcpdump on public captures: `--tttt` prints tcpdump
+/// `-tttt`'s times (TZ=UTC) and `--tt` its `-tt` times; every VLAN tag
+/// (id, priority, DEI) is shown as `tcpdump -e` shows it; IPv6 fragments
+/// as tcpdump's `frag (OFFSET|LENGTH)`, and IPv4 ones with the offset and
+/// the payload length tcpdump `-v` gives, a non-first fragment without
+/// ports. Skipped with a printed reason without tcpdump or the captures.
+#[test]
+fn verbose_prints_fragments_vlans_and_times_as_tcpdump() {
+    if Command::new("tcpdump").arg("--version").output().is_err() {
+        let _ = writeln!(std::io::stderr(), "skipping: tcpdump is not installed");
+        return;
+    }
+    let Some(pcaps) = shared_pcaps() else {
+        let _ = writeln!(std::io::stderr(), "skipping: ../shared/pcaps is absent");
+        return;
+    };
+    let lines = |cmd: &mut Command| -> Vec<String> {
+        let out = cmd.env("TZ", "UTC").output().unwrap();
+        assert!(
+            out.status.success(),
+            "{:?}: {}",
+            cmd,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.chars().next().is_some_and(|c| c.is_ascii_digit()))
+            .map(str::to_string)
+            .collect()
+    };
+    let (mut frags4, mut frags6, mut tags) = (0, 0, 0);
+    for name in [
+        "pcpp_ip6_fragments.pcap",
+        "zeek_ipv6-fragmented-dns.pcap",
+        "ddos_amp.dns.RRSIG.fragmented.pcap",
+        "pcpp_ip-frag.pcap",
+        "pcpp_VlanPackets.pcap",
+        "zeek_vlan-pcp-dei.pcapng",
+        "tcpdump_802.1ad_QinQ.pcap",
+        "zeek_vlan-qinqinq.pcap",
+    ] {
+        let f = pcaps.join(name);
+        let ours = lines(bin().args(["replay", "--no-pin", "--tttt"]).arg(&f));
+        let epoch = lines(bin().args(["replay", "--no-pin", "--tt"]).arg(&f));
+        let e = lines(
+            Command::new("tcpdump")
+                .args(["-tttt", "-nn", "-e", "-r"])
+                .arg(&f),
+        );
+        let tt = lines(Command::new("tcpdump").args(["-tt", "-nn", "-r"]).arg(&f));
+        let v = lines(Command::new("tcpdump").args(["-nn", "-v", "-r"]).arg(&f));
+        assert_eq!(ours.len(), e.len(), "{name}");
+        assert_eq!(
+            (epoch.len(), tt.len(), v.len()),
+            (e.len(), e.len(), e.len()),
+            "{name}"
+        );
+        for (i, o) in ours.iter().enumerate() {
+            let at = format!("{name} packet {}: {o}\n tcpdump: {}", i + 1, e[i]);
+            assert_eq!(o[..26], e[i][..26], "{at}");
+            assert_eq!(epoch[i].split(' ').next(), tt[i].split(' ').next(), "{at}");
+            let want = vlan_tags(&e[i]);
+            assert_eq!(vlan_tags(o), want, "{at}");
+            tags += want.len();
+            if let Some(f6) = frag_of(&e[i]) {
+                assert_eq!(frag_of(o), Some(f6), "{at}");
+                frags6 += 1;
+                continue;
+            }
+            // IPv4: `(tos 0x0, ttl 54, id 35969, offset 2912, flags [none], proto UDP (17), length 1038)`.
+            let h = &v[i];
+            let field = |k: &str| -> Option<u64> {
+                let s = &h[h.find(k)? + k.len()..];
+                s.split([',', ')']).next()?.trim().parse().ok()
+            };
+            let (Some(offset), Some(total)) = (field("offset "), field("length ")) else {
+                assert_eq!(frag_of(o), None, "{at}");
+                continue;
+            };
+            if offset == 0 && !h.contains("flags [+") {
+                assert_eq!(frag_of(o), None, "{at}");
+                continue;
+            }
+            assert!(!h.contains("options ("), "{at}: IP options");
+            assert_eq!(
+                frag_of(o),
+                Some(format!("frag ({offset}|{})", total - 20)).as_deref(),
+                "{at}"
+            );
+            if offset > 0 {
+                // IPv4 addresses without ports: they are in the first fragment.
+                let flow = &o[27..o.find(" frag (").unwrap()];
+                assert!(!flow.contains(':'), "{at}");
+            }
+            frags4 += 1;
+        }
+    }
+    assert!(
+        frags4 >= 1000 && frags6 >= 30 && tags >= 50,
+        "{frags4} {frags6} {tags}"
+    );
 }
 
 /// Negative values on the other commands: the flag is named (clap's
