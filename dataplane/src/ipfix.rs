@@ -306,6 +306,8 @@ mod tests {
             epoch_start_ns: 0,
             epoch_end_ns: 0,
             flow: key.to_string(),
+            fields: crate::stage::heavy::FlowFields::of(&key),
+            vlan: None,
             detected_ns: 0,
             est_bytes: 100,
             est_packets: 1,

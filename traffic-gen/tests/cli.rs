@@ -991,6 +991,126 @@ fn verbose_stops_when_its_output_closes() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// `--heavy-jsonl` gives each flow as fields beside the string: `src`,
+/// `dst`, `proto` (number), `sport`/`dport` (TCP, UDP) or `icmp_type`/
+/// `icmp_code` (ICMP), each equal to what the `flow` string says, and
+/// `vlan`, the outer VLAN id read from the capture's own bytes for every
+/// packet of the flow (null untagged).
+#[test]
+fn heavy_jsonl_gives_the_flow_as_fields() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let d = scratch("heavy-fields");
+    let mut inputs = vec![(fixed_pcap(&d, "zipf.pcap", 3000), "5")];
+    if let Some(p) = shared_pcaps() {
+        inputs.push((p.join("pcpp_VlanPackets.pcap"), "5"));
+        inputs.push((p.join("cesnet_mixed.pcap"), "1"));
+    } else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "public captures skipped: ../shared/pcaps is absent"
+        );
+    }
+    let h = d.join("h.jsonl");
+    let mut seen = BTreeSet::new();
+    for (input, pct) in &inputs {
+        // The outer VLAN of each frame, by its IPv4/IPv6 addresses (each of
+        // these captures' address pairs stays on one VLAN).
+        let mut vlans: BTreeMap<(String, String), BTreeSet<Option<u16>>> = BTreeMap::new();
+        let mut r = dataplane::io::capture::CaptureReader::open(input).unwrap();
+        while let Some(rec) = r.next_record().unwrap() {
+            let f = rec.data;
+            let (mut at, mut outer) = (12, None);
+            while matches!(f.get(at..at + 2), Some([0x81, 0x00] | [0x88, 0xa8])) {
+                let tci = u16::from_be_bytes([f[at + 2], f[at + 3]]);
+                outer.get_or_insert(tci & 0x0fff);
+                at += 4;
+            }
+            let addrs = match f.get(at..at + 2) {
+                Some([0x08, 0x00]) if f.len() >= at + 22 => {
+                    let a = |o: usize| std::net::Ipv4Addr::new(f[o], f[o + 1], f[o + 2], f[o + 3]);
+                    (a(at + 14).to_string(), a(at + 18).to_string())
+                }
+                Some([0x86, 0xdd]) if f.len() >= at + 42 => {
+                    let a = |o: usize| {
+                        let b: [u8; 16] = f[o..o + 16].try_into().unwrap();
+                        std::net::Ipv6Addr::from(b).to_string()
+                    };
+                    (a(at + 10), a(at + 26))
+                }
+                _ => continue,
+            };
+            vlans.entry(addrs).or_default().insert(outer);
+        }
+        let out = bin()
+            .args(["replay", "--heavy-percent", pct, "--heavy-jsonl"])
+            .arg(&h)
+            .arg(input)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&h).unwrap();
+        assert!(!text.is_empty(), "{}", input.display());
+        for line in text.lines() {
+            let r: serde_json::Value = serde_json::from_str(line).unwrap();
+            let flow = r["flow"].as_str().unwrap();
+            // `a:p -> b:q proto`, `[a]:p -> [b]:q proto`, `a -> b icmp t/c`.
+            let w: Vec<&str> = flow.split(' ').collect();
+            let split = |x: &str| -> (String, Option<u64>) {
+                match x.rsplit_once(':') {
+                    Some((a, p)) if x.starts_with('[') || a.contains('.') => (
+                        a.trim_matches(['[', ']']).to_string(),
+                        Some(p.parse().unwrap()),
+                    ),
+                    _ => (x.to_string(), None),
+                }
+            };
+            let ((src, sport), (dst, dport)) = (split(w[0]), split(w[2]));
+            assert_eq!(r["src"], src, "{line}");
+            assert_eq!(r["dst"], dst, "{line}");
+            assert_eq!(r["sport"].as_u64(), sport, "{line}");
+            assert_eq!(r["dport"].as_u64(), dport, "{line}");
+            let proto = match w[3] {
+                "tcp" => 6,
+                "udp" => 17,
+                "icmp" => 1,
+                "ipv6-icmp" => 58,
+                other => other.trim_start_matches("proto-").parse().unwrap_or(-1),
+            };
+            assert_eq!(r["proto"], proto, "{line}");
+            if let Some(tc) = w.get(4) {
+                let (t, c) = tc.split_once('/').unwrap();
+                assert_eq!(r["icmp_type"].to_string(), t, "{line}");
+                assert_eq!(r["icmp_code"].to_string(), c, "{line}");
+            } else {
+                assert!(
+                    r["icmp_type"].is_null() && r["icmp_code"].is_null(),
+                    "{line}"
+                );
+            }
+            let v = &vlans[&(src, dst)];
+            assert_eq!(v.len(), 1, "{line}: one VLAN per address pair");
+            let want = v.first().copied().flatten();
+            assert_eq!(r["vlan"].as_u64(), want.map(u64::from), "{line}");
+            seen.insert((sport.is_some(), r["icmp_type"].is_null(), want.is_some()));
+        }
+    }
+    if shared_pcaps().is_some() {
+        assert!(
+            seen.contains(&(false, false, true)),
+            "ICMP on a VLAN: {seen:?}"
+        );
+    }
+    assert!(
+        seen.contains(&(true, true, false)),
+        "ports, untagged: {seen:?}"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 /// Splits `vlan 118, p 0, vlan 10, p 0, DEI, ...` into its tags.
 fn vlan_tags(line: &str) -> Vec<String> {
     let t: Vec<&str> = line.split(", ").flat_map(|x| x.split(' ')).collect();

@@ -214,8 +214,15 @@ pub struct HeavyReport {
     pub epoch_start_ns: u64,
     /// Epoch end, ns.
     pub epoch_end_ns: u64,
-    /// The flow, e.g. `10.0.0.1:1234 -> 10.0.0.2:80 tcp`.
+    /// The flow, e.g. `10.0.0.1:1234 -> 10.0.0.2:80 tcp`, for people.
     pub flow: String,
+    /// The flow's fields, for programs.
+    #[serde(flatten)]
+    pub fields: FlowFields,
+    /// The outermost VLAN id of the packet that made the flow heavy
+    /// (`None`: untagged). Flows are keyed by their 5-tuple: one seen on
+    /// two VLANs is one flow.
+    pub vlan: Option<u16>,
     /// When the flow entered the flow memory, ns.
     pub detected_ns: u64,
     /// Sketch estimate of the flow's bytes at detection (detecting packet included).
@@ -233,6 +240,64 @@ pub struct HeavyReport {
     /// The flow key.
     #[serde(skip)]
     pub key: FlowKey,
+}
+
+/// A flow key's fields as a report's JSON gives them: `src`, `dst`,
+/// `proto` (the IANA protocol number), `sport` and `dport` for protocols
+/// with ports (null otherwise, and for a non-first fragment, which
+/// carries none), `icmp_type` and `icmp_code` for ICMP and ICMPv6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FlowFields {
+    /// Source address.
+    pub src: std::net::IpAddr,
+    /// Destination address.
+    pub dst: std::net::IpAddr,
+    /// Source port.
+    pub sport: Option<u16>,
+    /// Destination port.
+    pub dport: Option<u16>,
+    /// IP protocol number (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6, ...).
+    pub proto: u8,
+    /// ICMP type.
+    pub icmp_type: Option<u8>,
+    /// ICMP code.
+    pub icmp_code: Option<u8>,
+}
+
+impl FlowFields {
+    /// The fields of `key` (see the type's docs).
+    pub fn of(key: &FlowKey) -> Self {
+        use crate::wire::IpProtocol;
+        let (src, dst, sport, dport, protocol) = match key {
+            FlowKey::V4(k) => (
+                k.src.into(),
+                k.dst.into(),
+                k.src_port,
+                k.dst_port,
+                k.protocol,
+            ),
+            FlowKey::V6(k) => (
+                k.src.into(),
+                k.dst.into(),
+                k.src_port,
+                k.dst_port,
+                k.protocol,
+            ),
+        };
+        let icmp = matches!(protocol, IpProtocol::Icmp | IpProtocol::Icmpv6);
+        let ports = !icmp && (sport != 0 || dport != 0);
+        // An ICMP key holds type and code in its destination port.
+        let [t, c] = dport.to_be_bytes();
+        FlowFields {
+            src,
+            dst,
+            sport: ports.then_some(sport),
+            dport: ports.then_some(dport),
+            proto: u8::from(protocol),
+            icmp_type: icmp.then_some(t),
+            icmp_code: icmp.then_some(c),
+        }
+    }
 }
 
 impl HeavyReport {
@@ -382,6 +447,7 @@ impl HeavyCounters {
 
 #[derive(Debug, Clone, Copy)]
 struct Tracked {
+    vlan: Option<u16>,
     detected_ns: u64,
     est_bytes: u64,
     est_packets: u64,
@@ -469,6 +535,8 @@ struct Hot {
 struct Cold {
     flow: FlowKey,
     hash: u32,
+    /// The detecting packet's outer VLAN.
+    vlan: Option<u16>,
     detected_ns: u64,
     est_bytes: u64,
     est_packets: u64,
@@ -477,6 +545,7 @@ struct Cold {
 impl Cold {
     fn tracked(&self, h: &Hot) -> Tracked {
         Tracked {
+            vlan: self.vlan,
             detected_ns: self.detected_ns,
             est_bytes: self.est_bytes,
             est_packets: self.est_packets,
@@ -517,6 +586,7 @@ const PLACEHOLDER: Hot = Hot {
 const NO_COLD: Cold = Cold {
     flow: NO_FLOW,
     hash: 0,
+    vlan: None,
     detected_ns: 0,
     est_bytes: 0,
     est_packets: 0,
@@ -835,7 +905,7 @@ impl HeavyStage {
         );
         self.advance_epoch(now, now);
         for (f, l) in flows.chunks(BATCH_SIZE).zip(lens.chunks(BATCH_SIZE)) {
-            self.count(f, l, now);
+            self.count(f, l, &[], now);
         }
     }
 
@@ -859,9 +929,16 @@ impl HeavyStage {
         }
     }
 
-    /// Counts one batch: packet `i` of flow `flows[i]`, `lens[i]` bytes
-    /// (at most [`BATCH_SIZE`] packets; the caller chunks).
-    fn count<F: Borrow<FlowKey>>(&mut self, flows: &[F], lens: &[u32], now: Timestamp) {
+    /// Counts one batch: packet `i` of flow `flows[i]`, `lens[i]` bytes,
+    /// outer VLAN `vlans[i]` (none when `vlans` is shorter) (at most
+    /// [`BATCH_SIZE`] packets; the caller chunks).
+    fn count<F: Borrow<FlowKey>>(
+        &mut self,
+        flows: &[F],
+        lens: &[u32],
+        vlans: &[Option<u16>],
+        now: Timestamp,
+    ) {
         let n = flows.len().min(lens.len());
         // `n <= BATCH_SIZE`; saying so lets the compiler drop the bounds
         // checks on the per-batch arrays below.
@@ -944,6 +1021,7 @@ impl HeavyStage {
                     Cold {
                         flow: *flows[j].borrow(),
                         hash,
+                        vlan: vlans.get(j).copied().flatten(),
                         detected_ns: now.as_nanos(),
                         est_bytes: eb,
                         est_packets: ep,
@@ -977,6 +1055,8 @@ impl HeavyStage {
                     epoch_start_ns: start_ns,
                     epoch_end_ns: end_ns,
                     flow: key.to_string(),
+                    fields: FlowFields::of(&key),
+                    vlan: t.vlan,
                     detected_ns: t.detected_ns,
                     est_bytes: t.est_bytes,
                     est_packets: t.est_packets,
@@ -1027,6 +1107,7 @@ impl Stage for HeavyStage {
         // By reference: a flow key is 40 bytes.
         let mut flows: [&FlowKey; BATCH_SIZE] = [&NO_FLOW; BATCH_SIZE];
         let mut lens = [0u32; BATCH_SIZE];
+        let mut vlans = [None; BATCH_SIZE];
         let mut n = 0;
         let mut skipped = 0u64;
         let mut at = now;
@@ -1043,14 +1124,18 @@ impl Stage for HeavyStage {
                 continue;
             }
             // By reference: a `Parsed` is over a hundred bytes.
-            let Some(f) = p.parsed.as_ref().and_then(|pp| pp.flow.as_ref()) else {
+            let Some((f, vlan)) = p
+                .parsed
+                .as_ref()
+                .and_then(|pp| pp.flow.as_ref().map(|f| (f, pp.outer_vlan)))
+            else {
                 skipped += 1;
                 continue;
             };
             if let Some(l) = epoch_ns {
                 let t = p.ts.min(now);
                 if next.is_some_and(|b| t.as_nanos() >= b) {
-                    self.count(&flows[..n], &lens[..n], at);
+                    self.count(&flows[..n], &lens[..n], &vlans[..n], at);
                     n = 0;
                     self.advance_epoch(t, t);
                     next = next_start(self.epoch, l);
@@ -1058,8 +1143,11 @@ impl Stage for HeavyStage {
                 at = t;
             }
             // At most one flow per packet of the batch: `n < BATCH_SIZE`.
-            if let (Some(slot), Some(len)) = (flows.get_mut(n), lens.get_mut(n)) {
+            if let (Some(slot), Some(len), Some(v)) =
+                (flows.get_mut(n), lens.get_mut(n), vlans.get_mut(n))
+            {
                 *slot = f;
+                *v = vlan;
                 // The bytes that arrived on the wire: an Icarus option
                 // this router inserts is an egress matter, not the flow's.
                 *len = p.orig_len.max(p.data().len() as u32);
@@ -1067,7 +1155,7 @@ impl Stage for HeavyStage {
             }
         }
         self.counters.skipped += skipped;
-        self.count(&flows[..n], &lens[..n], at);
+        self.count(&flows[..n], &lens[..n], &vlans[..n], at);
         if epoch_ns.is_some() {
             self.advance_epoch(now, first);
         }
