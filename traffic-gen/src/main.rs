@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use dataplane::cli::{CompletionsArgs, EXIT_USAGE, ManArgs};
-use dataplane::config::{IoBackend, RouterConfig, ThresholdConfig};
+use dataplane::config::{IoBackend, MacAddr, RouterConfig, ThresholdConfig};
 use dataplane::pipeline::MalformedPolicy;
 use dataplane::stage::sfb::SfbConfig;
 use dataplane::wire::icarus::FilterWidth;
@@ -28,8 +28,8 @@ use traffic_gen::input::{InputError, Limits, Stop};
 use traffic_gen::live::{Endpoint, LiveConfig, run_live_with_stop};
 use traffic_gen::plot::plot_svg;
 use traffic_gen::replay::{
-    DEFAULT_ROUTER, Input, Pacing, ReplayConfig, TimeFormat, default_router, hgrm_paths,
-    replay_with_stop, write_hgrm,
+    DEFAULT_ROUTER, DmacRewrite, Input, MacRewrite, Pacing, ReplayConfig, TimeFormat,
+    default_router, hgrm_paths, replay_with_stop, write_hgrm,
 };
 use traffic_gen::scenario::{self, QueueKind, SfbScenarioConfig, markdown_table, run_sfb_scenario};
 use traffic_gen::synth::{SynthConfig, write_pcap};
@@ -714,6 +714,24 @@ struct ReplayArgs {
     /// times, the bytes as sent).
     #[arg(long, short = 'w', value_name = "DIR")]
     write: Option<PathBuf>,
+    /// Rewrite the destination MAC of unicast frames as they enter the
+    /// router, as tcprewrite's --enet-dmac: alone, to the router's own MAC
+    /// on the routed port a frame arrives on (so any capture can go
+    /// through a routed config: no `other_host` drops); --enet-dmac=MAC,
+    /// to MAC on every frame. Broadcast and multicast frames keep theirs.
+    #[arg(
+        long,
+        value_name = "MAC",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "port",
+        value_parser = parse_dmac
+    )]
+    enet_dmac: Option<DmacRewrite>,
+    /// Rewrite the source MAC of every frame to MAC as it enters the
+    /// router, as tcprewrite's --enet-smac.
+    #[arg(long, value_name = "MAC", value_parser = parse_mac)]
+    enet_smac: Option<MacAddr>,
 
     /// Worker threads, pinned to cores.
     #[arg(long, default_value_t = 1)]
@@ -820,7 +838,7 @@ struct ReplayArgs {
         conflicts_with_all = [
             "workers", "no_pin", "heavy_percent", "epoch_ms", "pass_malformed", "top",
             "heavy_jsonl", "flows", "packets", "zipf_s", "size", "seed", "config",
-            "ingress", "write",
+            "ingress", "write", "enet_dmac", "enet_smac",
         ]
     )]
     tx: Option<String>,
@@ -892,6 +910,23 @@ struct ReplayArgs {
     tx_threads: u32,
     #[command(flatten)]
     synth: SynthArgs,
+}
+
+/// `--enet-dmac[=MAC]`: the port's own MAC (no value), or MAC.
+fn parse_dmac(s: &str) -> Result<DmacRewrite, String> {
+    if s == "port" {
+        return Ok(DmacRewrite::PortOwn);
+    }
+    parse_mac(s).map(DmacRewrite::To)
+}
+
+/// A unicast MAC address, `02:00:00:00:0a:01`.
+fn parse_mac(s: &str) -> Result<MacAddr, String> {
+    let m: MacAddr = s.parse()?;
+    if m.is_group() {
+        return Err(format!("{m} is a group (multicast) address, not a host's"));
+    }
+    Ok(m)
 }
 
 /// A finite number above zero (clap names the flag on failure).
@@ -1162,6 +1197,10 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         filter: a.filter.clone(),
         verbose,
         time_format: time_format.unwrap_or_default(),
+        rewrite: MacRewrite {
+            dmac: a.enet_dmac,
+            smac: a.enet_smac,
+        },
         sample_queues: a.plot.is_some(),
     };
     let input = if files.is_empty() {

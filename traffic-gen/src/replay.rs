@@ -67,7 +67,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use dataplane::chain::Chain;
 use dataplane::clock::Timestamp;
-use dataplane::config::RouterConfig;
+use dataplane::config::{MacAddr, RouterConfig};
 use dataplane::io::capture::{CaptureReader, CaptureWriter, FileFormat};
 use dataplane::io::memory::MemoryPorts;
 use dataplane::io::port::{Ports, RxCounters};
@@ -148,6 +148,9 @@ pub struct ReplayConfig {
     pub verbose: bool,
     /// How `--verbose` shows times.
     pub time_format: TimeFormat,
+    /// `--enet-dmac`, `--enet-smac`: the MACs of frames rewritten as they
+    /// enter the router.
+    pub rewrite: MacRewrite,
     /// `--plot`: sample each shaped port's queue at every tick (100 ms of
     /// capture time) for the report's [`Report::queue_samples`].
     pub sample_queues: bool,
@@ -170,6 +173,7 @@ impl ReplayConfig {
             filter: None,
             verbose: false,
             time_format: TimeFormat::Relative,
+            rewrite: MacRewrite::default(),
             sample_queues: false,
         }
     }
@@ -179,6 +183,108 @@ impl Default for ReplayConfig {
     /// [`ReplayConfig::new`] with the built-in router.
     fn default() -> Self {
         ReplayConfig::new(default_router())
+    }
+}
+
+/// `--enet-dmac`, `--enet-smac`: the Ethernet addresses of the input's
+/// frames rewritten as they enter the router, as tcprewrite's options of
+/// those names do, so that a capture made anywhere can be replayed
+/// through routed ports (which drop frames to another host's MAC as
+/// `other_host`).
+///
+/// Only Ethernet frames are rewritten, and only a unicast destination: a
+/// broadcast or multicast frame reaches every port as it is. The rewrite
+/// is made in the copy of the frame the dispatcher hands to a worker (no
+/// copy of its own); a `--filter` sees the frame as captured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MacRewrite {
+    /// The destination: the ingress port's own MAC, or one for every frame.
+    pub dmac: Option<DmacRewrite>,
+    /// The source of every frame.
+    pub smac: Option<MacAddr>,
+}
+
+/// What `--enet-dmac` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DmacRewrite {
+    /// The router's own MAC on the routed port the frame arrives on
+    /// (frames arriving on wire ports are left as they are).
+    PortOwn,
+    /// This MAC, on every frame.
+    To(MacAddr),
+}
+
+/// How many frames [`MacRewrite`] changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct RewriteSummary {
+    /// Destination MACs rewritten.
+    pub dmac_rewritten: u64,
+    /// Frames whose destination was kept: broadcast or multicast, not
+    /// Ethernet, or (with the port's own MAC) arriving on a wire port.
+    pub dmac_kept: u64,
+    /// Source MACs rewritten.
+    pub smac_rewritten: u64,
+}
+
+/// [`MacRewrite`] resolved against a router: per port, the destination to
+/// write.
+#[derive(Debug)]
+struct Rewriter {
+    dst: Vec<Option<[u8; 6]>>,
+    src: Option<[u8; 6]>,
+    dmac: bool,
+    summary: RewriteSummary,
+}
+
+impl Rewriter {
+    /// `None` when nothing is rewritten. The port's own MAC on a router
+    /// without routed ports is an error (it could rewrite nothing).
+    fn new(rw: MacRewrite, router: &RouterConfig) -> Result<Option<Rewriter>> {
+        if rw == MacRewrite::default() {
+            return Ok(None);
+        }
+        let ports = router.interfaces.len();
+        let dst: Vec<Option<[u8; 6]>> = match rw.dmac {
+            None => vec![None; ports],
+            Some(DmacRewrite::To(m)) => vec![Some(m.0); ports],
+            Some(DmacRewrite::PortOwn) => {
+                let d: Vec<_> = (0..ports)
+                    .map(|i| router.router_mac(i).map(|m| m.0))
+                    .collect();
+                if d.iter().all(Option::is_none) {
+                    bail!(
+                        "--enet-dmac: the router has no routed port (an interface with addresses) whose MAC to write; give one: --enet-dmac=MAC"
+                    );
+                }
+                d
+            }
+        };
+        Ok(Some(Rewriter {
+            dst,
+            src: rw.smac.map(|m| m.0),
+            dmac: rw.dmac.is_some(),
+            summary: RewriteSummary::default(),
+        }))
+    }
+
+    /// Rewrites `frame`, arriving on `port`, in place.
+    fn apply(&mut self, link: LinkType, port: u8, frame: &mut [u8]) {
+        let ethernet = link == LinkType::Ethernet && frame.len() >= 14;
+        let dst = self.dst.get(usize::from(port)).copied().flatten();
+        match dst {
+            Some(mac) if ethernet && frame[0] & 1 == 0 => {
+                frame[..6].copy_from_slice(&mac);
+                self.summary.dmac_rewritten += 1;
+            }
+            _ if self.dmac => self.summary.dmac_kept += 1,
+            _ => {}
+        }
+        if let Some(mac) = self.src
+            && ethernet
+        {
+            frame[6..12].copy_from_slice(&mac);
+            self.summary.smac_rewritten += 1;
+        }
     }
 }
 
@@ -266,6 +372,8 @@ pub struct Report {
     pub filtered_out: u64,
     /// The heavy flows exported as IPFIX (`heavy.ipfix`).
     pub ipfix: Option<IpfixSummary>,
+    /// The MACs `--enet-dmac`/`--enet-smac` rewrote (`None`: neither given).
+    pub enet_rewrite: Option<RewriteSummary>,
     /// Each shaped port's queue over capture time (with
     /// [`ReplayConfig::sample_queues`]; for `--plot`).
     #[serde(skip)]
@@ -347,6 +455,13 @@ impl Report {
                 w,
                 "ipfix: {} heavy-flow records sent to {} ({} messages refused)",
                 x.records, x.collector, x.send_errors
+            )?;
+        }
+        if let Some(x) = &self.enet_rewrite {
+            writeln!(
+                w,
+                "enet: {} destination MACs rewritten, {} kept (broadcast, multicast, not Ethernet, or a wire port); {} source MACs rewritten",
+                x.dmac_rewritten, x.dmac_kept, x.smac_rewritten
             )?;
         }
         for e in &self.input_errors {
@@ -553,11 +668,20 @@ impl Chunk {
     fn first_ts(&self) -> Option<u64> {
         self.meta.first().map(|m| m.0)
     }
-    fn push(&mut self, ts: u64, orig_len: u32, link: LinkType, ingress: u8, data: &[u8]) {
+    /// Appends a frame; returns its bytes in the chunk.
+    fn push(
+        &mut self,
+        ts: u64,
+        orig_len: u32,
+        link: LinkType,
+        ingress: u8,
+        data: &[u8],
+    ) -> &mut [u8] {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(data);
         self.meta
             .push((ts, orig_len, link, ingress, start, self.bytes.len()));
+        &mut self.bytes[start..]
     }
     fn clear(&mut self) {
         self.meta.clear();
@@ -940,6 +1064,8 @@ struct Dispatcher<'a> {
     stop: Stop<'a>,
     /// `--verbose`'s standard output is gone: stop as at a request.
     output_closed: Arc<AtomicBool>,
+    /// `--enet-dmac`, `--enet-smac`.
+    rewrite: Option<Rewriter>,
     /// A stop was requested: nothing more is sent.
     stopped: bool,
     /// `--limit`, `--duration`.
@@ -1084,7 +1210,10 @@ impl Dispatcher<'_> {
         self.last_ts = self.last_ts.max(ts);
         self.cut_by_time(ts)?;
         let w = worker_of(link, data, self.txs.len());
-        self.pending[w].push(ts, orig_len, link, ingress, data);
+        let copy = self.pending[w].push(ts, orig_len, link, ingress, data);
+        if let Some(rw) = &mut self.rewrite {
+            rw.apply(link, ingress, copy);
+        }
         if self.pending[w].meta.len() >= BATCH_SIZE {
             self.flush(w)?;
         }
@@ -1176,6 +1305,7 @@ pub fn replay_with_stop(
     }
     cfg.pacing.validate()?;
     let ingress = default_ingress(cfg)?;
+    let rewrite = Rewriter::new(cfg.rewrite, &cfg.router)?;
     // Compiled first: an expression libpcap refuses fails before any work.
     let filter = cfg.filter.as_deref().map(BpfFilter::new).transpose()?;
     // Open every file first, so a bad name or header fails before any work.
@@ -1276,6 +1406,7 @@ pub fn replay_with_stop(
         progress,
         stop,
         output_closed: Arc::clone(&output_closed),
+        rewrite,
         stopped: false,
         limits: cfg.limits,
         limit_reached: None,
@@ -1305,6 +1436,7 @@ pub fn replay_with_stop(
     let (lengths_fixed, gaps_capped) = (d.lengths_fixed, d.schedule.capped_gaps());
     let capture_gaps = d.schedule.long_gaps();
     let numbered = d.seq;
+    let enet_rewrite = d.rewrite.as_ref().map(|r| r.summary);
     drop(d); // closes the channels: workers finish
     let mut results = Vec::new();
     for h in handles {
@@ -1415,6 +1547,7 @@ pub fn replay_with_stop(
         filter: cfg.filter.clone(),
         filtered_out,
         ipfix,
+        enet_rewrite,
         queue_samples,
         input_lengths_fixed: lengths_fixed,
         pacing_gaps_capped: gaps_capped,

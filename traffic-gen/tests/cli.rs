@@ -1111,6 +1111,83 @@ fn heavy_jsonl_gives_the_flow_as_fields() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// `--enet-dmac` and `--enet-smac` as tcprewrite's: `--enet-dmac` alone
+/// takes the routed port's own MAC (and does not take the next argument
+/// as its value), `--enet-dmac=MAC` writes MAC into every unicast frame
+/// (the wires then send them on with it), `--enet-smac MAC` the source;
+/// a group MAC is a usage error, the port's own MAC on a router without
+/// routed ports an error naming the flag.
+#[test]
+fn enet_dmac_and_smac_rewrite_as_tcprewrite() {
+    let d = scratch("enet");
+    let pcap = fixed_pcap(&d, "z.pcap", 200);
+    let l3 = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../dataplane/examples/router-l3.toml"
+    );
+    let out = bin()
+        .args(["replay", "--config", l3, "--enet-dmac"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("enet: 200 destination MACs rewritten, 0 kept"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("dropped other_host"), "{stdout}");
+    // Into every frame, through the built-in router's wires.
+    let w = d.join("out");
+    let out = bin()
+        .args([
+            "replay",
+            "--enet-dmac=02:00:00:00:0a:01",
+            "--enet-smac",
+            "02:00:00:00:aa:02",
+            "-w",
+        ])
+        .arg(&w)
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut r = dataplane::io::capture::CaptureReader::open(&w.join("r-b.pcap")).unwrap();
+    let mut n = 0;
+    while let Some(rec) = r.next_record().unwrap() {
+        assert_eq!(rec.data[..12], [2, 0, 0, 0, 0x0a, 1, 2, 0, 0, 0, 0xaa, 2]);
+        n += 1;
+    }
+    assert!(n > 100, "{n}");
+    for (args, status, want) in [
+        (
+            vec!["--enet-dmac=01:00:5e:00:00:01"],
+            64,
+            "is a group (multicast) address",
+        ),
+        (vec!["--enet-smac", "zz"], 64, "is not a MAC address"),
+        (
+            vec!["--enet-dmac"],
+            1,
+            "--enet-dmac: the router has no routed port",
+        ),
+    ] {
+        let out = bin().arg("replay").args(&args).arg(&pcap).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(status), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 /// Splits `vlan 118, p 0, vlan 10, p 0, DEI, ...` into its tags.
 fn vlan_tags(line: &str) -> Vec<String> {
     let t: Vec<&str> = line.split(", ").flat_map(|x| x.split(' ')).collect();

@@ -332,6 +332,18 @@ impl Default for RouterSection {
 pub const SYSFS_NET: &str = "/sys/class/net";
 
 impl RouterConfig {
+    /// The router's own MAC on routed port `port`: its `mac`, else the
+    /// replay default ([`MacAddr::default_for_port`]; the live router reads
+    /// the interface's into `mac` first, [`RouterConfig::read_link_settings`]).
+    /// `None` for a wire port or no such port.
+    pub fn router_mac(&self, port: usize) -> Option<MacAddr> {
+        let ifc = self.interfaces.get(port).filter(|i| i.is_routed())?;
+        Some(
+            ifc.mac
+                .unwrap_or_else(|| MacAddr::default_for_port(port as u8)),
+        )
+    }
+
     /// Gives every routed port whose `mac` or `mtu` the file leaves out
     /// the interface's own (read from `/sys/class/net/NAME/address` and
     /// `.../mtu`, what `SIOCGIFHWADDR` and `SIOCGIFMTU` report): the live
