@@ -237,6 +237,104 @@ fn key_on_line(text: &str, line: usize) -> Option<String> {
     None
 }
 
+/// A socket receive buffer above this is warned about (256 MiB).
+pub const RECV_BUFFER_WARN: u64 = 256 << 20;
+
+/// The row width (log2) the sketch has for `share`: `log2_width`, or its
+/// default for the share.
+fn sketch_width(share: f64, log2_width: Option<u32>) -> u32 {
+    log2_width.unwrap_or_else(|| {
+        crate::stage::heavy::HeavyConfig::default_log2_width(
+            crate::stage::heavy::Threshold::ByteShare(share),
+        )
+    })
+}
+
+/// A heavy-flow share the sketch cannot tell from its own load: with 2^w
+/// cells a row (`log2_width`, or its default for the share), an average
+/// cell holds 1/2^w of the epoch's bytes; a threshold below that is
+/// reached by a typical flow's estimate, so every flow would be reported
+/// (memory, reports and epoch resets grow and tell nothing).
+pub fn share_problem(share: f64, log2_width: Option<u32>) -> Option<String> {
+    let w = sketch_width(share, log2_width);
+    let least = 1.0 / f64::from(1u32 << w.min(31));
+    (share < least).then(|| {
+        let best = 1.0 / f64::from(1u32 << MAX_LOG2_WIDTH);
+        let raise = if w < MAX_LOG2_WIDTH {
+            format!(" (or raise heavy.log2_width, up to {MAX_LOG2_WIDTH}: {best:.1e})")
+        } else {
+            String::new()
+        };
+        format!(
+            "{share:e} is below what the sketch can count: with 2^{w} cells a row an average cell holds {least:.1e} of the epoch's bytes, so every flow would reach the threshold; at least {least:.1e}{raise}"
+        )
+    })
+}
+
+/// The `[heavy]` settings that work but probably should not.
+fn heavy_warnings(h: &HeavySection, w: &mut Vec<String>) {
+    let c = h.stage_config();
+    if let ThresholdConfig::Share(s) = h.threshold
+        && s > 0.0
+        && s <= 1.0
+        && share_problem(s, h.log2_width).is_none()
+    {
+        let cells = 1u64 << sketch_width(s, h.log2_width).min(63);
+        if s * (cells as f64) < crate::stage::heavy::CELLS_PER_SHARE {
+            w.push(format!(
+                "heavy.threshold.share: {s} with 2^{} cells a row: a flow's estimate may be off by a good part of the threshold (the default width gives {} cells per share); raise heavy.log2_width",
+                c.log2_width,
+                crate::stage::heavy::CELLS_PER_SHARE
+            ));
+        }
+        let heavy_max = (1.0 / s).floor();
+        if heavy_max > c.capacity as f64 {
+            w.push(format!(
+                "heavy.threshold.share: up to {heavy_max:.0} flows can each reach {s} of an epoch's bytes, more than the {} the flow memory holds per worker (heavy.capacity): the rest count as overflow, unreported",
+                c.capacity
+            ));
+        }
+    }
+    if let Some(ms) = h.epoch_ms.filter(|&ms| ms > 0) {
+        let sketch = (c.rows as u64) << c.log2_width << 3;
+        let per_s = sketch.saturating_mul(1000) / ms;
+        if per_s > 1 << 30 {
+            w.push(format!(
+                "heavy.epoch_ms: the sketch ({} MiB: {} rows of 2^{} cells) is cleared every {ms} ms epoch, {} MiB a second of traffic time: raise epoch_ms or lower log2_width",
+                sketch >> 20,
+                c.rows,
+                c.log2_width,
+                per_s >> 20
+            ));
+        }
+    }
+}
+
+/// The machine's memory (`MemTotal` of `/proc/meminfo`), bytes.
+fn mem_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The file's key for a multicast stage key: the stage's per-interface
+/// settings are the interfaces' own in the file.
+fn file_key(stage_key: &str) -> String {
+    let Some(rest) = stage_key.strip_prefix("multicast.interfaces[") else {
+        return stage_key.to_string();
+    };
+    match rest.split_once(']') {
+        Some((i, tail)) => {
+            let tail = tail
+                .strip_prefix(".static_groups")
+                .map_or_else(|| tail.to_string(), |t| format!(".multicast_groups{t}"));
+            format!("interfaces[{i}]{tail}")
+        }
+        None => stage_key.to_string(),
+    }
+}
+
 /// `0..=1, 4` style list of `cores`.
 fn describe_cores(cores: &BTreeSet<usize>) -> String {
     if cores.is_empty() {
@@ -797,9 +895,81 @@ impl RouterConfig {
         Err(ConfigErrors(errors))
     }
 
+    /// Settings this machine can run but probably should not, as `key:
+    /// reason` lines (`check-config` and `run` print them with
+    /// [`RouterConfig::warnings`]): more workers than CPUs this process may
+    /// use, and receive buffers or rings that could take more than half
+    /// the machine's memory.
+    pub fn host_warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        let cpus = core_affinity::get_core_ids().map_or(0, |c| c.len());
+        let n = self.workers.resolved_count();
+        if cpus > 0 && n > cpus {
+            w.push(format!(
+                "workers.count: {n} workers on the {cpus} CPUs this process may use: the workers beyond {cpus} take turns on them, which adds latency and forwards nothing faster; at most one worker per CPU"
+            ));
+        }
+        if let (Some(total), Some(mem)) = (self.socket_memory(), mem_total()) {
+            if total > mem / 2 && total <= mem {
+                w.push(format!(
+                    "{}: the sockets may hold {} MiB, more than half the machine's {} MiB",
+                    self.socket_memory_key(),
+                    total >> 20,
+                    mem >> 20
+                ));
+            }
+        }
+        w
+    }
+
+    /// The most memory the router's receive sockets or rings may take,
+    /// bytes: per worker and interface, a ring (ring backend) or twice the
+    /// receive buffer (the kernel doubles `SO_RCVBUF` for its bookkeeping).
+    fn socket_memory(&self) -> Option<u64> {
+        let per_worker: u64 = match self.io.backend {
+            IoBackend::Ring => {
+                u64::from(self.io.ring.block_bytes)
+                    * u64::from(self.io.ring.blocks)
+                    * self.interfaces.len() as u64
+            }
+            IoBackend::Pnet => self
+                .interfaces
+                .iter()
+                .map(|i| i.recv_buffer_bytes.saturating_mul(2))
+                .sum(),
+        };
+        per_worker.checked_mul(self.workers.resolved_count() as u64)
+    }
+
+    /// The key to change when [`socket_memory`](Self::socket_memory) is too
+    /// much.
+    fn socket_memory_key(&self) -> &'static str {
+        match self.io.backend {
+            IoBackend::Ring => "io.ring",
+            IoBackend::Pnet => "interfaces.recv_buffer_bytes",
+        }
+    }
+
     /// Problems of this machine rather than of the file: pinned cores the
-    /// process may not run on, a heavy-flow report that cannot be written.
+    /// process may not run on, a heavy-flow report that cannot be written,
+    /// receive sockets or rings that may take more memory than the
+    /// machine has.
     fn host_checks(&self, errs: &mut Vec<(String, String)>) {
+        if let (Some(total), Some(mem)) = (self.socket_memory(), mem_total())
+            && total > mem
+        {
+            errs.push((
+                self.socket_memory_key().into(),
+                format!(
+                    "{} workers x {} interfaces may hold {} MiB in their receive {}, more than the machine's {} MiB of memory",
+                    self.workers.resolved_count(),
+                    self.interfaces.len(),
+                    total >> 20,
+                    if self.io.backend == IoBackend::Ring { "rings" } else { "buffers" },
+                    mem >> 20
+                ),
+            ));
+        }
         if !self.workers.cores.is_empty() {
             let usable: BTreeSet<usize> = core_affinity::get_core_ids()
                 .unwrap_or_default()
@@ -952,6 +1122,9 @@ impl RouterConfig {
     /// lines (`check-config` and `run` print them, as tc warns).
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
+        if let Some(h) = &self.heavy {
+            heavy_warnings(h, &mut w);
+        }
         for (i, ifc) in self.interfaces.iter().enumerate() {
             if let Some(e) = &ifc.egress
                 && e.rate_bps > 0
@@ -960,6 +1133,15 @@ impl RouterConfig {
                 w.push(format!(
                     "interfaces[{i}].egress.burst_bytes: {} is below a full Ethernet frame ({ETHERNET_MAX_FRAME} bytes): larger frames leave one at a time, each taking the whole bucket",
                     e.burst_bytes
+                ));
+            }
+            if ifc.recv_buffer_bytes > RECV_BUFFER_WARN && self.io.backend == IoBackend::Pnet {
+                w.push(format!(
+                    "interfaces[{i}].recv_buffer_bytes: {} MiB per socket ({} sockets: one per worker): a queue that deep holds {:.0} ms of a 10 Gbit/s link, frames too old to be worth forwarding, and the kernel may hold twice it in memory; the default is {} MiB",
+                    ifc.recv_buffer_bytes >> 20,
+                    self.workers.resolved_count(),
+                    ifc.recv_buffer_bytes as f64 * 8.0 / 10e9 * 1e3,
+                    DEFAULT_RECV_BUFFER >> 20
                 ));
             }
             if let Some(sfb) = &ifc.sfb
@@ -1165,6 +1347,11 @@ impl RouterConfig {
                 ThresholdConfig::Share(s) if !(s > 0.0 && s <= 1.0) => {
                     errs.push((key("threshold.share"), format!("{s} is outside (0, 1]")));
                 }
+                ThresholdConfig::Share(s) => {
+                    if let Some(why) = share_problem(s, h.log2_width) {
+                        errs.push((key("threshold.share"), why));
+                    }
+                }
                 ThresholdConfig::Bytes(0) => {
                     errs.push((key("threshold.bytes"), "must be at least 1".into()));
                 }
@@ -1213,13 +1400,17 @@ impl RouterConfig {
             }
         }
 
-        // Multicast: the stage's own checks, on the assembled settings.
+        // Multicast: the stage's own checks, on the assembled settings. The
+        // stage calls an interface's static groups
+        // `multicast.interfaces[i].static_groups`; the file calls them
+        // `interfaces[i].multicast_groups`, whose checks above come first
+        // (one line per key: the stage's repeat is dropped).
         if let Some(m) = self.multicast_config()
             && let Err(e) = MulticastStage::new(&m)
         {
             let msg = e.to_string();
             errs.push(match msg.split_once(": ") {
-                Some((k, r)) if k.starts_with("multicast.") => (k.to_string(), r.to_string()),
+                Some((k, r)) if k.starts_with("multicast.") => (file_key(k), r.to_string()),
                 _ => ("multicast".to_string(), msg),
             });
         }

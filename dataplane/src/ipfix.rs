@@ -327,6 +327,7 @@ mod tests {
             bytes: 0,
             packets: 0,
             overflow: 0,
+            omitted: 0,
             flows: (0..n).map(|i| report(i, i % 3 == 2)).collect(),
         }
     }

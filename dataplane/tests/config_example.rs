@@ -222,3 +222,70 @@ fn run_names_the_file_and_key_of_a_missing_interface() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Values no one can mean: what cannot work is refused, naming the key
+/// and the bound (a heavy-flow share below what the sketch resolves;
+/// receive buffers that may take more than the machine's memory); what
+/// works but probably should not is warned about and accepted (more
+/// workers than CPUs, a 1 GiB socket buffer, a share more flows can reach
+/// than the flow memory holds, a sketch cleared a gigabyte a second); a
+/// static group list over the filters' size is one error, under the key
+/// the file uses.
+#[test]
+fn values_that_cannot_be_meant() {
+    const TWO: &str = "[[interfaces]]\nname = \"a\"\n[[interfaces]]\nname = \"b\"\n[[wires]]\nfrom = \"a\"\nto = \"b\"\n";
+    let (ok, text) = check_config(
+        &format!(
+            "{TWO}[heavy]\nthreshold = {{ share = 1e-300 }}\nepoch_ms = 1\nreport = \"/dev/null\"\n"
+        ),
+        "share",
+    );
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(
+            ":9: heavy.threshold.share: 1e-300 is below what the sketch can count: with 2^18 cells a row an average cell holds 3.8e-6 of the epoch's bytes"
+        ),
+        "{text}"
+    );
+    let (ok, text) = check_config(
+        "[workers]\ncount = 256\n[[interfaces]]\nname = \"a\"\nrecv_buffer_bytes = 1073741824\n\
+         [[interfaces]]\nname = \"b\"\nrecv_buffer_bytes = 1073741824\n",
+        "memory",
+    );
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(
+            "interfaces.recv_buffer_bytes: 256 workers x 2 interfaces may hold 1048576 MiB in their receive buffers, more than the machine's"
+        ),
+        "{text}"
+    );
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (ok, text) = check_config(
+        &format!(
+            "[workers]\ncount = {}\n[[interfaces]]\nname = \"a\"\nrecv_buffer_bytes = 1073741824\n\
+             [[interfaces]]\nname = \"b\"\n[[wires]]\nfrom = \"a\"\nto = \"b\"\n\
+             [heavy]\nthreshold = {{ share = 0.0001 }}\nepoch_ms = 1\nlog2_width = 22\nreport = \"/dev/null\"\n",
+            cpus + 1
+        ),
+        "warn",
+    );
+    assert!(ok, "{text}");
+    for want in [
+        format!("workers.count: {} workers on the {cpus} CPUs this process may use", cpus + 1),
+        "interfaces[0].recv_buffer_bytes: 1024 MiB per socket".to_string(),
+        "heavy.threshold.share: up to 10000 flows can each reach 0.0001 of an epoch's bytes, more than the 4096".to_string(),
+        "heavy.epoch_ms: the sketch (64 MiB: 2 rows of 2^22 cells) is cleared every 1 ms epoch".to_string(),
+    ] {
+        assert!(text.contains(&format!("dataplane: warning: {}", "")) && text.contains(&want), "{want}: {text}");
+    }
+    let (ok, text) = check_config(&with_static_groups(3, Some(2)), "twice");
+    assert!(!ok);
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert!(
+        errors[0].contains(
+            "interfaces[1].multicast_groups: 3 groups, more than multicast.expected_groups = 2"
+        ),
+        "{text}"
+    );
+}

@@ -1161,14 +1161,30 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         usage!("--verbose prints the packets in order: it takes one worker (--workers 1)");
     }
     let mut router = match &a.config {
-        Some(p) => RouterConfig::load(p)?,
+        Some(p) => {
+            let r = RouterConfig::load(p)?;
+            for w in r.warnings() {
+                eprintln!("traffic-gen: warning: {}: {w}", p.display());
+            }
+            r
+        }
         None => default_router(),
     };
+    let cpus = core_affinity::get_core_ids().map_or(0, |c| c.len());
+    if cpus > 0 && a.workers > cpus {
+        eprintln!(
+            "traffic-gen: warning: --workers {}: more workers than the {cpus} CPUs this process may use; they take turns on them",
+            a.workers
+        );
+    }
     if a.heavy_percent.is_some() || a.epoch_ms.is_some() {
         let h = router.heavy.get_or_insert_with(Default::default);
         if let Some(pct) = a.heavy_percent {
             if !(pct.is_finite() && pct > 0.0 && pct <= 100.0) {
                 usage!("--heavy-percent must be in (0, 100], got {pct}");
+            }
+            if let Some(why) = dataplane::config::share_problem(pct / 100.0, h.log2_width) {
+                usage!("--heavy-percent {pct:?}: as a share, {why}");
             }
             h.threshold = ThresholdConfig::Share(pct / 100.0);
         }

@@ -468,6 +468,14 @@ impl Report {
             writeln!(w, "input error: {e}; replayed what precedes it")?;
         }
         notes.write_input_fixes(w)?;
+        let omitted: u64 = self.heavy.iter().map(|e| e.omitted).sum();
+        if omitted > 0 {
+            writeln!(
+                w,
+                "heavy flows: {omitted} reports not kept: a worker holds at most {} until the end of the replay (the epochs' totals count them); raise the threshold or the epoch length",
+                dataplane::stage::heavy::MAX_PENDING_FLOWS
+            )?;
+        }
         write!(w, "{}", self.router.render())?;
         self.write_heavy(w, top)?;
         for p in &self.written {

@@ -1188,6 +1188,82 @@ fn enet_dmac_and_smac_rewrite_as_tcprewrite() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// What a replay's report can grow to is bounded: a router that makes
+/// every flow heavy in 1 ms epochs (400 epochs, about 190,000 reports)
+/// keeps 100,000 and counts the rest, in the summary, the stage's line
+/// and `--heavy-jsonl`; a `--heavy-percent` below what the sketch can
+/// count is a usage error.
+#[test]
+fn a_replay_report_is_bounded() {
+    let d = scratch("bound");
+    let cfg = d.join("every.toml");
+    std::fs::write(
+        &cfg,
+        "[[interfaces]]\nname = \"a\"\n[[interfaces]]\nname = \"b\"\n[[wires]]\nfrom = \"a\"\nto = \"b\"\n\
+         [heavy]\nthreshold = { packets = 1 }\nepoch_ms = 1\n",
+    )
+    .unwrap();
+    let pcap = d.join("many.pcap");
+    let out = bin()
+        .args(["synth", "--flows", "100000", "--packets", "200000", "-o"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let h = d.join("h.jsonl");
+    let out = bin()
+        .args(["replay", "--no-pin", "-l", "2", "--config"])
+        .arg(&cfg)
+        .arg("--heavy-jsonl")
+        .arg(&h)
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stage = stdout
+        .lines()
+        .find(|l| l.starts_with("  stage heavy "))
+        .unwrap();
+    let field = |k: &str| -> u64 {
+        let w: Vec<&str> = stage.split(' ').collect();
+        let i = w.iter().position(|x| *x == k).unwrap();
+        w[i + 1].parse().unwrap()
+    };
+    let (detections, reported, omitted) =
+        (field("detections"), field("reported"), field("omitted"));
+    assert_eq!(reported, 100_000, "{stage}");
+    assert_eq!(detections, reported + omitted, "{stage}");
+    assert!(omitted > 50_000, "{stage}");
+    assert!(
+        stdout.contains(&format!(
+            "heavy flows: {omitted} reports not kept: a worker holds at most 100000 until the end of the replay"
+        )),
+        "{stdout}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&h).unwrap().lines().count(),
+        100_000
+    );
+    let out = bin()
+        .args(["replay", "--heavy-percent", "1e-298"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("--heavy-percent 1e-298: as a share, ")
+            && stderr.contains("is below what the sketch can count"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 /// Splits `vlan 118, p 0, vlan 10, p 0, DEI, ...` into its tags.
 fn vlan_tags(line: &str) -> Vec<String> {
     let t: Vec<&str> = line.split(", ").flat_map(|x| x.split(' ')).collect();

@@ -158,9 +158,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Prints the config's warnings (tc-style: valid, probably not meant).
+/// Prints the config's warnings (tc-style: valid, probably not meant),
+/// the file's and this machine's.
 fn warn(file: &std::path::Path, cfg: &RouterConfig) {
-    for w in cfg.warnings() {
+    for w in cfg.warnings().into_iter().chain(cfg.host_warnings()) {
         err_out(&format!("dataplane: warning: {}: {w}\n", file.display()));
     }
 }

@@ -730,8 +730,17 @@ impl Stats {
         if let Some(h) = &self.heavy {
             let _ = writeln!(
                 s,
-                "  stage heavy packets {} bytes {} detections {} reported {} overflow {}",
-                h.packets, h.bytes, h.detections, h.reported, h.overflow
+                "  stage heavy packets {} bytes {} detections {} reported {} overflow {}{}",
+                h.packets,
+                h.bytes,
+                h.detections,
+                h.reported,
+                h.overflow,
+                if h.omitted > 0 {
+                    format!(" omitted {}", h.omitted)
+                } else {
+                    String::new()
+                }
             );
         }
         for (what, l) in [

@@ -322,6 +322,10 @@ pub struct EpochReport {
     pub packets: u64,
     /// Flows not tracked because the memory was full.
     pub overflow: u64,
+    /// Heavy flows not listed: the reports held reached
+    /// [`MAX_PENDING_FLOWS`] (the smallest left out; absent when 0).
+    #[serde(skip_serializing_if = "is_zero", default)]
+    pub omitted: u64,
     /// The heavy flows, by exact bytes then upper bound, descending.
     pub flows: Vec<HeavyReport>,
 }
@@ -356,6 +360,7 @@ pub fn merge_epochs(shards: &[Vec<EpochReport>], threshold: Threshold) -> Vec<Ep
             bytes: 0,
             packets: 0,
             overflow: 0,
+            omitted: 0,
             flows: Vec::new(),
         });
         e.start_ns = e.start_ns.min(r.start_ns);
@@ -363,6 +368,7 @@ pub fn merge_epochs(shards: &[Vec<EpochReport>], threshold: Threshold) -> Vec<Ep
         e.bytes += r.bytes;
         e.packets += r.packets;
         e.overflow += r.overflow;
+        e.omitted += r.omitted;
         e.flows.extend(r.flows.iter().cloned());
     }
     by_epoch
@@ -427,7 +433,24 @@ pub struct HeavyCounters {
     pub epochs: u64,
     /// Heavy flows reported (merged: in the merged report).
     pub reported: u64,
+    /// Heavy flows not listed because the reports not yet taken held
+    /// [`MAX_PENDING_FLOWS`] already (absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub omitted: u64,
 }
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The most heavy-flow reports a stage holds until they are taken
+/// ([`HeavyStage::take_reports`]): the flows of later epochs are counted
+/// (`omitted`, in the epoch's report and the counters) but not listed.
+/// The live router takes the reports every tick; a replay takes them at
+/// its end, and a threshold or epoch that makes most flows heavy in many
+/// epochs would otherwise grow the report (and the memory) with the
+/// capture.
+pub const MAX_PENDING_FLOWS: usize = 100_000;
 
 impl HeavyCounters {
     /// Adds another worker's counters (epochs: the larger, a lower bound
@@ -442,6 +465,7 @@ impl HeavyCounters {
         self.overflow += o.overflow;
         self.epochs = self.epochs.max(o.epochs);
         self.reported += o.reported;
+        self.omitted += o.omitted;
     }
 }
 
@@ -740,6 +764,8 @@ pub struct HeavyStage {
     /// Flows evicted by the last sweep (reused).
     evicted: Vec<(FlowKey, Tracked)>,
     reports: Vec<EpochReport>,
+    /// Flows in `reports` ([`MAX_PENDING_FLOWS`] at most).
+    pending_flows: usize,
 }
 
 impl HeavyStage {
@@ -771,6 +797,7 @@ impl HeavyStage {
             mem_keys: [[0; 5]; BATCH_SIZE],
             evicted: Vec::new(),
             reports: Vec::new(),
+            pending_flows: 0,
         }
     }
 
@@ -797,6 +824,7 @@ impl HeavyStage {
     /// The reports of the epochs closed so far (taken: a second call
     /// returns only newer ones).
     pub fn take_reports(&mut self) -> Vec<EpochReport> {
+        self.pending_flows = 0;
         std::mem::take(&mut self.reports)
     }
 
@@ -1069,8 +1097,13 @@ impl HeavyStage {
             }
         }
         sort_flows(&mut flows);
+        let room = MAX_PENDING_FLOWS.saturating_sub(self.pending_flows);
+        let omitted = flows.len().saturating_sub(room) as u64;
+        flows.truncate(room);
+        self.pending_flows += flows.len();
         self.counters.epochs += 1;
         self.counters.reported += flows.len() as u64;
+        self.counters.omitted += omitted;
         self.reports.push(EpochReport {
             epoch,
             start_ns,
@@ -1078,6 +1111,7 @@ impl HeavyStage {
             bytes: total,
             packets: self.epoch_packets,
             overflow: self.epoch_overflow,
+            omitted,
             flows,
         });
         self.sketch.reset();
