@@ -5,7 +5,8 @@
 //! 1. privileges: once running, no thread of the router holds a capability
 //!    (`CapEff`, `CapPrm` of every task in `/proc/<pid>/task`);
 //! 2. a second `dataplane run` on the same interfaces exits non-zero at
-//!    once, naming the first router's pid;
+//!    once, naming the first router's pid; the first's lock files exist
+//!    while it runs and are gone after its clean exit (step 5);
 //! 3. report floods: host A sends IGMPv3 reports joining 150,000 groups
 //!    (816 full frames) and host C MLDv2 reports joining 150,000 IPv6
 //!    groups (2,084 frames) while A sends numbered unicast datagrams to B,
@@ -245,6 +246,22 @@ fn hostile_hosts(backend: &str) {
             && text.contains(&format!("pid {pid} (")),
         "{text}"
     );
+    // The router's lock files, named by its namespace's inode.
+    let netns = {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(format!("/var/run/netns/{}", lab.ns("r")))
+            .unwrap()
+            .ino()
+    };
+    let lock_files: Vec<std::path::PathBuf> = ["r-a", "r-b", "r-c"]
+        .iter()
+        .map(|i| {
+            dataplane::runtime::lock::lock_dir().join(format!("bloomplane-net{netns}-{i}.lock"))
+        })
+        .collect();
+    for f in &lock_files {
+        assert!(f.exists(), "{} while the router runs", f.display());
+    }
 
     // 3. Floods, with unicast through them and after them.
     let rx = in_netns(&lab.ns("b"), || {
@@ -279,6 +296,10 @@ fn hostile_hosts(backend: &str) {
     let limit = DRAIN_DEADLINE + Duration::from_secs(3);
     let (err, report, took) = lab.stop_router(&err_path, &report_path, limit);
     eprintln!("stopped {took:?} after SIGTERM");
+    // A clean exit removes its lock files.
+    for f in &lock_files {
+        assert!(!f.exists(), "{} left after a clean exit", f.display());
+    }
     let all = err.split("== all workers").last().unwrap_or_default();
     for l in all
         .lines()

@@ -6,7 +6,12 @@
 //! therefore takes an exclusive `flock(2)` on one file per interface before
 //! it opens any socket, and keeps it for its whole life; the kernel drops
 //! the lock when the process ends, however it ends, so a crashed router
-//! never leaves a stale lock behind.
+//! never leaves a stale lock behind (only a file, which the next router
+//! locks again). A router that stops cleanly removes its files: it
+//! unlinks each while it still holds its lock, and a router that locks a
+//! file checks that the file is still the one the path names (else it
+//! locked a file unlinked since it opened it, and opens the path again),
+//! so two routers never each hold a lock on a different file of one name.
 //!
 //! The file is `bloomplane-net<ns>-<interface>.lock` in `/run/lock` (where
 //! every user may create files; else the temporary directory; the
@@ -50,13 +55,36 @@ pub enum LockError {
     },
 }
 
-/// A held interface lock; released when dropped (or when the process ends).
+/// A held interface lock; released, and its file removed, when dropped
+/// (released only, when the process ends otherwise).
 #[derive(Debug)]
 pub struct InterfaceLock {
     interface: String,
     path: PathBuf,
-    _file: File,
+    file: File,
 }
+
+impl Drop for InterfaceLock {
+    /// Removes the file while the lock is still held (see the module
+    /// docs), if the path still names it; then closing it releases the
+    /// lock.
+    fn drop(&mut self) {
+        if same_file(&self.file, &self.path) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Whether `path` names the file `file` has open.
+fn same_file(file: &File, path: &Path) -> bool {
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Attempts at a lock whose file another router removed meanwhile.
+const LOCK_TRIES: usize = 8;
 
 impl InterfaceLock {
     /// Locks `interface` of the current network namespace for this
@@ -83,6 +111,44 @@ impl InterfaceLock {
             path: path.clone(),
             err,
         };
+        let mut tries = 0;
+        let (mut file, writable) = loop {
+            let (file, writable) = Self::lock_file(interface, &path)?;
+            // The file may have been unlinked by its last holder between
+            // our open and our lock: then the path names another file (or
+            // none), and this lock guards nothing.
+            if same_file(&file, &path) {
+                break (file, writable);
+            }
+            tries += 1;
+            if tries == LOCK_TRIES {
+                return Err(io_err(io::Error::other(
+                    "the lock file keeps being removed and re-created by another process",
+                )));
+            }
+        };
+        if writable {
+            let me = format!("pid {} ({})\n", std::process::id(), cmdline("self"));
+            file.set_len(0)
+                .and_then(|()| file.rewind())
+                .and_then(|()| file.write_all(me.as_bytes()))
+                .map_err(io_err)?;
+        }
+        Ok(InterfaceLock {
+            interface: interface.to_string(),
+            path,
+            file,
+        })
+    }
+
+    /// Opens `path` (creating it) and locks it: the file and whether it
+    /// is writable.
+    fn lock_file(interface: &str, path: &Path) -> Result<(File, bool), LockError> {
+        let io_err = |err| LockError::Io {
+            interface: interface.to_string(),
+            path: path.to_path_buf(),
+            err,
+        };
         // Read-write to record the holder; a file another user created
         // (mode 0644) can still be locked read-only.
         let (mut file, writable) = match OpenOptions::new()
@@ -100,28 +166,14 @@ impl InterfaceLock {
             Err(e) => return Err(io_err(e)),
         };
         match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(LockError::InUse {
-                    interface: interface.to_string(),
-                    holder: holder(&mut file),
-                    path,
-                });
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io_err(e)),
+            Ok(()) => Ok((file, writable)),
+            Err(std::fs::TryLockError::WouldBlock) => Err(LockError::InUse {
+                interface: interface.to_string(),
+                holder: holder(&mut file),
+                path: path.to_path_buf(),
+            }),
+            Err(std::fs::TryLockError::Error(e)) => Err(io_err(e)),
         }
-        if writable {
-            let me = format!("pid {} ({})\n", std::process::id(), cmdline("self"));
-            file.set_len(0)
-                .and_then(|()| file.rewind())
-                .and_then(|()| file.write_all(me.as_bytes()))
-                .map_err(io_err)?;
-        }
-        Ok(InterfaceLock {
-            interface: interface.to_string(),
-            path,
-            _file: file,
-        })
     }
 
     /// The interface.
@@ -261,7 +313,30 @@ mod tests {
         assert_eq!(again.interface(), "bp-test0");
         let text = std::fs::read_to_string(again.path()).unwrap();
         assert!(text.starts_with(&me), "{text}");
+        let path = again.path().to_path_buf();
         drop(again);
+        assert!(!path.exists(), "a released lock's file is removed");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A lock taken on a file its holder removed before the lock was
+    /// granted guards nothing: the path is opened again, and the lock
+    /// taken on the file the path names.
+    #[test]
+    fn a_removed_file_is_not_locked() {
+        let dir = std::env::temp_dir().join(format!("bp-lock-rm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = InterfaceLock::acquire_in(&dir, "bp-test2").unwrap();
+        let path = first.path().to_path_buf();
+        // A second router opened the file, then the first released it.
+        let stale = File::open(&path).unwrap();
+        drop(first);
+        assert!(!path.exists());
+        assert!(!same_file(&stale, &path));
+        let second = InterfaceLock::acquire_in(&dir, "bp-test2").unwrap();
+        assert!(same_file(&second.file, &path));
+        drop(second);
+        assert!(!path.exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
