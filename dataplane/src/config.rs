@@ -901,7 +901,10 @@ impl RouterConfig {
     /// use, and receive buffers or rings that could take more than half
     /// the machine's memory.
     pub fn host_warnings(&self) -> Vec<String> {
-        let mut w = Vec::new();
+        let mut w = self.icarus_headroom(|name| {
+            let path = Path::new(l3::SYSFS_NET).join(name).join("mtu");
+            std::fs::read_to_string(path).ok()?.trim().parse().ok()
+        });
         let cpus = core_affinity::get_core_ids().map_or(0, |c| c.len());
         let n = self.workers.resolved_count();
         if cpus > 0 && n > cpus {
@@ -917,6 +920,58 @@ impl RouterConfig {
                     total >> 20,
                     mem >> 20
                 ));
+            }
+        }
+        w
+    }
+
+    /// Where Icarus insertion leaves no headroom (see [`icarus::insert`]):
+    /// packets that arrive on an `insert_on` port at its full MTU grow by
+    /// the option (20 bytes on IPv4, 24 on IPv6 with m = 128) and may leave
+    /// by a wire port that does not strip it; when that port's MTU is not
+    /// at least the ingress MTU plus the option, the kernel refuses them
+    /// (`msgsize` on the port's line). `mtu_of` gives an interface's MTU
+    /// (`None`: unknown, taken as equal to the other's). Routed egress
+    /// ports are left out: the forwarding stage checks the MTU with the
+    /// option counted and answers with Fragmentation Needed / Packet Too
+    /// Big.
+    ///
+    /// [`icarus::insert`]: crate::wire::icarus::insert
+    pub fn icarus_headroom(&self, mtu_of: impl Fn(&str) -> Option<u32>) -> Vec<String> {
+        let mut w = Vec::new();
+        let Some(ic) = &self.icarus else {
+            return w;
+        };
+        let Some(width) = FilterWidth::from_bits(ic.filter_bits) else {
+            return w;
+        };
+        let (v4, v6) = (width.ipv4_block_len() as u32, width.ipv6_block_len() as u32);
+        let mtu = |i: &InterfaceConfig| i.mtu.or_else(|| mtu_of(&i.name));
+        for ingress in &ic.insert_on {
+            let Some(x) = self.interfaces.iter().find(|i| &i.name == ingress) else {
+                continue;
+            };
+            for y in &self.interfaces {
+                if y.name == x.name || y.is_routed() || ic.strip_on.contains(&y.name) {
+                    continue;
+                }
+                let (mx, my) = (mtu(x), mtu(y));
+                let (xn, yn) = (&x.name, &y.name);
+                let head = format!(
+                    "icarus.insert_on: {xn} inserts the option ({v4} bytes on IPv4, {v6} on IPv6) and {yn} does not strip it"
+                );
+                match (mx, my) {
+                    (Some(a), Some(b)) if a + v6 > b => w.push(format!(
+                        "{head}: a packet of {xn}'s MTU ({a}) leaves {yn} up to {} bytes over {yn}'s MTU ({b}) and the kernel refuses it (msgsize); give {yn} an MTU of at least {}, add it to icarus.strip_on, or give the hosts behind {xn} an MTU of at most {}",
+                        a + v6 - b,
+                        a + v6,
+                        b.saturating_sub(v6)
+                    )),
+                    (Some(_), Some(_)) => {}
+                    _ => w.push(format!(
+                        "{head}: unless {yn}'s MTU is at least {v6} bytes above {xn}'s, packets of {xn}'s full MTU leave {yn} too long and the kernel refuses them (msgsize); raise {yn}'s MTU, add it to icarus.strip_on, or keep the hosts behind {xn} {v6} bytes under its MTU"
+                    )),
+                }
             }
         }
         w
@@ -2038,5 +2093,39 @@ icmp_rate = 100
                 "{e}\nwanted {want}"
             );
         }
+    }
+
+    /// Icarus insertion without headroom: a wire port that does not strip
+    /// the option and whose MTU is under the inserting port's plus the
+    /// option is named with the figures to fix it; one with the room, one
+    /// that strips, and a routed one (the forwarding stage answers with
+    /// Fragmentation Needed) are not; unknown MTUs give the rule.
+    #[test]
+    fn icarus_insertion_without_headroom_is_named() {
+        let text = "[[interfaces]]\nname = \"a\"\n[[interfaces]]\nname = \"b\"\n\
+                    [[interfaces]]\nname = \"c\"\n[[interfaces]]\nname = \"d\"\naddresses = [\"10.1.0.1/24\"]\n\
+                    [[wires]]\nfrom = \"a\"\nto = \"b\"\n[icarus]\nnode_id = 1\ninsert_on = [\"a\"]\nstrip_on = [\"c\"]\n";
+        let cfg = RouterConfig::from_toml_str(text, "t").unwrap();
+        let mtus = |b: u32| {
+            move |n: &str| match n {
+                "b" => Some(b),
+                _ => Some(1500),
+            }
+        };
+        assert_eq!(
+            cfg.icarus_headroom(mtus(1500)),
+            [
+                "icarus.insert_on: a inserts the option (20 bytes on IPv4, 24 on IPv6) and b does not strip it: \
+              a packet of a's MTU (1500) leaves b up to 24 bytes over b's MTU (1500) and the kernel refuses it (msgsize); \
+              give b an MTU of at least 1524, add it to icarus.strip_on, or give the hosts behind a an MTU of at most 1476"
+            ]
+        );
+        assert!(cfg.icarus_headroom(mtus(1524)).is_empty());
+        let unknown = cfg.icarus_headroom(|_| None);
+        assert_eq!(unknown.len(), 1);
+        assert!(
+            unknown[0].contains("unless b's MTU is at least 24 bytes above a's"),
+            "{unknown:?}"
+        );
     }
 }

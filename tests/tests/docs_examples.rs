@@ -23,59 +23,7 @@ use std::time::Duration;
 mod lab_common;
 
 use lab_common::{binaries, run_bounded, workspace};
-
-/// A fenced code block of a Markdown file.
-#[derive(Debug)]
-struct Block {
-    /// The line of its opening fence (1-based).
-    line: usize,
-    /// The info string's words (`sh`, `run`, `requires=tcpdump`).
-    info: Vec<String>,
-    /// The lines between the fences.
-    code: String,
-}
-
-impl Block {
-    /// Whether the test runs it.
-    fn runs(&self) -> bool {
-        self.info.first().is_some_and(|w| w == "sh") && self.info.iter().any(|w| w == "run")
-    }
-
-    /// The value of `key=VALUE` in the info string.
-    fn setting(&self, key: &str) -> Option<&str> {
-        self.info
-            .iter()
-            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-    }
-}
-
-/// The fenced blocks of `text` (fences of three backticks at the start of
-/// a line).
-fn blocks(text: &str) -> Vec<Block> {
-    let mut out = Vec::new();
-    let mut open: Option<Block> = None;
-    for (i, line) in text.lines().enumerate() {
-        match (&mut open, line.strip_prefix("```")) {
-            (None, Some(info)) => {
-                open = Some(Block {
-                    line: i + 1,
-                    info: info.split_whitespace().map(String::from).collect(),
-                    code: String::new(),
-                });
-            }
-            (Some(_), Some(rest)) if rest.trim().is_empty() => {
-                out.extend(open.take());
-            }
-            (Some(b), _) => {
-                b.code.push_str(line);
-                b.code.push('\n');
-            }
-            (None, None) => {}
-        }
-    }
-    assert!(open.is_none(), "a code block is not closed");
-    out
-}
+use tests::{Block, blocks};
 
 #[test]
 fn the_parser_finds_blocks_and_settings() {

@@ -29,6 +29,122 @@ pub struct RxCounters {
     /// to the port (ring backend, whose sends are batched; counted in the
     /// egress stage's `sent`).
     pub tx_dropped: u64,
+    /// Why the kernel refused copies (the pnet backend's send errors, the
+    /// ring backend's `tx_dropped`), and the port's MTU.
+    pub tx_errors: TxErrors,
+}
+
+/// Why the kernel refused to send copies out of a port, counted by reason
+/// (`send(2)`'s, `sendmmsg(2)`'s or the transmit ring's), with what an
+/// operator needs to act on the commonest: the longest frame refused as
+/// too long and the interface's MTU.
+///
+/// Shown on the port line of the stats as `(N err: 51886 msgsize
+/// 1534>1500, 3 nobufs)`: 51,886 copies refused as longer than the
+/// interface takes (the longest 1534 bytes, the MTU 1500: an Ethernet
+/// frame may be the MTU plus its 14-byte header), 3 for want of buffers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TxErrors {
+    /// `EMSGSIZE`: the frame is longer than the interface takes (its MTU
+    /// and the link header).
+    pub msgsize: u64,
+    /// The longest frame refused with `EMSGSIZE`, bytes.
+    pub msgsize_largest: u32,
+    /// The interface's MTU when the port was opened (0: not known).
+    pub mtu: u32,
+    /// `ENOBUFS`: the device's queue had no room, still after a wait.
+    pub nobufs: u64,
+    /// `EAGAIN`: the socket's send buffer or the transmit ring was full,
+    /// still after a wait.
+    pub again: u64,
+    /// Any other error (`ENETDOWN`: the interface went down, ...).
+    pub other: u64,
+    /// The errno of the latest other error.
+    pub other_errno: i32,
+}
+
+impl TxErrors {
+    /// The reasons, as the stats text and the metrics name them.
+    pub const REASONS: [&'static str; 4] = ["msgsize", "nobufs", "again", "other"];
+
+    /// Counts `n` copies of `len` bytes refused with `errno`.
+    pub fn record(&mut self, errno: i32, len: usize, n: u64) {
+        match errno {
+            libc::EMSGSIZE => {
+                self.msgsize += n;
+                self.msgsize_largest = self
+                    .msgsize_largest
+                    .max(u32::try_from(len).unwrap_or(u32::MAX));
+            }
+            libc::ENOBUFS => self.nobufs += n,
+            libc::EAGAIN => self.again += n,
+            e => {
+                self.other += n;
+                self.other_errno = e;
+            }
+        }
+    }
+
+    /// Copies refused, every reason.
+    pub fn total(&self) -> u64 {
+        self.msgsize + self.nobufs + self.again + self.other
+    }
+
+    /// The count of each of [`REASONS`](Self::REASONS), in order.
+    pub fn by_reason(&self) -> [(&'static str, u64); 4] {
+        [
+            ("msgsize", self.msgsize),
+            ("nobufs", self.nobufs),
+            ("again", self.again),
+            ("other", self.other),
+        ]
+    }
+
+    /// Adds another worker's counts for the same port.
+    pub fn merge(&mut self, o: &TxErrors) {
+        self.msgsize += o.msgsize;
+        self.msgsize_largest = self.msgsize_largest.max(o.msgsize_largest);
+        self.mtu = self.mtu.max(o.mtu);
+        self.nobufs += o.nobufs;
+        self.again += o.again;
+        self.other += o.other;
+        if o.other_errno != 0 {
+            self.other_errno = o.other_errno;
+        }
+    }
+}
+
+impl std::fmt::Display for TxErrors {
+    /// `51886 msgsize 1534>1500, 3 nobufs, 2 other (errno 100: Network is
+    /// down)`: the reasons that occurred.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut sep = "";
+        if self.msgsize > 0 {
+            write!(
+                f,
+                "{} msgsize {}>{}",
+                self.msgsize, self.msgsize_largest, self.mtu
+            )?;
+            sep = ", ";
+        }
+        for (name, n) in [("nobufs", self.nobufs), ("again", self.again)] {
+            if n > 0 {
+                write!(f, "{sep}{n} {name}")?;
+                sep = ", ";
+            }
+        }
+        if self.other > 0 {
+            let e = std::io::Error::from_raw_os_error(self.other_errno);
+            let text = e.to_string();
+            let text = text.split(" (os error").next().unwrap_or_default();
+            write!(
+                f,
+                "{sep}{} other (errno {}: {text})",
+                self.other, self.other_errno
+            )?;
+        }
+        Ok(())
+    }
 }
 
 impl RxCounters {
@@ -41,6 +157,7 @@ impl RxCounters {
         self.rx_dropped += o.rx_dropped;
         self.rx_frozen += o.rx_frozen;
         self.tx_dropped += o.tx_dropped;
+        self.tx_errors.merge(&o.tx_errors);
     }
 }
 

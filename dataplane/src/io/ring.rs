@@ -953,11 +953,20 @@ impl RingPorts {
             ports.push(RingPort { rx, tx });
         }
         let n = ports.len();
+        // Each port's MTU, for the reasons of refused copies (`TxErrors`).
+        let rx = ports
+            .iter()
+            .map(|p| {
+                let mut c = RxCounters::default();
+                c.tx_errors.mtu = interface_mtu(p.rx.fd(), p.rx.name()).unwrap_or(0);
+                c
+            })
+            .collect();
         Ok(RingPorts {
             ports,
             clock,
             next: 0,
-            rx: vec![RxCounters::default(); n],
+            rx,
             pollfds: Vec::with_capacity(n),
             block_timeout_ms: rc.block_timeout_ms,
         })
@@ -1015,8 +1024,9 @@ impl RingPorts {
 
 /// Sends `bufs` on packet socket `fd` with `sendmmsg(2)`, waiting once (10
 /// ms at most) for room. Frames the kernel refuses are counted in
-/// `counters.tx_dropped`; a frame refused for any reason but a full queue
-/// is skipped and the rest still sent.
+/// `counters.tx_dropped`, and by reason in `counters.tx_errors`; a frame
+/// refused for any reason but a full queue is skipped and the rest still
+/// sent.
 fn send_gathered(fd: RawFd, bufs: &[Vec<u8>], counters: &mut RxCounters) {
     let n = bufs.len().min(TX_BATCH);
     let mut frames: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
@@ -1037,16 +1047,24 @@ fn send_gathered(fd: RawFd, bufs: &[Vec<u8>], counters: &mut RxCounters) {
             true
         });
         done += sent;
-        if err.is_none() {
+        let Some(err) = err else {
             break;
-        }
+        };
+        let errno = err.raw_os_error().unwrap_or(0);
         if full {
             // Still no room after the wait: the rest is given up.
-            counters.tx_dropped += (n - done) as u64;
+            let rest = (n - done) as u64;
+            counters.tx_dropped += rest;
+            counters
+                .tx_errors
+                .record(errno, frames.get(done).map_or(0, |f| f.len()), rest);
             break;
         }
         // This frame is refused (too long, say); the others may go.
         counters.tx_dropped += 1;
+        counters
+            .tx_errors
+            .record(errno, frames.get(done).map_or(0, |f| f.len()), 1);
         done += 1;
     }
 }
@@ -1077,8 +1095,18 @@ impl Transmit for RingPorts {
                         r = ring.push(f.frame);
                     }
                 }
-                if r.is_err() {
-                    counters.tx_dropped += 1;
+                match r {
+                    Ok(()) => {}
+                    Err(why) => {
+                        counters.tx_dropped += 1;
+                        // As send(2) would say it.
+                        let errno = match why {
+                            TxRefused::Length if f.frame.len() < 14 => libc::EINVAL,
+                            TxRefused::Length => libc::EMSGSIZE,
+                            TxRefused::Full => libc::EAGAIN,
+                        };
+                        counters.tx_errors.record(errno, f.frame.len(), 1);
+                    }
                 }
             }
             TxPath::Mmsg { bufs, len } => {

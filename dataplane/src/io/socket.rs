@@ -98,6 +98,8 @@ pub struct Port {
     _rx: Box<dyn DataLinkReceiver>,
     /// The receive buffer the kernel granted (`SO_RCVBUF` as read back).
     pub recv_buffer: usize,
+    /// The interface's MTU when the port was opened (0: not known).
+    pub mtu: u32,
 }
 
 /// What one [`Port::recv`] found.
@@ -378,6 +380,8 @@ pub fn open_port(cfg: &InterfaceConfig, group: u16) -> Result<Port, PortError> {
     }
     let recv_buffer = getsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF)
         .map_err(os("getsockopt(SO_RCVBUF)"))? as usize;
+    // For the reasons of send errors (`TxErrors`); not needed to run.
+    let mtu = interface_mtu(fd.as_raw_fd(), &name).unwrap_or(0);
     setsockopt_int(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)
         .map_err(|e| PortError::IgnoreOutgoing(name.clone(), e))?;
     // VLAN tags the kernel takes out of frames come back in this (see
@@ -409,6 +413,7 @@ pub fn open_port(cfg: &InterfaceConfig, group: u16) -> Result<Port, PortError> {
             _tx: tx,
             _rx: rx,
             recv_buffer,
+            mtu,
         }),
         Ok(_) => Err(PortError::Os {
             name,
@@ -489,12 +494,20 @@ impl SocketPorts {
     /// The worker's ports (port `i` is `ports[i]`), on `clock` (shared by
     /// the workers, so their times compare).
     pub fn new(ports: Vec<Port>, clock: MonotonicClock) -> Self {
+        let rx = ports
+            .iter()
+            .map(|p| {
+                let mut c = RxCounters::default();
+                c.tx_errors.mtu = p.mtu;
+                c
+            })
+            .collect();
         let n = ports.len();
         SocketPorts {
             ports,
             clock,
             next: 0,
-            rx: vec![RxCounters::default(); n],
+            rx,
             rx_buf: vec![0; READ_BUFFER].into_boxed_slice(),
             pollfds: Vec::with_capacity(n),
         }
@@ -545,9 +558,11 @@ impl SocketPorts {
 
 impl Transmit for SocketPorts {
     /// `send(2)` on the port's socket; on a full socket buffer it waits up
-    /// to 10 ms for room once, then counts a send error.
+    /// to 10 ms for room once, then counts a send error. Each error is
+    /// counted by its reason ([`TxErrors`](super::port::TxErrors)).
     fn send(&mut self, f: &TxFrame<'_>) -> bool {
-        let Some(p) = self.ports.get(usize::from(f.port)) else {
+        let i = usize::from(f.port);
+        let (Some(p), Some(c)) = (self.ports.get(i), self.rx.get_mut(i)) else {
             return false;
         };
         for attempt in 0..2 {
@@ -566,8 +581,10 @@ impl Transmit for SocketPorts {
                 return true;
             }
             let err = io::Error::last_os_error();
-            let full = matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS));
+            let errno = err.raw_os_error().unwrap_or(0);
+            let full = matches!(errno, libc::EAGAIN | libc::ENOBUFS);
             if !full || attempt == 1 {
+                c.tx_errors.record(errno, f.frame.len(), 1);
                 return false;
             }
             wait_writable(p.fd, 10);

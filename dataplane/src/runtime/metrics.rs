@@ -351,6 +351,38 @@ impl Collector for StatsCollector {
             per_if(|i| i.rx.tx_dropped),
         )?;
         f.counters(
+            "interface_tx_refused",
+            "Copies the kernel refused to send, by reason: msgsize (longer than the interface takes), nobufs, again (queue or ring full), other; the tx_errors of pnet ports, the tx_dropped of ring ports.",
+            None,
+            ifs.iter().flat_map(|i| {
+                i.rx.tx_errors
+                    .by_reason()
+                    .map(|(r, n)| ([("interface", i.port.name.as_str()), ("reason", r)], n))
+            }),
+        )?;
+        f.gauges(
+            "interface_mtu",
+            "The interface's MTU when the router opened it (0: not known).",
+            bytes,
+            ifs.iter().map(|i| {
+                (
+                    [("interface", i.port.name.as_str())],
+                    i64::from(i.rx.tx_errors.mtu),
+                )
+            }),
+        )?;
+        f.gauges(
+            "interface_tx_msgsize_largest",
+            "The longest copy the kernel refused as longer than the interface takes.",
+            bytes,
+            ifs.iter().map(|i| {
+                (
+                    [("interface", i.port.name.as_str())],
+                    i64::from(i.rx.tx_errors.msgsize_largest),
+                )
+            }),
+        )?;
+        f.counters(
             "egress_copies",
             "Copies handed to the port.",
             None,
@@ -947,6 +979,9 @@ mod tests {
         b.port.counters.sent = 900;
         b.port.counters.sent_bytes = 1_350_000;
         b.port.counters.send_errors = 2;
+        b.rx.tx_errors.mtu = 1500;
+        b.rx.tx_errors.record(libc::EMSGSIZE, 1534, 1);
+        b.rx.tx_errors.record(libc::ENOBUFS, 60, 1);
         b.port.counters.stripped = 5;
         b.port.backlog_packets = 3;
         b.port.backlog_bytes = 4500;
@@ -1026,6 +1061,12 @@ mod tests {
             "bloomplane_interface_tx_packets_total{interface=\"r-b\"} 900\n",
             "bloomplane_interface_tx_bytes_total{interface=\"r-b\"} 1350000\n",
             "bloomplane_interface_tx_errors_total{interface=\"r-b\"} 2\n",
+            "bloomplane_interface_tx_refused_total{interface=\"r-b\",reason=\"msgsize\"} 1\n",
+            "bloomplane_interface_tx_refused_total{interface=\"r-b\",reason=\"nobufs\"} 1\n",
+            "bloomplane_interface_tx_refused_total{interface=\"r-b\",reason=\"again\"} 0\n",
+            "bloomplane_interface_tx_refused_total{interface=\"r-a\",reason=\"msgsize\"} 0\n",
+            "bloomplane_interface_mtu_bytes{interface=\"r-b\"} 1500\n",
+            "bloomplane_interface_tx_msgsize_largest_bytes{interface=\"r-b\"} 1534\n",
             "bloomplane_sfb_marked_total{interface=\"r-b\"} 11\n",
             "bloomplane_sfb_earlydrop_total{interface=\"r-b\"} 12\n",
             "bloomplane_sfb_penaltydrop_total{interface=\"r-b\"} 13\n",
