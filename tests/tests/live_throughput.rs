@@ -119,6 +119,12 @@ fn check_replay(tg: &Path, lab: &Lab, io: &str, threads: u32, pcap: &Path, frame
         stdout.contains(&format!("Kernel drops at the receiver ({io}): 0")),
         "{stdout}"
     );
+    // Ring blocks are the receive ring's: no such line over pnet.
+    assert_eq!(
+        stdout.contains("ring blocks found held"),
+        io == "ring",
+        "{stdout}"
+    );
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(r["io"], io, "{r}");
     let rx = &r["rx"];

@@ -2693,7 +2693,7 @@ mod tests {
     }
 
     #[test]
-    fn report_text_has_tcpreplay_lines() {
+    fn report_text_has_tcpreplay_lines_and_ring_blocks_only_with_rings() {
         let rep = LiveReport {
             inputs: vec!["x.pcap".into()],
             tx: Endpoint {
@@ -2769,6 +2769,44 @@ mod tests {
             "{text}"
         );
         assert!(rep.write_hgrm(&mut Vec::new()).is_none());
+
+        // The receiver's kernel line: ring blocks only with a ring.
+        let rx = |io| {
+            let mut r = rep.clone();
+            r.io = io;
+            r.rx = Some(RxReport {
+                endpoint: Endpoint {
+                    interface: "eth0".into(),
+                    netns: Some("bp-b".into()),
+                },
+                recv_buffer: 1 << 20,
+                grace_ms: 200,
+                frames: 9_000,
+                received: 9_000,
+                lost: 1_000,
+                reordered: 0,
+                unmatched: 0,
+                received_pps: 19_000.0,
+                kernel_dropped: 3,
+                kernel_freeze_q: 0,
+                latency: Latency::default(),
+                histogram: new_histogram(),
+            });
+            let mut out = Vec::new();
+            r.write_text(&mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let pnet = rx(IoBackend::Pnet);
+        assert!(
+            pnet.contains("Kernel drops at the receiver (pnet): 3 (socket buffer full)\n"),
+            "{pnet}"
+        );
+        assert!(!pnet.contains("ring blocks"), "{pnet}");
+        let ring = rx(IoBackend::Ring);
+        assert!(
+            ring.contains("Kernel drops at the receiver (ring): 3 (ring full), ring blocks found held: 0\n"),
+            "{ring}"
+        );
     }
 
     #[test]

@@ -1809,7 +1809,7 @@ mod tests {
     /// time at --multiplier: the length is the captured one, the gap is
     /// cut to a minute (60 ms at x1000), both counted.
     #[test]
-    fn hostile_lengths_and_gaps_are_bounded_and_reported() {
+    fn hostile_lengths_and_capture_gaps_are_bounded_and_explained() {
         let d = scratch("hostile");
         let (src, bad) = (d.join("src.pcap"), d.join("bad.pcap"));
         fixed_pcap(&src, 4);

@@ -313,9 +313,22 @@ mod tests {
         assert_eq!(again.interface(), "bp-test0");
         let text = std::fs::read_to_string(again.path()).unwrap();
         assert!(text.starts_with(&me), "{text}");
-        let path = again.path().to_path_buf();
         drop(again);
-        assert!(!path.exists(), "a released lock's file is removed");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A lock released (the router stopped cleanly) leaves no file behind
+    /// in the lock directory; one held still has its file.
+    #[test]
+    fn a_released_lock_removes_its_file() {
+        let dir = std::env::temp_dir().join(format!("bp-lock-clean-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let locks = lock_all_in(&dir, ["bp-test3", "bp-test4"]).unwrap();
+        let paths: Vec<PathBuf> = locks.iter().map(|l| l.path().to_path_buf()).collect();
+        assert!(paths.iter().all(|p| p.exists()));
+        drop(locks);
+        assert!(paths.iter().all(|p| !p.exists()), "{paths:?}");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
