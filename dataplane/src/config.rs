@@ -912,15 +912,16 @@ impl RouterConfig {
                 "workers.count: {n} workers on the {cpus} CPUs this process may use: the workers beyond {cpus} take turns on them, which adds latency and forwards nothing faster; at most one worker per CPU"
             ));
         }
-        if let (Some(total), Some(mem)) = (self.socket_memory(), mem_total()) {
-            if total > mem / 2 && total <= mem {
-                w.push(format!(
-                    "{}: the sockets may hold {} MiB, more than half the machine's {} MiB",
-                    self.socket_memory_key(),
-                    total >> 20,
-                    mem >> 20
-                ));
-            }
+        if let (Some(total), Some(mem)) = (self.socket_memory(), mem_total())
+            && total > mem / 2
+            && total <= mem
+        {
+            w.push(format!(
+                "{}: the sockets may hold {} MiB, more than half the machine's {} MiB",
+                self.socket_memory_key(),
+                total >> 20,
+                mem >> 20
+            ));
         }
         w
     }

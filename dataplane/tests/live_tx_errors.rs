@@ -136,18 +136,16 @@ fn transmit_errors(backend: &str) {
     assert_eq!(got, SMALL, "only the datagrams that fit r-b's MTU arrive");
 
     // Prometheus, while the router runs (published every 100 ms).
-    let want =
-        format!("bloomplane_interface_tx_refused_total{{interface=\"r-b\",reason=\"msgsize\"}}");
+    let want = "bloomplane_interface_tx_refused_total{interface=\"r-b\",reason=\"msgsize\"}";
     let start = Instant::now();
     let body = loop {
         let body = metrics_in(&lab.ns("r")).unwrap_or_default();
-        if sample(&body, &want) == Some(u64::from(BIG)) || start.elapsed() > Duration::from_secs(5)
-        {
+        if sample(&body, want) == Some(u64::from(BIG)) || start.elapsed() > Duration::from_secs(5) {
             break body;
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(sample(&body, &want), Some(u64::from(BIG)), "{body}");
+    assert_eq!(sample(&body, want), Some(u64::from(BIG)), "{body}");
     for (series, v) in [
         (
             "bloomplane_interface_tx_refused_total{interface=\"r-b\",reason=\"nobufs\"}",

@@ -2804,7 +2804,9 @@ mod tests {
         assert!(!pnet.contains("ring blocks"), "{pnet}");
         let ring = rx(IoBackend::Ring);
         assert!(
-            ring.contains("Kernel drops at the receiver (ring): 3 (ring full), ring blocks found held: 0\n"),
+            ring.contains(
+                "Kernel drops at the receiver (ring): 3 (ring full), ring blocks found held: 0\n"
+            ),
             "{ring}"
         );
     }

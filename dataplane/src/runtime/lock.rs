@@ -157,11 +157,11 @@ impl InterfaceLock {
             .create(true)
             .truncate(false)
             .mode(0o644)
-            .open(&path)
+            .open(path)
         {
             Ok(f) => (f, true),
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                (File::open(&path).map_err(io_err)?, false)
+                (File::open(path).map_err(io_err)?, false)
             }
             Err(e) => return Err(io_err(e)),
         };

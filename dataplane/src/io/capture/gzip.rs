@@ -205,7 +205,7 @@ impl Read for GzMembers {
                     };
                     // An error the decoder met at the end of the file is the
                     // file's end inside the member.
-                    let at_end = src.peek(1).map_or(false, <[u8]>::is_empty);
+                    let at_end = src.peek(1).is_ok_and(<[u8]>::is_empty);
                     let at = src.pos;
                     self.idle = Some(src);
                     return Err(if at_end {
