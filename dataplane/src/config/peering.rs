@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
-use crate::flow::{Flow4, Flow6, FlowKey};
+use crate::flow::FlowKey;
 use crate::peer::{DEFAULT_UDP_PORT, FlowsConfig, PeerConfig, PeeringConfig};
 use crate::wire::IpProtocol;
 
@@ -186,23 +186,8 @@ impl ListedFlow {
                 format!("protocol \"{n}\" is not tcp, udp, icmp, ipv6-icmp or a number 0..=255")
             })?),
         };
-        match (self.src, self.dst) {
-            (IpAddr::V4(src), IpAddr::V4(dst)) => Ok(FlowKey::V4(Flow4 {
-                src,
-                dst,
-                src_port: self.src_port,
-                dst_port: self.dst_port,
-                protocol,
-            })),
-            (IpAddr::V6(src), IpAddr::V6(dst)) => Ok(FlowKey::V6(Flow6 {
-                src,
-                dst,
-                src_port: self.src_port,
-                dst_port: self.dst_port,
-                protocol,
-            })),
-            _ => Err("src and dst are of two address families".into()),
-        }
+        FlowKey::new(self.src, self.dst, protocol, self.src_port, self.dst_port)
+            .ok_or_else(|| "src and dst are of two address families".into())
     }
 }
 

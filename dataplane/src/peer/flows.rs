@@ -13,7 +13,6 @@
 //! generations expire on their own.
 
 use std::collections::HashSet;
-use std::net::IpAddr;
 
 use kernels::Hasher;
 use kernels::bloom::dbf::{DbfFilter, DbfSet, Mapping};
@@ -206,11 +205,11 @@ impl FlowSet {
             .missing(&f)
             .filter_map(|(e, at)| {
                 let k = flow_of(e)?;
-                let (src, dst, protocol, src_port, dst_port) = parts(&k);
+                let (src_port, dst_port) = k.ports();
                 Some(FlowEntry {
-                    src,
-                    dst,
-                    protocol,
+                    src: k.src(),
+                    dst: k.dst(),
+                    protocol: u8::from(k.protocol()),
                     src_port,
                     dst_port,
                     generation: e[10],
@@ -230,7 +229,10 @@ impl FlowSet {
         let mut new = 0;
         for e in FlowEntries::new(body)? {
             let e = e?;
-            let Some(k) = key_of(&e) else { continue };
+            let protocol = IpProtocol::from(e.protocol);
+            let Some(k) = FlowKey::new(e.src, e.dst, protocol, e.src_port, e.dst_port) else {
+                continue;
+            };
             let at = now.saturating_sub(u64::from(e.age_ms) * 1_000_000);
             if self.add(element(&k, e.generation), at, false) {
                 new += 1;
@@ -301,44 +303,4 @@ fn flow_of(e: &Element) -> Option<FlowKey> {
         dst_port: dport,
         protocol: proto,
     }))
-}
-
-fn parts(k: &FlowKey) -> (IpAddr, IpAddr, u8, u16, u16) {
-    match k {
-        FlowKey::V4(f) => (
-            f.src.into(),
-            f.dst.into(),
-            u8::from(f.protocol),
-            f.src_port,
-            f.dst_port,
-        ),
-        FlowKey::V6(f) => (
-            f.src.into(),
-            f.dst.into(),
-            u8::from(f.protocol),
-            f.src_port,
-            f.dst_port,
-        ),
-    }
-}
-
-fn key_of(e: &FlowEntry) -> Option<FlowKey> {
-    let protocol = IpProtocol::from(e.protocol);
-    match (e.src, e.dst) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => Some(FlowKey::V4(Flow4 {
-            src,
-            dst,
-            src_port: e.src_port,
-            dst_port: e.dst_port,
-            protocol,
-        })),
-        (IpAddr::V6(src), IpAddr::V6(dst)) => Some(FlowKey::V6(Flow6 {
-            src,
-            dst,
-            src_port: e.src_port,
-            dst_port: e.dst_port,
-            protocol,
-        })),
-        _ => None,
-    }
 }
