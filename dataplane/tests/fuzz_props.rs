@@ -50,6 +50,7 @@ fn check(target: &str, bytes: &[u8]) {
         "icarus" => fuzz_common::icarus::check(bytes),
         "multicast" => fuzz_common::multicast::check(bytes),
         "chain" => fuzz_common::chain::check(bytes),
+        "peer" => fuzz_common::peer::check(bytes),
         other => panic!("unknown target {other}"),
     }
 }
@@ -61,7 +62,7 @@ fn every_seed(target: &str) {
         eprintln!("skipping {target} seeds: capture corpus {CORPUS} not found");
         return;
     }
-    if corpus().is_some() && target != "config" {
+    if corpus().is_some() && target != "config" && target != "peer" {
         assert!(seeds.len() >= 40, "{target}: only {} seeds", seeds.len());
     }
     for s in seeds {
@@ -107,6 +108,12 @@ fn multicast_seeds() {
 #[test]
 fn chain_seeds() {
     every_seed("chain");
+}
+
+#[test]
+fn peer_seeds() {
+    assert!(!seeds_of("peer").is_empty(), "real exchanges");
+    every_seed("peer");
 }
 
 /// One change to an input.
@@ -219,5 +226,10 @@ proptest! {
     #[test]
     fn chain_mutated(seed in any::<prop::sample::Index>(), e in edits()) {
         fuzz_common::chain::check(&mutate(seeds_of("chain"), seed, &e));
+    }
+
+    #[test]
+    fn peer_mutated(seed in any::<prop::sample::Index>(), e in edits()) {
+        fuzz_common::peer::check(&mutate(seeds_of("peer"), seed, &e));
     }
 }

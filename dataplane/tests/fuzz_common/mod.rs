@@ -15,6 +15,7 @@
 //! | `icarus`    | a control byte, then one frame          | [`icarus::check`] |
 //! | `multicast` | a settings byte, then [framed](frames) frames | [`multicast::check`] |
 //! | `chain`     | a settings byte, then [framed](frames) frames | [`chain::check`] |
+//! | `peer`      | a settings byte, then [framed](frames) datagrams | [`peer::check`] |
 //!
 //! [`seeds`] builds each target's starting inputs from the public captures
 //! and the example configs (`cargo run -p dataplane --example fuzz_seeds`).
@@ -26,6 +27,7 @@ pub mod config;
 pub mod icarus;
 pub mod multicast;
 pub mod parse;
+pub mod peer;
 pub mod seeds;
 
 use dataplane::clock::Timestamp;

@@ -20,7 +20,15 @@ use dataplane::wire::{IpProtocol, parse};
 use super::{ctrl, encode, link_bits, step_for};
 
 /// The targets, in the order the README lists them.
-pub const TARGETS: [&str; 6] = ["parse", "capture", "config", "icarus", "multicast", "chain"];
+pub const TARGETS: [&str; 7] = [
+    "parse",
+    "capture",
+    "config",
+    "icarus",
+    "multicast",
+    "chain",
+    "peer",
+];
 
 /// Capture seeds are cut to this many bytes (a few captures are megabytes;
 /// libFuzzer takes its largest input length from the corpus).
@@ -128,6 +136,12 @@ pub fn for_target(target: &str, pcaps: Option<&Path>, examples: &Path) -> Vec<Se
             bytes: super::chain::ROUTED.as_bytes().to_vec(),
         });
         return out;
+    }
+    if target == "peer" {
+        return super::peer::seeds()
+            .into_iter()
+            .map(|(name, bytes)| Seed { name, bytes })
+            .collect();
     }
     let Some(dir) = pcaps else {
         return out;
