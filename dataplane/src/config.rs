@@ -1577,6 +1577,10 @@ bidirectional = true
                 "io.xdp.frames: 3000 is not a power of two in 64..=65536",
             ),
             (
+                "[io.xdp]\ncoalesce_us = 20000",
+                "io.xdp.coalesce_us: 20000 is outside 0..=10000",
+            ),
+            (
                 "[io.xdp]\nframes = 32",
                 "io.xdp.frames: 32 is not a power of two in 64..=65536",
             ),

@@ -16,6 +16,15 @@
 //! and posted, and one `sendto(2)` per port and round asks the kernel to
 //! send what was posted.
 //!
+//! **Waiting.** Receiving takes no system call; waiting does. With nothing
+//! read, a worker sleeps in `poll(2)` until a socket has a frame. After a
+//! round that read frames it sleeps [`XdpConfig::coalesce_us`] instead
+//! (interrupt moderation, as a NIC's `rx-usecs`), so that at moderate
+//! rates it wakes once per batch of frames rather than once per frame: on
+//! the lab's veths at 200,000 frames a second, waking per frame cost the
+//! router about three times the CPU per frame of the ring backend, whose
+//! block timeout batches the same way.
+//!
 //! **Queues and workers.** A socket serves one receive queue. Worker `w`
 //! of `n` binds a socket to every queue `q` of every interface with
 //! `q % n == w`, so an interface needs at least as many queues as there are
@@ -56,6 +65,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
+use std::time::Duration;
 
 use aya::maps::{MapData, PerCpuArray, XskMap};
 use aya::programs::{Xdp, XdpMode};
@@ -177,6 +187,11 @@ pub struct XdpConfig {
     pub frames: u32,
     /// When AF_XDP is refused.
     pub fallback: Fallback,
+    /// Receive coalescing, µs (as a NIC's `rx-usecs`): after a round
+    /// that read frames, the worker sleeps this long before reading
+    /// again instead of waking on the next frame, so that frames arrive in
+    /// batches; 0 wakes it on every frame (least latency, most CPU).
+    pub coalesce_us: u32,
 }
 
 impl Default for XdpConfig {
@@ -188,12 +203,16 @@ impl Default for XdpConfig {
             zero_copy: ZeroCopy::Auto,
             frames: 4096,
             fallback: Fallback::None,
+            coalesce_us: 50,
         }
     }
 }
 
 /// Limits of `[io.xdp] frames`.
 pub const FRAMES_RANGE: std::ops::RangeInclusive<u32> = 64..=(1 << 16);
+
+/// Limits of `[io.xdp] coalesce_us`.
+pub const COALESCE_RANGE: std::ops::RangeInclusive<u32> = 0..=10_000;
 
 impl XdpConfig {
     /// Checks the keys; each error is the key and what is wrong.
@@ -206,6 +225,17 @@ impl XdpConfig {
                     self.frames,
                     FRAMES_RANGE.start(),
                     FRAMES_RANGE.end()
+                ),
+            ));
+        }
+        if !COALESCE_RANGE.contains(&self.coalesce_us) {
+            errs.push((
+                "io.xdp.coalesce_us".into(),
+                format!(
+                    "{} is outside {}..={}",
+                    self.coalesce_us,
+                    COALESCE_RANGE.start(),
+                    COALESCE_RANGE.end()
                 ),
             ));
         }
@@ -548,6 +578,10 @@ pub struct XdpPorts {
     pollfds: Vec<libc::pollfd>,
     /// Received frames of one call, before they are copied.
     slab: RxSlab,
+    /// Receive coalescing (`[io.xdp] coalesce_us`).
+    coalesce: Duration,
+    /// Frames were read since the last [`Ports::wait`].
+    busy: bool,
 }
 
 // SAFETY: the raw pointers inside (the UMEM's and the rings' mappings, and
@@ -935,6 +969,8 @@ impl XdpSetup {
                         frames: std::collections::VecDeque::with_capacity(BATCH_SIZE),
                         room: 0,
                     },
+                    coalesce: Duration::from_micros(u64::from(cfg.coalesce_us)),
+                    busy: false,
                 }
             })
             .collect();
@@ -1030,6 +1066,7 @@ impl Ports for XdpPorts {
             let got = self.fill(i, batch);
             if got > 0 {
                 self.next = (i + 1) % n;
+                self.busy = true;
                 return got;
             }
         }
@@ -1050,6 +1087,15 @@ impl Ports for XdpPorts {
             }
         }
         let now = self.clock.now();
+        if std::mem::take(&mut self.busy) && !self.coalesce.is_zero() {
+            // Frames are flowing: let the next ones gather (see
+            // `coalesce_us`), as a NIC holds its interrupt.
+            let left = until.map_or(self.coalesce, |t| {
+                Duration::from_nanos(t.nanos_since(now)).min(self.coalesce)
+            });
+            std::thread::sleep(left);
+            return true;
+        }
         poll_readable(
             &mut self.pollfds,
             self.ports
