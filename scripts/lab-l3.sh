@@ -4,7 +4,7 @@
 # config.
 #
 #   scripts/lab-l3.sh up                       # (re)create namespaces and links
-#   scripts/lab-l3.sh configs DIR [loop] [icarus] [static] [peers] [flows] [loss]
+#   scripts/lab-l3.sh configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [ring|xdp]
 #                                              # write DIR/r1.toml r2.toml r3.toml
 #   scripts/lab-l3.sh start DIR [BIN]          # start the three routers
 #   scripts/lab-l3.sh stop DIR                 # SIGTERM them, wait, final stats
@@ -40,7 +40,8 @@
 # the two others over the triangle's links, messages tagged with the key
 # "lab-l3"; `flows` adds the network-wide flow set (exchanges every 500 ms)
 # and heavy-flow detection on R1 alone (1% of 500 ms epochs); `loss` drops
-# 30% of the protocol's messages on purpose (`test_loss`).
+# 30% of the protocol's messages on purpose (`test_loss`). `ring` or `xdp`
+# runs the routers on that port backend (`[io] backend`; pnet without).
 #
 # Environment: LAB_PREFIX (default "bl") names the namespaces <P>-ha, <P>-hb,
 # <P>-r1, <P>-r2, <P>-r3, so parallel labs do not collide. Needs root,
@@ -135,9 +136,10 @@ neighbours_of() {
   return 0
 }
 
-# Writes router $1's config to $2 (flags: loop, icarus, static, peers, flows, loss).
+# Writes router $1's config to $2 (flags: loop, icarus, static, peers, flows,
+# loss; then the backend).
 config() {
-  local r=$1 out=$2 loop=$3 icarus=$4 static=$5 peers=$6 flows=$7 loss=$8 l
+  local r=$1 out=$2 loop=$3 icarus=$4 static=$5 peers=$6 flows=$7 loss=$8 backend=$9 l
   {
     echo "# Router $r of scripts/lab-l3.sh (written by \`lab-l3.sh configs\`)."
     echo "[workers]"
@@ -227,24 +229,30 @@ config() {
       echo "insert_on = [$edge]"
       echo "strip_on = [$edge]"
     fi
+    if [[ $backend != pnet ]]; then
+      echo
+      echo "[io]"
+      echo "backend = \"$backend\""
+    fi
   } >"$out"
 }
 
 configs() {
-  local dir=${1:?usage: configs DIR [loop] [icarus] [static] [peers] [flows] [loss]}
+  local dir=${1:?usage: configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [ring|xdp]}
   shift
-  local loop=0 icarus=0 static=0 peers=0 flows=0 loss=0 f
+  local loop=0 icarus=0 static=0 peers=0 flows=0 loss=0 backend=pnet f
   for f in "$@"; do
     case $f in
       loop) loop=1 ;; icarus) icarus=1 ;; static) static=1 ;;
       peers) peers=1 ;; flows) peers=1 flows=1 ;; loss) loss=1 ;;
-      *) die "configs: unknown flag \"$f\" (loop, icarus, static, peers, flows, loss)" ;;
+      ring | xdp) backend=$f ;;
+      *) die "configs: unknown flag \"$f\" (loop, icarus, static, peers, flows, loss, ring, xdp)" ;;
     esac
   done
   mkdir -p "$dir"
   local r
   for r in "${ROUTERS[@]}"; do
-    config "$r" "$dir/$r.toml" "$loop" "$icarus" "$static" "$peers" "$flows" "$loss"
+    config "$r" "$dir/$r.toml" "$loop" "$icarus" "$static" "$peers" "$flows" "$loss" "$backend"
   done
   if [[ $static == 1 ]] && exists "$P-ha"; then
     nsx "$P-ha" ip neigh replace 10.81.1.1 lladdr 02:81:00:01:00:01 dev eth0 nud permanent

@@ -48,6 +48,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::io::ring::RingConfig;
+use crate::io::xdp::XdpConfig;
 use crate::pipeline::PortSet;
 use crate::stage::egress::EgressConfig;
 use crate::stage::heavy::{HeavyConfig, Threshold};
@@ -699,6 +700,9 @@ pub enum IoBackend {
     /// `TPACKET_V3` receive rings and `sendmmsg` (Linux;
     /// [`crate::io::ring`]).
     Ring,
+    /// AF_XDP sockets behind an XDP program (Linux;
+    /// [`crate::io::xdp`]).
+    Xdp,
 }
 
 impl IoBackend {
@@ -707,6 +711,7 @@ impl IoBackend {
         match self {
             IoBackend::Pnet => "pnet",
             IoBackend::Ring => "ring",
+            IoBackend::Xdp => "xdp",
         }
     }
 }
@@ -717,7 +722,8 @@ impl std::str::FromStr for IoBackend {
         match s {
             "pnet" => Ok(IoBackend::Pnet),
             "ring" => Ok(IoBackend::Ring),
-            _ => Err(format!("unknown I/O backend \"{s}\" (pnet or ring)")),
+            "xdp" => Ok(IoBackend::Xdp),
+            _ => Err(format!("unknown I/O backend \"{s}\" (pnet, ring or xdp)")),
         }
     }
 }
@@ -726,10 +732,12 @@ impl std::str::FromStr for IoBackend {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct IoConfig {
-    /// `"pnet"` (default) or `"ring"`.
+    /// `"pnet"` (default), `"ring"` or `"xdp"`.
     pub backend: IoBackend,
     /// `[io.ring]`: each ring's size (one per worker and interface).
     pub ring: RingConfig,
+    /// `[io.xdp]`: the AF_XDP backend's modes, UMEM size and fallback.
+    pub xdp: XdpConfig,
 }
 
 /// Limits of `[io.ring]`.
@@ -745,6 +753,7 @@ pub const RING_TX_FRAMES_MAX: u32 = 1 << 16;
 
 impl IoConfig {
     fn validate(&self, errs: &mut Vec<(String, String)>) {
+        self.xdp.validate(errs);
         let r = &self.ring;
         let key = |k: &str| format!("io.ring.{k}");
         if !RING_BLOCK_BYTES_RANGE.contains(&r.block_bytes) || !r.block_bytes.is_power_of_two() {
@@ -1001,6 +1010,8 @@ impl RouterConfig {
                 .iter()
                 .map(|i| i.recv_buffer_bytes.saturating_mul(2))
                 .sum(),
+            // A UMEM per socket, of frames of at most 4 KiB.
+            IoBackend::Xdp => u64::from(self.io.xdp.frames) * 4096 * self.interfaces.len() as u64,
         };
         per_worker.checked_mul(self.workers.resolved_count() as u64)
     }
@@ -1011,6 +1022,7 @@ impl RouterConfig {
         match self.io.backend {
             IoBackend::Ring => "io.ring",
             IoBackend::Pnet => "interfaces.recv_buffer_bytes",
+            IoBackend::Xdp => "io.xdp.frames",
         }
     }
 
@@ -1029,7 +1041,11 @@ impl RouterConfig {
                     self.workers.resolved_count(),
                     self.interfaces.len(),
                     total >> 20,
-                    if self.io.backend == IoBackend::Ring { "rings" } else { "buffers" },
+                    match self.io.backend {
+                        IoBackend::Ring => "rings",
+                        IoBackend::Pnet => "buffers",
+                        IoBackend::Xdp => "UMEM",
+                    },
                     mem >> 20
                 ),
             ));
@@ -1809,6 +1825,30 @@ bidirectional = true
             (
                 "[io.ring]\ntx_frames = 70000",
                 "io.ring.tx_frames: 70000 is above 65536",
+            ),
+            (
+                "[io.xdp]\nframes = 3000",
+                "io.xdp.frames: 3000 is not a power of two in 64..=65536",
+            ),
+            (
+                "[io.xdp]\ncoalesce_us = 20000",
+                "io.xdp.coalesce_us: 20000 is outside 0..=10000",
+            ),
+            (
+                "[io.xdp]\nframes = 32",
+                "io.xdp.frames: 32 is not a power of two in 64..=65536",
+            ),
+            (
+                "[io.xdp]\nattach = \"offload\"",
+                "io.xdp.attach: unknown variant `offload`",
+            ),
+            (
+                "[io.xdp]\nfallback = \"pnet\"",
+                "io.xdp.fallback: unknown variant `pnet`",
+            ),
+            (
+                "[io.xdp]\nqueues = 4",
+                "io.xdp.queues: unknown field `queues`, expected one of `attach`",
             ),
             (
                 "[telemetry]\nlisten = \"localhost:9464\"",
