@@ -358,7 +358,7 @@ impl Collector for StatsCollector {
         )?;
         f.counters(
             "interface_tx_refused",
-            "Copies the kernel refused to send, by reason: msgsize (longer than the interface takes), nobufs, again (queue or ring full), other; the tx_errors of pnet ports, the tx_dropped of ring ports.",
+            "Copies the kernel refused to send, by reason: msgsize (longer than the interface takes), nobufs, again (queue or ring full), other; the send errors of pnet ports, the tx_dropped of ring and xdp ports.",
             None,
             ifs.iter().flat_map(|i| {
                 i.rx.tx_errors
