@@ -78,6 +78,8 @@ macro_rules! say {
     };
 }
 
+pub mod digest;
+pub mod http;
 pub mod lock;
 pub mod metrics;
 pub mod privileges;
@@ -98,6 +100,7 @@ use crate::config::{IoBackend, RouterConfig};
 use crate::io::port::Ports;
 use crate::io::ring::RingPorts;
 use crate::io::socket::{self, SocketPorts};
+use crate::stage::digest::{Digests, TimeBase};
 use crate::stage::egress::QueueView;
 use crate::stage::heavy::{EpochReport, Threshold, merge_epochs};
 use share::MembershipLink;
@@ -140,7 +143,7 @@ pub fn build_workers(
     let mut links = share.then(|| share::links(workers).into_iter());
     let mut out: Vec<(Chain, Option<MembershipLink>)> = Vec::with_capacity(workers);
     for _ in 0..workers {
-        let mut chain = Chain::build(cfg)?;
+        let mut chain = Chain::build_for(cfg, workers)?;
         let link = links.as_mut().and_then(Iterator::next);
         if let Some(l) = &link {
             l.attach(&mut chain);
@@ -198,6 +201,8 @@ pub struct Router {
     /// worker has stopped.
     queues: Option<QueueView>,
     clock: MonotonicClock,
+    /// The workers' digest rings, when the digest stage is on.
+    digests: Option<Digests>,
 }
 
 impl Router {
@@ -300,6 +305,17 @@ impl Router {
         let stop = Arc::new(AtomicBool::new(false));
         let chains = build_workers(cfg, n)?;
         let queues = chains.first().map(|(c, _)| c.egress().queue_view());
+        let rings: Vec<_> = chains
+            .iter()
+            .filter_map(|(c, _)| c.digest().map(|d| d.ring()))
+            .collect();
+        let digests = (!rings.is_empty()).then(|| {
+            Digests::new(
+                rings,
+                cfg.interfaces.iter().map(|i| i.name.clone()).collect(),
+                TimeBase::Monotonic(clock),
+            )
+        });
         let spawn = Spawn {
             cores,
             chains,
@@ -320,7 +336,14 @@ impl Router {
             epochs: erx,
             queues,
             clock,
+            digests,
         })
+    }
+
+    /// The workers' digest rings, to answer queries (`None`: no digest
+    /// stage).
+    pub fn digests(&self) -> Option<Digests> {
+        self.digests.clone()
     }
 
     /// The stop flag (set it, from a signal handler say, to stop).

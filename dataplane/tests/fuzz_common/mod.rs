@@ -15,6 +15,7 @@
 //! | `icarus`    | a control byte, then one frame          | [`icarus::check`] |
 //! | `multicast` | a settings byte, then [framed](frames) frames | [`multicast::check`] |
 //! | `chain`     | a settings byte, then [framed](frames) frames | [`chain::check`] |
+//! | `digest`    | a form byte, then a query string or an IP datagram | [`digest::check`] |
 //!
 //! [`seeds`] builds each target's starting inputs from the public captures
 //! and the example configs (`cargo run -p dataplane --example fuzz_seeds`).
@@ -23,6 +24,7 @@
 pub mod capture;
 pub mod chain;
 pub mod config;
+pub mod digest;
 pub mod icarus;
 pub mod multicast;
 pub mod parse;
