@@ -29,9 +29,9 @@
 //!    count them; the chain's `received` does not);
 //! 10. **digest** ([`DigestStage`]): the invariant content of every packet
 //!     forwarded (held packets when released) into the current window of
-//!     the traceback ring, with its ingress port; its keys are read before
-//!     step 7, which may move a frame into a queue, and recorded once the
-//!     verdicts are final.
+//!     the traceback ring, with its ingress port; its keys are read right
+//!     after step 1 (step 7 may move a frame into a queue) and recorded
+//!     once the verdicts are final.
 //!
 //! A stage the config leaves out is `None` and costs one branch per
 //! batch. Every stage takes `now` (the batch's time) from the caller:
@@ -217,13 +217,17 @@ impl Chain {
     }
 
     /// Steps 1-3 of [`process`](Self::process) (parse, Icarus, heavy
-    /// flows): what depends on this chain's own state and the batch alone.
+    /// flows; and the digest stage's keys read): what depends on this
+    /// chain's own state and the batch alone.
     /// Workers run them side by side; the rest, whose state they may share
     /// (learned neighbours and memberships, the egress queues), follows in
     /// [`process_shared`](Self::process_shared).
     pub fn process_local(&mut self, batch: &mut Batch, now: Timestamp) {
         let mut lap = Lap::start();
         parse_batch(&self.parse, batch, &mut self.counters);
+        if let Some(d) = &mut self.digest {
+            d.gather(batch);
+        }
         lap.lap(Step::Parse);
         if let Some(s) = &mut self.icarus {
             s.process(batch);
@@ -250,7 +254,6 @@ impl Chain {
         }
         lap.lap(Step::Multicast);
         if let Some(d) = &mut self.digest {
-            d.gather(batch);
             d.gather_released(self.originated.batch(), self.originated.released());
         }
         self.egress.process(batch, now, tx);

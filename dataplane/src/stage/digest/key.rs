@@ -122,9 +122,13 @@ impl fmt::Display for InvariantError {
 
 impl std::error::Error for InvariantError {}
 
-/// Big-endian word of up to four bytes at `at`, zero-padded past `end`.
+/// Big-endian word of up to four bytes at `at`, zero-padded past `end`
+/// (`end <= b.len()`).
 #[inline(always)]
 fn word_padded(b: &[u8], at: usize, end: usize) -> u32 {
+    if let Some(&[a, x, y, z]) = b.get(at..at.wrapping_add(4)).filter(|_| at + 4 <= end) {
+        return u32::from_be_bytes([a, x, y, z]);
+    }
     let mut w = [0u8; 4];
     for (i, x) in w.iter_mut().enumerate() {
         let j = at + i;
@@ -137,15 +141,112 @@ fn word_padded(b: &[u8], at: usize, end: usize) -> u32 {
 
 #[inline(always)]
 fn be32(b: &[u8], at: usize) -> u32 {
-    word_padded(b, at, at + 4)
+    match b.get(at..at.wrapping_add(4)) {
+        Some(&[a, x, y, z]) => u32::from_be_bytes([a, x, y, z]),
+        _ => word_padded(b, at, b.len()),
+    }
 }
 
 #[inline(always)]
 fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([
-        b.get(at).copied().unwrap_or(0),
-        b.get(at + 1).copied().unwrap_or(0),
-    ])
+    match b.get(at..at.wrapping_add(2)) {
+        Some(&[a, x]) => u16::from_be_bytes([a, x]),
+        _ => 0,
+    }
+}
+
+/// Writes the IPv4 key of `ip` into `w` (see the module docs).
+#[inline(always)]
+pub(crate) fn v4_into(
+    ip: &[u8],
+    completeness: Completeness,
+    w: &mut [u32; V4_WORDS],
+) -> Result<(), InvariantError> {
+    let have = ip.len();
+    let Some(h) = ip.get(..20) else {
+        return Err(InvariantError::Truncated { need: 20, have });
+    };
+    let ihl = h[0] & 0x0f;
+    if ihl < 5 {
+        return Err(InvariantError::HeaderLength(ihl));
+    }
+    let hlen = usize::from(ihl) * 4;
+    let total = u16::from_be_bytes([h[2], h[3]]);
+    // A zero total length is a capture of a TCP segmentation offload:
+    // the datagram is what was captured.
+    let total_len = if total == 0 { have } else { usize::from(total) };
+    if total_len < hlen {
+        return Err(InvariantError::TotalLength {
+            total,
+            header: hlen,
+        });
+    }
+    let payload_len = total_len - hlen;
+    let end = hlen + payload_len.min(PAYLOAD_BYTES);
+    if completeness == Completeness::Whole && have < end {
+        return Err(InvariantError::Truncated { need: end, have });
+    }
+    let end = end.min(have);
+    *w = [
+        (u32::from(h[9]) << 16) | (payload_len as u32 & 0xffff),
+        u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+        u32::from_be_bytes([h[12], h[13], h[14], h[15]]),
+        u32::from_be_bytes([h[16], h[17], h[18], h[19]]),
+        word_padded(ip, hlen, end),
+        word_padded(ip, hlen + 4, end),
+    ];
+    Ok(())
+}
+
+/// Writes the IPv6 key of `ip` into `w` (see the module docs).
+#[inline(always)]
+pub(crate) fn v6_into(
+    ip: &[u8],
+    completeness: Completeness,
+    w: &mut [u32; V6_WORDS],
+) -> Result<(), InvariantError> {
+    let have = ip.len();
+    if have < 40 {
+        return Err(InvariantError::Truncated { need: 40, have });
+    }
+    let field = be16(ip, 4);
+    let mut next = ip[6];
+    let mut off = 40usize;
+    let mut payload = field;
+    // The datagram ends at its payload length; a jumbogram (length 0, the
+    // real one in a hop-by-hop option) at the bytes given.
+    let dgram_end = if field == 0 {
+        have
+    } else {
+        40 + usize::from(field)
+    };
+    if next == HOP_BY_HOP {
+        match ip.get(40..42) {
+            Some(&[nh, len]) => {
+                let hbh = (usize::from(len) + 1) * 8;
+                next = nh;
+                off += hbh;
+                payload = payload.wrapping_sub(hbh as u16);
+            }
+            _ if completeness == Completeness::Whole => {
+                return Err(InvariantError::Truncated { need: 42, have });
+            }
+            _ => {}
+        }
+    }
+    let end = off + dgram_end.saturating_sub(off).min(PAYLOAD_BYTES);
+    if completeness == Completeness::Whole && have < end {
+        return Err(InvariantError::Truncated { need: end, have });
+    }
+    let end = end.min(have);
+    w[0] = (u32::from(next) << 16) | u32::from(payload);
+    w[1] = be32(ip, 0) & 0x000f_ffff;
+    for (i, x) in w[2..10].iter_mut().enumerate() {
+        *x = be32(ip, 8 + 4 * i);
+    }
+    w[10] = word_padded(ip, off, end);
+    w[11] = word_padded(ip, off + 4, end);
+    Ok(())
 }
 
 impl Invariant {
@@ -158,105 +259,28 @@ impl Invariant {
     pub fn from_ip(ip: &[u8], completeness: Completeness) -> Result<Invariant, InvariantError> {
         let first = *ip.first().ok_or(InvariantError::Empty)?;
         match first >> 4 {
-            4 => Self::v4(ip, completeness),
-            6 => Self::v6(ip, completeness),
+            4 => {
+                let mut w = [0; V4_WORDS];
+                v4_into(ip, completeness, &mut w).map(|()| Invariant::V4(w))
+            }
+            6 => {
+                let mut w = [0; V6_WORDS];
+                v6_into(ip, completeness, &mut w).map(|()| Invariant::V6(w))
+            }
             v => Err(InvariantError::Version(v)),
         }
-    }
-
-    fn v4(ip: &[u8], completeness: Completeness) -> Result<Invariant, InvariantError> {
-        let have = ip.len();
-        if have < 20 {
-            return Err(InvariantError::Truncated { need: 20, have });
-        }
-        let ihl = ip[0] & 0x0f;
-        if ihl < 5 {
-            return Err(InvariantError::HeaderLength(ihl));
-        }
-        let hlen = usize::from(ihl) * 4;
-        let total = be16(ip, 2);
-        // A zero total length is a capture of a TCP segmentation offload:
-        // the datagram is what was captured.
-        let total_len = if total == 0 { have } else { usize::from(total) };
-        if total_len < hlen {
-            return Err(InvariantError::TotalLength {
-                total,
-                header: hlen,
-            });
-        }
-        let payload_len = total_len - hlen;
-        let covered = payload_len.min(PAYLOAD_BYTES);
-        let end = hlen + covered;
-        if completeness == Completeness::Whole && have < end {
-            return Err(InvariantError::Truncated { need: end, have });
-        }
-        let end = end.min(have);
-        Ok(Invariant::V4([
-            (u32::from(ip[9]) << 16) | (payload_len as u32 & 0xffff),
-            be32(ip, 4),
-            be32(ip, 12),
-            be32(ip, 16),
-            word_padded(ip, hlen, end),
-            word_padded(ip, hlen + 4, end),
-        ]))
-    }
-
-    fn v6(ip: &[u8], completeness: Completeness) -> Result<Invariant, InvariantError> {
-        let have = ip.len();
-        if have < 40 {
-            return Err(InvariantError::Truncated { need: 40, have });
-        }
-        let field = be16(ip, 4);
-        let mut next = ip[6];
-        let mut off = 40usize;
-        let mut payload = field;
-        // The datagram ends at its payload length; a jumbogram (length 0,
-        // the real one in a hop-by-hop option) at the bytes given.
-        let dgram_end = if field == 0 {
-            have
-        } else {
-            40 + usize::from(field)
-        };
-        if next == HOP_BY_HOP {
-            if have < 42 {
-                if completeness == Completeness::Whole {
-                    return Err(InvariantError::Truncated { need: 42, have });
-                }
-            } else {
-                let hbh = (usize::from(ip[41]) + 1) * 8;
-                next = ip[40];
-                off += hbh;
-                payload = payload.wrapping_sub(hbh as u16);
-            }
-        }
-        let covered = dgram_end.saturating_sub(off).min(PAYLOAD_BYTES);
-        let end = off + covered;
-        if completeness == Completeness::Whole && have < end {
-            return Err(InvariantError::Truncated { need: end, have });
-        }
-        let end = end.min(have);
-        let mut w = [0u32; V6_WORDS];
-        w[0] = (u32::from(next) << 16) | u32::from(payload);
-        w[1] = be32(ip, 0) & 0x000f_ffff;
-        for (i, x) in w[2..10].iter_mut().enumerate() {
-            *x = be32(ip, 8 + 4 * i);
-        }
-        w[10] = word_padded(ip, off, end);
-        w[11] = word_padded(ip, off + 4, end);
-        Ok(Invariant::V6(w))
     }
 
     /// The key with `port` as its ingress port (replacing any).
     #[inline]
     pub fn with_port(self, port: u8) -> Invariant {
-        let set = |w0: u32| (w0 & 0x00ff_ffff) | (u32::from(port) << 24);
         match self {
             Invariant::V4(mut w) => {
-                w[0] = set(w[0]);
+                w[0] = fold_port(w[0], port);
                 Invariant::V4(w)
             }
             Invariant::V6(mut w) => {
-                w[0] = set(w[0]);
+                w[0] = fold_port(w[0], port);
                 Invariant::V6(w)
             }
         }
@@ -270,6 +294,12 @@ impl Invariant {
         };
         (w0 >> 24) as u8
     }
+}
+
+/// Word 0 of a key with `port` folded in.
+#[inline(always)]
+pub(crate) fn fold_port(w0: u32, port: u8) -> u32 {
+    (w0 & 0x00ff_ffff) | (u32::from(port) << 24)
 }
 
 #[cfg(test)]

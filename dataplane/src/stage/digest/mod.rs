@@ -17,13 +17,14 @@
 //! for a neighbour, needs no digest (a held packet is recorded when it is
 //! released). The final verdict is known only after the egress stage (SFB
 //! may drop every copy), and by then the frame of a packet whose last copy
-//! went into a queue has moved there. So the stage works in two steps
-//! inside [`crate::chain::Chain::process_shared`]: [`DigestStage::gather`]
-//! reads the keys of the live packets before the egress stage (the frame
-//! is as it came in: the forwarding stage's TTL and MAC rewrite and the
-//! Icarus stage's hop are on fields the key leaves out), and
-//! [`DigestStage::record`] after it hashes the keys of the packets still
-//! forwarded, a batch at a time, into the current window. IPv4 keys (6
+//! went into a queue has moved there. So the stage works in two steps:
+//! [`DigestStage::gather`] reads the keys of the packets right after they
+//! are parsed ([`crate::chain::Chain::process_local`], while the headers
+//! are in the cache; the frame is as it came in, and what later stages
+//! change, the TTL, the MACs, an Icarus option's bits, is left out of the
+//! key), and [`DigestStage::record`], at the end of
+//! [`crate::chain::Chain::process_shared`], hashes the keys of the packets
+//! still forwarded, a batch at a time, into the current window. IPv4 keys (6
 //! words) and IPv6 keys (12) are hashed as two sub-batches.
 //!
 //! # Per worker
@@ -46,8 +47,11 @@ pub mod store;
 use std::any::Any;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use kernels::{HashPair, Hasher};
+
 use crate::clock::Timestamp;
 use crate::pipeline::{BATCH_SIZE, Batch, Packet, Stage};
+use crate::wire::IpVersion;
 
 pub use key::{Completeness, Invariant, InvariantError};
 pub use query::{Answer, DigestQuery, Digests, QueryError, TimeBase};
@@ -101,8 +105,8 @@ impl DigestCounters {
     }
 }
 
-/// Keys gathered from a batch before the egress stage, kept with the slot
-/// they came from (bit 7: the originated batch).
+/// Keys gathered from a batch, kept with the slot they came from (bit 7:
+/// the originated batch).
 const FROM_ORIGINATED: u8 = 0x80;
 /// Keys a chain gathers per batch at most: its packets and the held
 /// packets released with them.
@@ -112,12 +116,17 @@ const MAX_KEYS: usize = 2 * BATCH_SIZE;
 #[derive(Debug)]
 pub struct DigestStage {
     ring: SharedRing,
-    keys4: [[u32; V4_WORDS]; MAX_KEYS],
-    from4: [u8; MAX_KEYS],
-    n4: usize,
-    keys6: [[u32; V6_WORDS]; MAX_KEYS],
-    from6: [u8; MAX_KEYS],
-    n6: usize,
+    /// The ring's hash key: keys are hashed as they are gathered.
+    hasher: Hasher,
+    /// One gather's keys, by family.
+    keys4: [[u32; V4_WORDS]; BATCH_SIZE],
+    keys6: [[u32; V6_WORDS]; BATCH_SIZE],
+    from4: [u8; BATCH_SIZE],
+    from6: [u8; BATCH_SIZE],
+    /// The batch's hashed keys and the slots they came from.
+    pairs: [HashPair; MAX_KEYS],
+    from: [u8; MAX_KEYS],
+    n: usize,
     /// Live packets with no key: bit `i` of the batch, of the originated one.
     no_key: [u64; 2],
     counters: DigestCounters,
@@ -131,16 +140,21 @@ impl DigestStage {
     pub fn new(cfg: &DigestConfig) -> Result<DigestStage, kernels::bloom::ParamError> {
         let ring = Ring::new(cfg)?;
         let g = *ring.geometry();
+        let memory_bytes = ring.memory_bytes();
+        let hasher = ring.hasher();
         Ok(DigestStage {
             ring: Arc::new(Mutex::new(ring)),
-            keys4: [[0; V4_WORDS]; MAX_KEYS],
-            from4: [0; MAX_KEYS],
-            n4: 0,
-            keys6: [[0; V6_WORDS]; MAX_KEYS],
-            from6: [0; MAX_KEYS],
-            n6: 0,
+            hasher,
+            keys4: [[0; V4_WORDS]; BATCH_SIZE],
+            keys6: [[0; V6_WORDS]; BATCH_SIZE],
+            from4: [0; BATCH_SIZE],
+            from6: [0; BATCH_SIZE],
+            pairs: [HashPair::default(); MAX_KEYS],
+            from: [0; MAX_KEYS],
+            n: 0,
             no_key: [0; 2],
             counters: DigestCounters {
+                memory_bytes,
                 window_capacity: g.capacity,
                 design_fpr: g.design_fpr,
                 ..DigestCounters::default()
@@ -158,14 +172,14 @@ impl DigestStage {
         &self.counters
     }
 
-    /// Reads the key of every live packet of `batch` (before the egress
-    /// stage; see the module docs).
+    /// Reads and hashes the key of every live packet of `batch` (see the
+    /// module docs).
     pub fn gather(&mut self, batch: &Batch) {
         self.gather_from(batch, 0, u32::MAX);
     }
 
-    /// Reads the keys of the held packets released into the originated
-    /// batch (bit `i` of `released`: frame `i`).
+    /// Reads and hashes the keys of the held packets released into the
+    /// originated batch (bit `i` of `released`: frame `i`).
     pub fn gather_released(&mut self, originated: &Batch, released: u32) {
         if released != 0 {
             self.gather_from(originated, FROM_ORIGINATED, released);
@@ -174,24 +188,62 @@ impl DigestStage {
 
     fn gather_from(&mut self, batch: &Batch, tag: u8, which: u32) {
         let skip = usize::from(tag != 0);
+        let (mut n4, mut n6) = (0, 0);
         for (i, p) in batch.packets().iter().enumerate() {
             if which & (1u32 << i) == 0 || !p.is_live() {
                 continue;
             }
-            match key_of(p) {
-                Some(Invariant::V4(w)) if self.n4 < MAX_KEYS => {
-                    self.keys4[self.n4] = w;
-                    self.from4[self.n4] = tag | i as u8;
-                    self.n4 += 1;
+            // Written in place: the key goes straight into its slot, kept
+            // only when it is whole.
+            let (version, ip) = match &p.parsed {
+                Some(x) => (
+                    x.ip_version,
+                    p.data().get(x.l3_offset..).unwrap_or_default(),
+                ),
+                None => (None, &[][..]),
+            };
+            let ok = match version {
+                Some(IpVersion::V4) if n4 < BATCH_SIZE => {
+                    let w = &mut self.keys4[n4];
+                    let ok = key::v4_into(ip, Completeness::AsCaptured, w).is_ok();
+                    w[0] = key::fold_port(w[0], p.ingress);
+                    self.from4[n4] = tag | i as u8;
+                    n4 += usize::from(ok);
+                    ok
                 }
-                Some(Invariant::V6(w)) if self.n6 < MAX_KEYS => {
-                    self.keys6[self.n6] = w;
-                    self.from6[self.n6] = tag | i as u8;
-                    self.n6 += 1;
+                Some(IpVersion::V6) if n6 < BATCH_SIZE => {
+                    let w = &mut self.keys6[n6];
+                    let ok = key::v6_into(ip, Completeness::AsCaptured, w).is_ok();
+                    w[0] = key::fold_port(w[0], p.ingress);
+                    self.from6[n6] = tag | i as u8;
+                    n6 += usize::from(ok);
+                    ok
                 }
-                _ => self.no_key[skip] |= 1u64 << i,
+                _ => false,
+            };
+            if !ok {
+                self.no_key[skip] |= 1u64 << i;
             }
         }
+        // Hashed a family at a time, a batch at once, into the batch's
+        // pairs.
+        let n = self.n;
+        let (n4, n6) = (
+            n4.min(MAX_KEYS - n),
+            n6.min(MAX_KEYS - n - n4.min(MAX_KEYS - n)),
+        );
+        if n4 > 0 {
+            self.hasher
+                .hash_batch(&self.keys4[..n4], &mut self.pairs[n..n + n4]);
+            self.from[n..n + n4].copy_from_slice(&self.from4[..n4]);
+        }
+        if n6 > 0 {
+            let m = n + n4;
+            self.hasher
+                .hash_batch(&self.keys6[..n6], &mut self.pairs[m..m + n6]);
+            self.from[m..m + n6].copy_from_slice(&self.from6[..n6]);
+        }
+        self.n = n + n4 + n6;
     }
 
     /// Records the gathered keys of the packets whose final verdict
@@ -200,39 +252,34 @@ impl DigestStage {
     ///
     /// [`gather_released`]: Self::gather_released
     pub fn record(&mut self, batch: &Batch, originated: Option<&Batch>, now: Timestamp) {
-        let sent = |from: u8| {
+        let (mut first, mut last) = (u64::MAX, 0u64);
+        let packet = |from: u8| {
             let b = if from & FROM_ORIGINATED != 0 {
-                originated
+                originated.map_or(&[][..], Batch::packets)
             } else {
-                Some(batch)
+                batch.packets()
             };
-            b.and_then(|b| b.packets().get(usize::from(from & !FROM_ORIGINATED)))
+            b.get(usize::from(from & !FROM_ORIGINATED))
                 .filter(|p| forwarded(p))
         };
-        let (mut first, mut last) = (u64::MAX, 0u64);
-        let mut m4 = 0;
-        for i in 0..self.n4 {
-            if let Some(p) = sent(self.from4[i]) {
-                (first, last) = (first.min(p.ts.as_nanos()), last.max(p.ts.as_nanos()));
-                self.keys4[m4] = self.keys4[i];
-                m4 += 1;
+        // Pairs are compacted in place over those whose packet is no
+        // longer forwarded (dropped by the Icarus or heavy-flow stages, or
+        // at egress).
+        let mut m = 0;
+        for i in 0..self.n {
+            if let Some(p) = packet(self.from[i]) {
+                let t = p.ts.as_nanos();
+                (first, last) = (first.min(t), last.max(t));
+                self.pairs[m] = self.pairs[i];
+                m += 1;
             }
         }
-        let mut m6 = 0;
-        for i in 0..self.n6 {
-            if let Some(p) = sent(self.from6[i]) {
-                (first, last) = (first.min(p.ts.as_nanos()), last.max(p.ts.as_nanos()));
-                self.keys6[m6] = self.keys6[i];
-                m6 += 1;
-            }
-        }
-        for (k, b) in [Some(batch), originated].into_iter().enumerate() {
+        for (k, tag) in [(0, 0u8), (1, FROM_ORIGINATED)] {
             let mut bits = self.no_key[k];
             while bits != 0 {
-                let i = bits.trailing_zeros() as usize;
+                let i = bits.trailing_zeros() as u8;
                 bits &= bits - 1;
-                let p = b.and_then(|b| b.packets().get(i));
-                self.counters.skipped += u64::from(p.is_some_and(forwarded));
+                self.counters.skipped += u64::from(packet(tag | i).is_some());
             }
         }
         let span = if first <= last {
@@ -242,15 +289,13 @@ impl DigestStage {
         };
         {
             let mut ring = lock(&self.ring);
-            ring.record(now, span, &self.keys4[..m4], &self.keys6[..m6]);
+            ring.record_pairs(now, span, &self.pairs[..m]);
             let c = ring.counters();
             self.counters.recorded = c.recorded;
             self.counters.windows = c.closed;
             self.counters.early = c.early;
-            self.counters.memory_bytes = ring.memory_bytes();
         }
-        self.n4 = 0;
-        self.n6 = 0;
+        self.n = 0;
         self.no_key = [0; 2];
     }
 }
@@ -259,17 +304,6 @@ impl DigestStage {
 #[inline]
 fn forwarded(p: &Packet) -> bool {
     p.verdict.is_forwarded() && !p.verdict.ports().is_empty()
-}
-
-/// The key of a parsed IP packet, with its ingress port.
-#[inline]
-fn key_of(p: &Packet) -> Option<Invariant> {
-    let parsed = p.parsed.as_ref()?;
-    parsed.ip_version?;
-    let ip = p.data().get(parsed.l3_offset..)?;
-    Invariant::from_ip(ip, Completeness::AsCaptured)
-        .ok()
-        .map(|k| k.with_port(p.ingress))
 }
 
 /// For tests and benches of the stage alone: the batch's verdicts are

@@ -16,11 +16,13 @@
 //!
 //! Filters use the kernels' split-block layout (eight bits in one 32-byte
 //! block per digest; a batch is hashed, its blocks prefetched, then set).
-//! A filter is allocated the first time its slot is used and cleared when
-//! the slot is reused: never per packet or per batch.
+//! Every window's filter is allocated (and written, so its pages are
+//! mapped) when the ring is built: the ring's memory is what the
+//! configuration says from the start, and a window that opens only clears
+//! the filter of the one it reuses, never allocates.
 
-use kernels::Hasher;
 use kernels::bloom::{Bloom, Layout, ParamError, Params, SPLIT_BLOCK_BITS, SPLIT_BLOCK_K};
+use kernels::{HashPair, Hasher};
 
 use super::key::{Invariant, V4_WORDS, V6_WORDS};
 use crate::clock::Timestamp;
@@ -216,9 +218,10 @@ pub struct Ring {
     window_ns: u64,
     geometry: Geometry,
     seed: Option<u64>,
-    hasher: Hasher,
-    /// Slot `i`'s window and filter (`None`: never used).
-    slots: Vec<Option<(WindowMeta, Bloom)>>,
+    /// Slot `i`'s window (`None`: never used).
+    metas: Vec<Option<WindowMeta>>,
+    /// Slot `i`'s filter.
+    filters: Vec<Bloom>,
     current: usize,
     next_id: u64,
     counters: RingCounters,
@@ -232,12 +235,15 @@ impl Ring {
     pub fn new(cfg: &DigestConfig) -> Result<Ring, ParamError> {
         let geometry = cfg.geometry()?;
         let hasher = cfg.seed.map_or_else(Hasher::new, Hasher::with_seed);
+        let n = cfg.windows.clamp(1, MAX_WINDOWS);
         Ok(Ring {
             window_ns: cfg.window_ns.max(1),
             geometry,
             seed: cfg.seed,
-            hasher,
-            slots: vec![None; cfg.windows.clamp(1, MAX_WINDOWS)],
+            filters: (0..n)
+                .map(|_| Bloom::new(geometry.params, hasher.clone()))
+                .collect(),
+            metas: vec![None; n],
             current: 0,
             next_id: 0,
             counters: RingCounters::default(),
@@ -254,16 +260,19 @@ impl Ring {
     ) -> Ring {
         let n = windows.len();
         let next_id = windows.last().map_or(0, |(m, _)| m.id + 1);
-        let mut slots: Vec<_> = windows.into_iter().map(Some).collect();
-        if slots.is_empty() {
-            slots.push(None);
+        let hasher = Hasher::with_seed(seed);
+        let (mut metas, mut filters): (Vec<_>, Vec<_>) =
+            windows.into_iter().map(|(m, b)| (Some(m), b)).unzip();
+        if metas.is_empty() {
+            metas.push(None);
+            filters.push(Bloom::new(geometry.params, hasher.clone()));
         }
         Ring {
             window_ns,
             geometry,
             seed: Some(seed),
-            hasher: Hasher::with_seed(seed),
-            slots,
+            metas,
+            filters,
             current: n.saturating_sub(1),
             next_id,
             counters: RingCounters::default(),
@@ -287,7 +296,7 @@ impl Ring {
 
     /// Windows kept at most.
     pub fn capacity_windows(&self) -> usize {
-        self.slots.len()
+        self.metas.len()
     }
 
     /// The counters.
@@ -295,39 +304,35 @@ impl Ring {
         self.counters
     }
 
-    /// Bytes of the filters allocated now (at most windows x filter bytes).
+    /// Bytes of the filters (windows x filter bytes, from the start).
     pub fn memory_bytes(&self) -> u64 {
-        self.slots.iter().flatten().count() as u64 * self.geometry.filter_bytes()
+        self.filters.len() as u64 * self.geometry.filter_bytes()
     }
 
     /// The windows kept, oldest first.
     pub fn windows(&self) -> impl Iterator<Item = (&WindowMeta, &Bloom)> {
-        let n = self.slots.len();
+        let n = self.metas.len();
         (1..=n)
             .map(move |i| (self.current + i) % n)
-            .filter_map(|i| self.slots[i].as_ref().map(|(m, b)| (m, b)))
+            .filter_map(|i| self.metas[i].as_ref().zip(self.filters.get(i)))
     }
 
     /// Opens a window at `now` in the next slot (the first, or the oldest
     /// reused and cleared); closes the current one first, early when it is
     /// full.
     fn roll(&mut self, now: u64, early: bool) {
-        if let Some((m, _)) = &mut self.slots[self.current] {
+        if let Some(m) = &mut self.metas[self.current] {
             m.closed_ns = Some(now);
             m.early = early;
             self.counters.closed += 1;
             self.counters.early += u64::from(early);
-            self.current = (self.current + 1) % self.slots.len();
+            self.current = (self.current + 1) % self.metas.len();
         }
-        let meta = WindowMeta::new(self.next_id, now);
+        if self.metas[self.current].is_some() {
+            self.filters[self.current].clear();
+        }
+        self.metas[self.current] = Some(WindowMeta::new(self.next_id, now));
         self.next_id += 1;
-        match &mut self.slots[self.current] {
-            Some((m, b)) => {
-                b.clear();
-                *m = meta;
-            }
-            slot => *slot = Some((meta, Bloom::new(self.geometry.params, self.hasher.clone()))),
-        }
     }
 
     /// Closes the current window when its time has passed: on a tick
@@ -335,9 +340,9 @@ impl Ring {
     /// always (an idle window closes when traffic returns). Opens the
     /// first window.
     fn advance(&mut self, now: u64, inserting: bool) {
-        match &self.slots[self.current] {
+        match &self.metas[self.current] {
             None => self.roll(now, false),
-            Some((m, _)) => {
+            Some(m) => {
                 let due = now >= m.opened_ns.saturating_add(self.window_ns);
                 if due && (inserting || m.digests > 0) {
                     self.roll(now, false);
@@ -357,15 +362,40 @@ impl Ring {
     pub fn record(
         &mut self,
         now: Timestamp,
+        span: (Timestamp, Timestamp),
+        k4: &[[u32; V4_WORDS]],
+        k6: &[[u32; V6_WORDS]],
+    ) {
+        let hasher = self.hasher();
+        let mut pairs = vec![HashPair::default(); k4.len() + k6.len()];
+        hasher.hash_batch(k4, &mut pairs[..k4.len()]);
+        hasher.hash_batch(k6, &mut pairs[k4.len()..]);
+        self.record_pairs(now, span, &pairs);
+    }
+
+    /// The hasher of the ring's filters (every key's pair for
+    /// [`Ring::record_pairs`]).
+    pub fn hasher(&self) -> Hasher {
+        self.filters
+            .first()
+            .map_or_else(Hasher::new, |f| f.hasher().clone())
+    }
+
+    /// [`Ring::record`] of keys already hashed with [`Ring::hasher`].
+    pub fn record_pairs(
+        &mut self,
+        now: Timestamp,
         (first, last): (Timestamp, Timestamp),
-        mut k4: &[[u32; V4_WORDS]],
-        mut k6: &[[u32; V6_WORDS]],
+        mut pairs: &[HashPair],
     ) {
         let now = now.as_nanos();
-        self.advance(now, !k4.is_empty() || !k6.is_empty());
+        self.advance(now, !pairs.is_empty());
         let cap = self.geometry.capacity;
-        while !k4.is_empty() || !k6.is_empty() {
-            let Some((m, bloom)) = &mut self.slots[self.current] else {
+        while !pairs.is_empty() {
+            let (Some(m), Some(bloom)) = (
+                self.metas[self.current].as_mut(),
+                self.filters.get_mut(self.current),
+            ) else {
                 self.roll(now, false);
                 continue;
             };
@@ -374,13 +404,10 @@ impl Ring {
                 self.roll(now, true);
                 continue;
             }
-            let room = usize::try_from(room).unwrap_or(usize::MAX);
-            let a = k4.len().min(room);
-            let b = k6.len().min(room - a);
-            bloom.insert_batch(&k4[..a]);
-            bloom.insert_batch(&k6[..b]);
-            (k4, k6) = (&k4[a..], &k6[b..]);
-            let n = (a + b) as u64;
+            let take = pairs.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            bloom.insert_pairs(&pairs[..take]);
+            pairs = &pairs[take..];
+            let n = take as u64;
             m.digests += n;
             m.first_ns = Some(
                 m.first_ns
