@@ -14,6 +14,9 @@
 //! * [`DigestQuery::parse`] never panics; an accepted query's key is the
 //!   key of its decoded `ip` bytes, and the query written back
 //!   (`query_string`) parses to the same query;
+//! * a datagram the parser reads gives, from the parser's lengths
+//!   (`Invariant::from_parsed`, the forwarding path's reading), the key
+//!   `Completeness::AsCaptured` gives;
 //! * a datagram with every byte a digest covers gives, on the forwarding
 //!   path's reading (`Completeness::AsCaptured`), the key a query gets, and
 //!   the same key after its TTL (hop limit), TOS (traffic class) and IPv4
@@ -24,6 +27,7 @@
 use dataplane::clock::Timestamp;
 use dataplane::stage::digest::query::{decode_hex, query_string};
 use dataplane::stage::digest::{Completeness, DigestConfig, DigestQuery, Invariant, Ring, Sizing};
+use dataplane::wire::{LinkType, parse};
 
 /// The key with its TTL, TOS and checksum bytes changed, when `ip` is long
 /// enough to hold them.
@@ -70,6 +74,17 @@ fn ring_finds(key: Invariant, port: u8) {
 fn check_ip(ip: &[u8], at: Option<u64>) {
     let whole = Invariant::from_ip(ip, Completeness::Whole);
     let captured = Invariant::from_ip(ip, Completeness::AsCaptured);
+    // The forwarding path reads IPv4 keys from the parser's lengths: the
+    // same key, or none when there is none.
+    if let Ok(p) = parse(LinkType::RawIp, ip)
+        && p.ip_version.is_some()
+    {
+        assert_eq!(
+            Invariant::from_parsed(ip, &p).ok(),
+            captured.ok(),
+            "the parser's lengths give another key"
+        );
+    }
     if let Ok(k) = whole {
         assert_eq!(captured, Ok(k), "the forwarding path reads another key");
         if let Some(m) = mutated(ip) {

@@ -198,6 +198,40 @@ pub(crate) fn v4_into(
     Ok(())
 }
 
+/// [`v4_into`] with [`Completeness::AsCaptured`], for a datagram the
+/// parser read (`hlen` and `total_len` its [`Parsed::ip_header_len`] and
+/// [`Parsed::ip_total_len`]: the header length, the total length or, for
+/// a total of 0, the bytes captured): the same key, read without checking
+/// again what the parser checked when the payload's first 8 bytes are
+/// there (the forwarding path's common case); `false` when there is no key.
+///
+/// [`Parsed::ip_header_len`]: crate::wire::Parsed::ip_header_len
+/// [`Parsed::ip_total_len`]: crate::wire::Parsed::ip_total_len
+#[inline(always)]
+pub(crate) fn v4_parsed_into(
+    ip: &[u8],
+    hlen: usize,
+    total_len: usize,
+    w: &mut [u32; V4_WORDS],
+) -> bool {
+    let end = hlen + PAYLOAD_BYTES;
+    match ip.get(..end) {
+        Some(b) if hlen >= 20 && total_len >= end => {
+            let r = |a: usize| u32::from_be_bytes([b[a], b[a + 1], b[a + 2], b[a + 3]]);
+            *w = [
+                (u32::from(b[9]) << 16) | ((total_len - hlen) as u32 & 0xffff),
+                r(4),
+                r(12),
+                r(16),
+                r(hlen),
+                r(hlen + 4),
+            ];
+            true
+        }
+        _ => v4_into(ip, Completeness::AsCaptured, w).is_ok(),
+    }
+}
+
 /// Writes the IPv6 key of `ip` into `w` (see the module docs).
 #[inline(always)]
 pub(crate) fn v6_into(
@@ -268,6 +302,31 @@ impl Invariant {
                 v6_into(ip, completeness, &mut w).map(|()| Invariant::V6(w))
             }
             v => Err(InvariantError::Version(v)),
+        }
+    }
+
+    /// The key of a frame's IP datagram the parser read (`ip` from its
+    /// header on): [`Invariant::from_ip`] with [`Completeness::AsCaptured`],
+    /// as the forwarding path computes it from the parser's lengths.
+    ///
+    /// # Errors
+    /// As [`Invariant::from_ip`]; [`InvariantError::Empty`] when `parsed`
+    /// is not IP.
+    pub fn from_parsed(
+        ip: &[u8],
+        parsed: &crate::wire::Parsed,
+    ) -> Result<Invariant, InvariantError> {
+        match parsed.ip_version {
+            Some(crate::wire::IpVersion::V4) => {
+                let mut w = [0; V4_WORDS];
+                if v4_parsed_into(ip, parsed.ip_header_len, parsed.ip_total_len, &mut w) {
+                    Ok(Invariant::V4(w))
+                } else {
+                    Self::from_ip(ip, Completeness::AsCaptured)
+                }
+            }
+            Some(crate::wire::IpVersion::V6) => Self::from_ip(ip, Completeness::AsCaptured),
+            None => Err(InvariantError::Empty),
         }
     }
 

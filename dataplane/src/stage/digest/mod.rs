@@ -195,17 +195,19 @@ impl DigestStage {
             }
             // Written in place: the key goes straight into its slot, kept
             // only when it is whole.
-            let (version, ip) = match &p.parsed {
+            let (version, ip, hlen, total) = match &p.parsed {
                 Some(x) => (
                     x.ip_version,
                     p.data().get(x.l3_offset..).unwrap_or_default(),
+                    x.ip_header_len,
+                    x.ip_total_len,
                 ),
-                None => (None, &[][..]),
+                None => (None, &[][..], 0, 0),
             };
             let ok = match version {
                 Some(IpVersion::V4) if n4 < BATCH_SIZE => {
                     let w = &mut self.keys4[n4];
-                    let ok = key::v4_into(ip, Completeness::AsCaptured, w).is_ok();
+                    let ok = key::v4_parsed_into(ip, hlen, total, w);
                     w[0] = key::fold_port(w[0], p.ingress);
                     self.from4[n4] = tag | i as u8;
                     n4 += usize::from(ok);

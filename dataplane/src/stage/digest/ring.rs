@@ -528,6 +528,42 @@ mod tests {
         }
     }
 
+    /// Memory per Gbit/s and per second of history at full windows: the
+    /// bits a window takes per digest it holds, for the rates of the
+    /// documentation's table (printed for docs/BENCHMARKS.md), within 3%
+    /// of the split-block formula's optimum for a large window.
+    #[test]
+    fn memory_per_gbit_and_second() {
+        // Packets per second in one Gbit/s: 64-byte frames, simple IMIX
+        // (7 x 64, 4 x 594, 1 x 1518: 353.8 bytes), 1500-byte frames, each
+        // with 20 bytes of preamble and gap.
+        let loads = [("64 B", 84.0), ("IMIX", 373.83), ("1500 B", 1538.0)];
+        for (p, bits) in [(0.01, 10.53), (0.001, 16.89), (1e-4, 26.34), (1e-6, 64.66)] {
+            let g = DigestConfig {
+                sizing: Sizing::FalsePositiveRate(p),
+                ..cfg(3_000_000, 2)
+            }
+            .geometry()
+            .unwrap();
+            let per = g.params.bits() as f64 / g.capacity as f64;
+            assert!(
+                (per / bits - 1.0).abs() < 0.03,
+                "{p}: {per} bits per packet"
+            );
+            let mib: Vec<String> = loads
+                .iter()
+                .map(|(name, bytes)| {
+                    let pps = 1e9 / (bytes * 8.0);
+                    format!("{name} {:.2} MiB", pps * per / 8.0 / f64::from(1u32 << 20))
+                })
+                .collect();
+            println!(
+                "rate {p}: {per:.2} bits per packet; per Gbit/s and second: {}",
+                mib.join(", ")
+            );
+        }
+    }
+
     /// Windows close on time (only once they hold something), early when
     /// full, and the oldest is reused; no digest recorded is lost from a
     /// window still kept.
