@@ -4,7 +4,7 @@
 # config.
 #
 #   scripts/lab-l3.sh up                       # (re)create namespaces and links
-#   scripts/lab-l3.sh configs DIR [loop] [icarus] [static]
+#   scripts/lab-l3.sh configs DIR [loop] [icarus] [static] [digest]
 #                                              # write DIR/r1.toml r2.toml r3.toml
 #   scripts/lab-l3.sh start DIR [BIN]          # start the three routers
 #   scripts/lab-l3.sh stop DIR                 # SIGTERM them, wait, final stats
@@ -31,7 +31,11 @@
 # on Icarus loop detection: node ids 1, 2, 3, filters inserted on the
 # host-facing ports (r1-a, r2-b) and stripped there. `static` writes every
 # router's neighbours into its config and gives the hosts static neighbour
-# entries for their gateway (no ARP/ND needed).
+# entries for their gateway (no ARP/ND needed). `digest` turns on packet
+# digests for traceback: each router serves /metrics and /digest on
+# 127.0.0.1:9464 of its own namespace, answering queries from 127.0.0.1, and
+# DIR/topology.toml describes the lab for `traffic-gen traceback` (run as
+# root: it connects from inside each router's namespace).
 #
 # Environment: LAB_PREFIX (default "bl") names the namespaces <P>-ha, <P>-hb,
 # <P>-r1, <P>-r2, <P>-r3, so parallel labs do not collide. Needs root,
@@ -123,9 +127,9 @@ neighbours_of() {
   return 0
 }
 
-# Writes router $1's config to $2 (flags: loop, icarus, static).
+# Writes router $1's config to $2 (flags: loop, icarus, static, digest).
 config() {
-  local r=$1 out=$2 loop=$3 icarus=$4 static=$5 l
+  local r=$1 out=$2 loop=$3 icarus=$4 static=$5 digest=$6 l
   {
     echo "# Router $r of scripts/lab-l3.sh (written by \`lab-l3.sh configs\`)."
     echo "[workers]"
@@ -185,29 +189,73 @@ config() {
       echo "insert_on = [$edge]"
       echo "strip_on = [$edge]"
     fi
+    if [[ $digest == 1 ]]; then
+      echo
+      echo "[telemetry]"
+      echo "listen = \"127.0.0.1:9464\""
+      echo
+      echo "[digest]"
+      echo "window_ms = 1000"
+      echo "windows = 60"
+      echo "packet_rate = 10000"
+      echo "false_positive_rate = 0.000001"
+      echo "query_clients = [\"127.0.0.1\"]"
+      echo "query_rate = 20"
+      echo "query_burst = 20"
+    fi
+  } >"$out"
+}
+
+# Writes the lab's topology for `traffic-gen traceback` to $1.
+topology() {
+  local out=$1 r l
+  {
+    echo "# The lab of scripts/lab-l3.sh (LAB_PREFIX=$P), for traffic-gen traceback."
+    for r in "${ROUTERS[@]}"; do
+      echo
+      echo "[[routers]]"
+      echo "name = \"$r\""
+      echo "query = \"127.0.0.1:9464\""
+      echo "netns = \"$P-$r\""
+    done
+    for l in "${LINKS[@]}"; do
+      read -r xn xd _ <<<"${l%%|*}"
+      read -r yn yd _ <<<"${l##*|}"
+      echo
+      if [[ $xn == h* ]]; then
+        local host=${xn#h}
+        echo "[[hosts]]"
+        echo "name = \"${host^^}\""
+        echo "at = \"$yn:$yd\""
+      else
+        echo "[[links]]"
+        echo "ends = [\"$xn:$xd\", \"$yn:$yd\"]"
+      fi
+    done
   } >"$out"
 }
 
 configs() {
-  local dir=${1:?usage: configs DIR [loop] [icarus] [static]}
+  local dir=${1:?usage: configs DIR [loop] [icarus] [static] [digest]}
   shift
-  local loop=0 icarus=0 static=0 f
+  local loop=0 icarus=0 static=0 digest=0 f
   for f in "$@"; do
     case $f in
-      loop) loop=1 ;; icarus) icarus=1 ;; static) static=1 ;;
-      *) die "configs: unknown flag \"$f\" (loop, icarus, static)" ;;
+      loop) loop=1 ;; icarus) icarus=1 ;; static) static=1 ;; digest) digest=1 ;;
+      *) die "configs: unknown flag \"$f\" (loop, icarus, static, digest)" ;;
     esac
   done
   mkdir -p "$dir"
   local r
-  for r in "${ROUTERS[@]}"; do config "$r" "$dir/$r.toml" "$loop" "$icarus" "$static"; done
+  for r in "${ROUTERS[@]}"; do config "$r" "$dir/$r.toml" "$loop" "$icarus" "$static" "$digest"; done
+  if [[ $digest == 1 ]]; then topology "$dir/topology.toml"; fi
   if [[ $static == 1 ]] && exists "$P-ha"; then
     nsx "$P-ha" ip neigh replace 10.81.1.1 lladdr 02:81:00:01:00:01 dev eth0 nud permanent
     nsx "$P-ha" ip -6 neigh replace 2001:db8:81:1::1 lladdr 02:81:00:01:00:01 dev eth0 nud permanent
     nsx "$P-hb" ip neigh replace 10.81.2.1 lladdr 02:81:00:02:00:01 dev eth0 nud permanent
     nsx "$P-hb" ip -6 neigh replace 2001:db8:81:2::1 lladdr 02:81:00:02:00:01 dev eth0 nud permanent
   fi
-  echo "lab-l3.sh: wrote $dir/r1.toml $dir/r2.toml $dir/r3.toml"
+  echo "lab-l3.sh: wrote $dir/r1.toml $dir/r2.toml $dir/r3.toml${digest/#1/ $dir/topology.toml}"
 }
 
 start() {
@@ -262,5 +310,5 @@ case ${1:-} in
   start) shift; start "$@" ;;
   stop) shift; stop "$@" ;;
   status) status ;;
-  *) echo "usage: $0 up|configs DIR [loop] [icarus] [static]|start DIR [BIN]|stop DIR|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|configs DIR [loop] [icarus] [static] [digest]|start DIR [BIN]|stop DIR|down|status" >&2; exit 2 ;;
 esac
