@@ -4,7 +4,7 @@
 # config.
 #
 #   scripts/lab-l3.sh up                       # (re)create namespaces and links
-#   scripts/lab-l3.sh configs DIR [loop] [icarus] [static] [digest]
+#   scripts/lab-l3.sh configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [digest]
 #                                              # write DIR/r1.toml r2.toml r3.toml
 #   scripts/lab-l3.sh start DIR [BIN]          # start the three routers
 #   scripts/lab-l3.sh stop DIR                 # SIGTERM them, wait, final stats
@@ -16,11 +16,15 @@
 #                        r1-r3 \  10.81.12/24   / r2-r3
 #                     10.81.13/24 \           / 10.81.23/24
 #                                 r3-r1 [R3] r3-r2
+#                                        r3-c
+#                                         |
+#                                eth0 10.81.3.2 host C (<P>-hc)
 #
 # Addresses: the link between Rx and Ry is 10.81.xy.0/24 and 2001:db8:81:xy::/64,
 # router x is .x / ::x on it; host A's link is 10.81.1.0/24 (R1 .1, A .2),
-# host B's 10.81.2.0/24 (R2 .1, B .2), the same in IPv6 (2001:db8:81:1::/64,
-# 2001:db8:81:2::/64). Hosts route everything through their router.
+# host B's 10.81.2.0/24 (R2 .1, B .2), host C's 10.81.3.0/24 (R3 .1, C .2),
+# the same in IPv6 (2001:db8:81:1::/64, ...). Hosts route everything through
+# their router.
 #
 # The routers' ports have no kernel addresses and IPv6 is off on them: the
 # dataplane owns them (it answers ARP/ND and pings for its addresses, routes,
@@ -31,8 +35,13 @@
 # on Icarus loop detection: node ids 1, 2, 3, filters inserted on the
 # host-facing ports (r1-a, r2-b) and stripped there. `static` writes every
 # router's neighbours into its config and gives the hosts static neighbour
-# entries for their gateway (no ARP/ND needed). `digest` turns on packet
-# digests for traceback: each router serves /metrics and /digest on
+# entries for their gateway (no ARP/ND needed). `peers` turns on multicast
+# and the protocol between routers (docs/network.md): each router peers with
+# the two others over the triangle's links, messages tagged with the key
+# "lab-l3"; `flows` adds the network-wide flow set (exchanges every 500 ms)
+# and heavy-flow detection on R1 alone (1% of 500 ms epochs); `loss` drops
+# 30% of the protocol's messages on purpose (`test_loss`). `digest` turns on
+# packet digests for traceback: each router serves /metrics and /digest on
 # 127.0.0.1:9464 of its own namespace, answering queries from 127.0.0.1, and
 # DIR/topology.toml describes the lab for `traffic-gen traceback` (run as
 # root: it connects from inside each router's namespace).
@@ -44,7 +53,7 @@ set -euo pipefail
 
 P=${LAB_PREFIX:-bl}
 ROUTERS=(r1 r2 r3)
-HOSTS=(ha hb)
+HOSTS=(ha hb hc)
 die() { echo "lab-l3.sh: $*" >&2; exit 1; }
 # nsx, nsysctl
 # shellcheck source=scripts/lab-lib.sh
@@ -55,6 +64,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lab-lib.sh"
 LINKS=(
   "ha eth0  02:81:00:01:00:02 10.81.1.2  2001:db8:81:1::2|r1 r1-a  02:81:00:01:00:01 10.81.1.1  2001:db8:81:1::1"
   "hb eth0  02:81:00:02:00:02 10.81.2.2  2001:db8:81:2::2|r2 r2-b  02:81:00:02:00:01 10.81.2.1  2001:db8:81:2::1"
+  "hc eth0  02:81:00:03:00:02 10.81.3.2  2001:db8:81:3::2|r3 r3-c  02:81:00:03:00:01 10.81.3.1  2001:db8:81:3::1"
   "r1 r1-r2 02:81:00:12:00:01 10.81.12.1 2001:db8:81:12::1|r2 r2-r1 02:81:00:12:00:02 10.81.12.2 2001:db8:81:12::2"
   "r2 r2-r3 02:81:00:23:00:02 10.81.23.2 2001:db8:81:23::2|r3 r3-r2 02:81:00:23:00:03 10.81.23.3 2001:db8:81:23::3"
   "r1 r1-r3 02:81:00:13:00:01 10.81.13.1 2001:db8:81:13::1|r3 r3-r1 02:81:00:13:00:03 10.81.13.3 2001:db8:81:13::3"
@@ -112,7 +122,9 @@ up() {
   nsx "$P-ha" ip -6 route add default via 2001:db8:81:1::1
   nsx "$P-hb" ip route add default via 10.81.2.1
   nsx "$P-hb" ip -6 route add default via 2001:db8:81:2::1
-  echo "lab-l3.sh: up: $P-ha 10.81.1.2 -- [$P-r1] -- [$P-r2] -- $P-hb 10.81.2.2, $P-r3 beside both"
+  nsx "$P-hc" ip route add default via 10.81.3.1
+  nsx "$P-hc" ip -6 route add default via 2001:db8:81:3::1
+  echo "lab-l3.sh: up: $P-ha 10.81.1.2 -- [$P-r1] -- [$P-r2] -- $P-hb 10.81.2.2, [$P-r3] beside both with $P-hc 10.81.3.2"
 }
 
 # The far end of every link of router $1: "local-device far-ipv4 far-ipv6 far-mac".
@@ -127,9 +139,9 @@ neighbours_of() {
   return 0
 }
 
-# Writes router $1's config to $2 (flags: loop, icarus, static, digest).
+# Writes router $1's config to $2 (flags: loop, icarus, static, peers, flows, loss, digest).
 config() {
-  local r=$1 out=$2 loop=$3 icarus=$4 static=$5 digest=$6 l
+  local r=$1 out=$2 loop=$3 icarus=$4 static=$5 peers=$6 flows=$7 loss=$8 digest=$9 l
   {
     echo "# Router $r of scripts/lab-l3.sh (written by \`lab-l3.sh configs\`)."
     echo "[workers]"
@@ -148,10 +160,12 @@ config() {
     # Static routes: everything not connected goes the short way round.
     routes=()
     case $r in
-      r1) routes=("10.81.2.0/24 10.81.12.2" "10.81.23.0/24 10.81.12.2"
-                  "2001:db8:81:2::/64 2001:db8:81:12::2" "2001:db8:81:23::/64 2001:db8:81:12::2") ;;
-      r2) routes=("10.81.1.0/24 10.81.12.1" "10.81.13.0/24 10.81.12.1"
-                  "2001:db8:81:1::/64 2001:db8:81:12::1" "2001:db8:81:13::/64 2001:db8:81:12::1") ;;
+      r1) routes=("10.81.2.0/24 10.81.12.2" "10.81.23.0/24 10.81.12.2" "10.81.3.0/24 10.81.13.3"
+                  "2001:db8:81:2::/64 2001:db8:81:12::2" "2001:db8:81:23::/64 2001:db8:81:12::2"
+                  "2001:db8:81:3::/64 2001:db8:81:13::3") ;;
+      r2) routes=("10.81.1.0/24 10.81.12.1" "10.81.13.0/24 10.81.12.1" "10.81.3.0/24 10.81.23.3"
+                  "2001:db8:81:1::/64 2001:db8:81:12::1" "2001:db8:81:13::/64 2001:db8:81:12::1"
+                  "2001:db8:81:3::/64 2001:db8:81:23::3") ;;
       r3) routes=("10.81.1.0/24 10.81.13.1" "10.81.2.0/24 10.81.23.2" "10.81.12.0/24 10.81.13.1"
                   "2001:db8:81:1::/64 2001:db8:81:13::1" "2001:db8:81:2::/64 2001:db8:81:23::2"
                   "2001:db8:81:12::/64 2001:db8:81:13::1") ;;
@@ -180,9 +194,37 @@ config() {
         done
       done < <(neighbours_of "$r")
     fi
+    if [[ $peers == 1 ]]; then
+      echo
+      echo "[multicast]"
+      echo
+      echo "[peering]"
+      echo "router_id = ${r#r}"
+      [[ $loss == 1 ]] && echo "test_loss = 0.3"
+      if [[ $flows == 1 ]]; then
+        echo
+        echo "[peering.flows]"
+        echo "exchange_interval_ms = 500"
+      fi
+      while read -r d a4 a6 m; do
+        [[ $d == r*-r* ]] || continue
+        echo
+        echo "[[peers]]"
+        echo "interface = \"$d\""
+        echo "address = \"$a4\""
+        echo "key = \"lab-l3\""
+      done < <(neighbours_of "$r")
+    fi
+    if [[ $flows == 1 && $r == r1 ]]; then
+      echo
+      echo "[heavy]"
+      echo "threshold = { share = 0.01 }"
+      echo "epoch_ms = 500"
+      echo "report = \"/dev/null\""
+    fi
     if [[ $icarus == 1 ]]; then
       local edge=""
-      case $r in r1) edge='"r1-a"' ;; r2) edge='"r2-b"' ;; esac
+      case $r in r1) edge='"r1-a"' ;; r2) edge='"r2-b"' ;; r3) edge='"r3-c"' ;; esac
       echo
       echo "[icarus]"
       echo "node_id = ${r#r}"
@@ -236,24 +278,29 @@ topology() {
 }
 
 configs() {
-  local dir=${1:?usage: configs DIR [loop] [icarus] [static] [digest]}
+  local dir=${1:?usage: configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [digest]}
   shift
-  local loop=0 icarus=0 static=0 digest=0 f
+  local loop=0 icarus=0 static=0 peers=0 flows=0 loss=0 digest=0 f
   for f in "$@"; do
     case $f in
-      loop) loop=1 ;; icarus) icarus=1 ;; static) static=1 ;; digest) digest=1 ;;
-      *) die "configs: unknown flag \"$f\" (loop, icarus, static, digest)" ;;
+      loop) loop=1 ;; icarus) icarus=1 ;; static) static=1 ;;
+      peers) peers=1 ;; flows) peers=1 flows=1 ;; loss) loss=1 ;; digest) digest=1 ;;
+      *) die "configs: unknown flag \"$f\" (loop, icarus, static, peers, flows, loss, digest)" ;;
     esac
   done
   mkdir -p "$dir"
   local r
-  for r in "${ROUTERS[@]}"; do config "$r" "$dir/$r.toml" "$loop" "$icarus" "$static" "$digest"; done
+  for r in "${ROUTERS[@]}"; do
+    config "$r" "$dir/$r.toml" "$loop" "$icarus" "$static" "$peers" "$flows" "$loss" "$digest"
+  done
   if [[ $digest == 1 ]]; then topology "$dir/topology.toml"; fi
   if [[ $static == 1 ]] && exists "$P-ha"; then
     nsx "$P-ha" ip neigh replace 10.81.1.1 lladdr 02:81:00:01:00:01 dev eth0 nud permanent
     nsx "$P-ha" ip -6 neigh replace 2001:db8:81:1::1 lladdr 02:81:00:01:00:01 dev eth0 nud permanent
     nsx "$P-hb" ip neigh replace 10.81.2.1 lladdr 02:81:00:02:00:01 dev eth0 nud permanent
     nsx "$P-hb" ip -6 neigh replace 2001:db8:81:2::1 lladdr 02:81:00:02:00:01 dev eth0 nud permanent
+    nsx "$P-hc" ip neigh replace 10.81.3.1 lladdr 02:81:00:03:00:01 dev eth0 nud permanent
+    nsx "$P-hc" ip -6 neigh replace 2001:db8:81:3::1 lladdr 02:81:00:03:00:01 dev eth0 nud permanent
   fi
   echo "lab-l3.sh: wrote $dir/r1.toml $dir/r2.toml $dir/r3.toml${digest/#1/ $dir/topology.toml}"
 }
@@ -310,5 +357,5 @@ case ${1:-} in
   start) shift; start "$@" ;;
   stop) shift; stop "$@" ;;
   status) status ;;
-  *) echo "usage: $0 up|configs DIR [loop] [icarus] [static] [digest]|start DIR [BIN]|stop DIR|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [digest]|start DIR [BIN]|stop DIR|down|status" >&2; exit 2 ;;
 esac

@@ -32,6 +32,14 @@
 //! pass) and steps the worker until they are empty; per call: every frame
 //! copied into a batch, parsed, through every stage, every copy sent to the
 //! memory ports (counted). ns per packet.
+//!
+//! Two more cases run the same router with routed ports
+//! ([`routed_router`]: addresses, routes to the mix's prefixes, static
+//! neighbours, the frames addressed to the ports' MACs), so that the
+//! forwarding stage is in the chain: `routed`, and `routed-peering`, the
+//! same with the protocol between routers on (`[peering]`, two peers, the
+//! chain joined to a control path that receives nothing): what the
+//! protocol costs per packet when no message arrives.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -210,7 +218,159 @@ pub fn pass(w: &mut Worker<MemoryPorts>) -> u64 {
     w.chain().counters().received
 }
 
-/// The cases: name and router.
+/// The MAC of routed port `port` in [`routed_router`].
+fn port_mac(port: u8) -> [u8; 6] {
+    [2, 0x62, 0x70, 0, 0, port + 1]
+}
+
+/// The built-in router with its three ports routed: r-a 10.200.1.1/24,
+/// r-b 10.200.2.1/24 (shaped, SFB), r-c 10.200.3.1/24; the mix's
+/// destinations routed as the wires sent them (172.16/12 and 2001:db8:b::
+/// out of r-b, 10/8 and 2001:db8:a:: out of r-a, the rest out of r-c), to
+/// static neighbours; with `peering`, `[peering]` and a peer on each of
+/// r-b and r-c.
+pub fn routed_router(peering: bool) -> RouterConfig {
+    let mut text = String::from(
+        r#"
+[[interfaces]]
+name = "r-a"
+addresses = ["10.200.1.1/24", "2001:db8:c8:1::1/64"]
+mac = "02:62:70:00:00:01"
+[[interfaces]]
+name = "r-b"
+addresses = ["10.200.2.1/24", "2001:db8:c8:2::1/64"]
+mac = "02:62:70:00:00:02"
+multicast_groups = ["239.1.1.1"]
+[interfaces.egress]
+rate_bps = 20_000_000
+burst_bytes = 15140
+limit = 1000
+[interfaces.sfb]
+seed = 1
+[[interfaces]]
+name = "r-c"
+addresses = ["10.200.3.1/24", "2001:db8:c8:3::1/64"]
+mac = "02:62:70:00:00:03"
+[[routes]]
+prefix = "172.16.0.0/12"
+via = "10.200.2.2"
+[[routes]]
+prefix = "2001:db8:b::/48"
+via = "2001:db8:c8:2::2"
+[[routes]]
+prefix = "10.0.0.0/8"
+via = "10.200.1.2"
+[[routes]]
+prefix = "2001:db8:a::/48"
+via = "2001:db8:c8:1::2"
+[[routes]]
+prefix = "0.0.0.0/0"
+via = "10.200.3.2"
+[[routes]]
+prefix = "::/0"
+via = "2001:db8:c8:3::2"
+[[neighbours]]
+address = "10.200.1.2"
+mac = "02:00:00:00:01:02"
+[[neighbours]]
+address = "2001:db8:c8:1::2"
+mac = "02:00:00:00:01:02"
+[[neighbours]]
+address = "10.200.2.2"
+mac = "02:00:00:00:02:02"
+[[neighbours]]
+address = "2001:db8:c8:2::2"
+mac = "02:00:00:00:02:02"
+[[neighbours]]
+address = "10.200.3.2"
+mac = "02:00:00:00:03:02"
+[[neighbours]]
+address = "2001:db8:c8:3::2"
+mac = "02:00:00:00:03:02"
+[multicast]
+seed = 1
+[heavy]
+threshold = { share = 0.01 }
+epoch_ms = 1000
+seed = 1
+report = "-"
+[icarus]
+node_id = 42
+"#,
+    );
+    if peering {
+        text.push_str(
+            r#"
+[peering]
+router_id = 1
+[peering.flows]
+[[peers]]
+interface = "r-b"
+address = "10.200.2.2"
+[[peers]]
+interface = "r-c"
+address = "10.200.3.2"
+"#,
+        );
+    }
+    let mut cfg =
+        RouterConfig::from_toml_str(&text, "routed bench router").expect("a valid router");
+    cfg.fill_seeds(1);
+    cfg
+}
+
+/// [`mix64`] addressed to [`routed_router`]'s ports: every unicast frame's
+/// destination MAC is its ingress port's.
+pub fn routed_mix(frames: &[(u8, Vec<u8>)]) -> Vec<(u8, Vec<u8>)> {
+    frames
+        .iter()
+        .map(|(port, f)| {
+            let mut f = f.clone();
+            if f.len() >= 6 && f[0] & 1 == 0 {
+                f[..6].copy_from_slice(&port_mac(*port));
+            }
+            (*port, f)
+        })
+        .collect()
+}
+
+/// A worker of [`routed_router`] over `frames`; with `peering`, its chain
+/// joined to a control path whose channels stay empty (the senders are
+/// returned, to keep them open).
+pub fn routed_worker(
+    peering: bool,
+    frames: &[(u8, Vec<u8>)],
+) -> (Worker<MemoryPorts>, Option<PeeringEnds>) {
+    let cfg = routed_router(peering);
+    let mut w = worker_for(&cfg, frames);
+    let ends = peering.then(|| {
+        let (in_tx, in_rx) = crossbeam_channel::bounded(4096);
+        let (out_tx, out_rx) = crossbeam_channel::bounded(4096);
+        let (remote_tx, remote_rx) = crossbeam_channel::unbounded();
+        let tap = dataplane::peer::PeerTap {
+            udp_port: dataplane::peer::DEFAULT_UDP_PORT,
+            inbound: in_tx,
+            outbound: out_rx,
+        };
+        assert!(w.chain_mut().attach_peering(tap, remote_rx));
+        PeeringEnds {
+            _inbound: in_rx,
+            _outbound: out_tx,
+            _remote: remote_tx,
+        }
+    });
+    (w, ends)
+}
+
+/// The control path's ends a bench holds open.
+#[derive(Debug)]
+pub struct PeeringEnds {
+    _inbound: crossbeam_channel::Receiver<dataplane::peer::Inbound>,
+    _outbound: crossbeam_channel::Sender<dataplane::peer::Datagram>,
+    _remote: crossbeam_channel::Sender<Vec<Option<kernels::bloom::Bloom>>>,
+}
+
+/// The cases on the built-in router: name and router.
 fn cases() -> [(&'static str, RouterConfig); 3] {
     [
         ("default", router(false)),
@@ -219,7 +379,8 @@ fn cases() -> [(&'static str, RouterConfig); 3] {
     ]
 }
 
-/// Criterion: `pipeline/router/default`, `core` and `digest`.
+/// Criterion: `pipeline/router/default`, `core`, `digest`, `routed` and
+/// `routed-peering`.
 pub fn register(c: &mut Criterion) {
     let frames = mix64();
     let mut g = c.benchmark_group("pipeline/router");
@@ -229,12 +390,18 @@ pub fn register(c: &mut Criterion) {
         let mut w = worker_for(&cfg, &frames);
         g.bench_function(name, |b| b.iter(|| pass(black_box(&mut w))));
     }
+    let routed = routed_mix(&frames);
+    for (name, peering) in [("routed", false), ("routed-peering", true)] {
+        let (mut w, _ends) = routed_worker(peering, &routed);
+        g.bench_function(name, |b| b.iter(|| pass(black_box(&mut w))));
+    }
     g.finish();
 }
 
-/// The report's figures for every case, measured in turns (default,
-/// digest, default, digest, ...) so that a ratio between them sees the
-/// same machine: each figure is the median of its rounds.
+/// The report's figures for every case; the built-in router's cases
+/// (default, core, digest) measured in turn, then the routed pair in turn,
+/// three times each, each figure the median of its three, so that the
+/// cases compared share the machine's state.
 pub fn report() -> Vec<Figure> {
     let frames = mix64();
     let mut workers: Vec<_> = cases()
@@ -249,13 +416,28 @@ pub fn report() -> Vec<Figure> {
             }));
         }
     }
-    rounds
+    let mut out: Vec<Figure> = rounds
         .into_iter()
         .map(|mut r| {
             r.sort_by(|a, b| a.ns_per_item.total_cmp(&b.ns_per_item));
             r.swap_remove(1)
         })
-        .collect()
+        .collect();
+    let routed = routed_mix(&frames);
+    let (mut off, _) = routed_worker(false, &routed);
+    let (mut on, _ends) = routed_worker(true, &routed);
+    let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        t_off.push(figure("pipeline/router/routed", FRAMES, || pass(&mut off)));
+        t_on.push(figure("pipeline/router/routed-peering", FRAMES, || {
+            pass(&mut on)
+        }));
+    }
+    for mut t in [t_off, t_on] {
+        t.sort_by(|a, b| a.ns_per_item.total_cmp(&b.ns_per_item));
+        out.push(t.swap_remove(1));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -296,5 +478,24 @@ mod tests {
                 assert!(d.recorded > 0 && d.windows > 0, "{d:?}");
             }
         }
+    }
+
+    /// The routed router forwards the mix by its routes (most of it out of
+    /// r-b, as the wires sent it), and with peering on (no message
+    /// arriving) gives the same verdicts.
+    #[test]
+    fn the_routed_router_forwards_the_mix_with_and_without_peering() {
+        let frames = routed_mix(&mix64());
+        let mut counts = Vec::new();
+        for peering in [false, true] {
+            let (mut w, _ends) = routed_worker(peering, &frames);
+            pass(&mut w);
+            let s = dataplane::runtime::Stats::of(&w, None);
+            assert!(s.pipeline.is_consistent(), "{s:?}");
+            let f = s.forward.unwrap();
+            assert!(f.forwarded > FRAMES as u64 / 2, "{f:?}");
+            counts.push((s.pipeline.clone(), f.forwarded, f.peer_messages));
+        }
+        assert_eq!(counts[0], counts[1]);
     }
 }

@@ -350,6 +350,26 @@ impl Chain {
         self.digest.as_ref()
     }
 
+    /// Joins the chain to the peering control path ([`crate::peer`]): the
+    /// forwarding stage hands it the datagrams to the peering port and
+    /// sends its datagrams, the multicast stage ORs in the filters the
+    /// neighbours advertise. `false` when the chain has no routed port
+    /// (peers talk over routed ports only).
+    pub fn attach_peering(
+        &mut self,
+        tap: crate::peer::PeerTap,
+        remote: crossbeam_channel::Receiver<Vec<Option<kernels::bloom::Bloom>>>,
+    ) -> bool {
+        let Some(f) = &mut self.forward else {
+            return false;
+        };
+        f.set_peer_tap(tap);
+        if let Some(m) = &mut self.multicast {
+            m.set_remote_filters(remote);
+        }
+        true
+    }
+
     /// The egress stage.
     pub fn egress(&self) -> &Egress {
         &self.egress

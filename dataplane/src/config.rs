@@ -58,12 +58,14 @@ use crate::wire::icarus::FilterWidth;
 
 mod digest;
 mod l3;
+mod peering;
 
 pub use digest::{DigestSection, parse_client};
 pub use l3::{
     DEFAULT_MTU, InterfaceAddr, IpNet, MAX_HOLD, MAX_MTU, MIN_MTU, MIN_MTU_V6, MacAddr,
     NeighbourConfig, RouteConfig, RouterSection,
 };
+pub use peering::{FlowsSection, ListedFlow, PeerSection, PeeringSection};
 
 /// Linux's `IFNAMSIZ` less the terminating NUL.
 pub const MAX_IFNAME_LEN: usize = 15;
@@ -555,6 +557,12 @@ pub struct RouterConfig {
     /// Packet digests for traceback; absent: off.
     #[serde(default)]
     pub digest: Option<DigestSection>,
+    /// The protocol between routers; absent: off.
+    #[serde(default)]
+    pub peering: Option<PeeringSection>,
+    /// The neighbouring routers it talks to.
+    #[serde(default)]
+    pub peers: Vec<PeerSection>,
 }
 
 /// `[telemetry]`: where the live router serves `GET /metrics`
@@ -1179,6 +1187,7 @@ impl RouterConfig {
 
         // Routed mode.
         l3::validate(self, errs);
+        peering::validate(self, errs);
 
         // Heavy.
         if let Some(h) = &self.heavy {
@@ -1869,5 +1878,105 @@ icmp_rate = 100
                 "{e}\nwanted {want}"
             );
         }
+    }
+
+    /// `ROUTED` with the protocol between routers on.
+    fn peered() -> String {
+        format!(
+            "{ROUTED}\n[peering]\nrouter_id = 3\n[peering.flows]\nfpr = 0.5\n[[peering.flows.listed]]\nsrc = \"10.1.0.9\"\ndst = \"10.9.0.1\"\nprotocol = \"udp\"\ndst_port = 53\n[[peers]]\ninterface = \"r-b\"\naddress = \"10.2.0.2\"\nkey = \"s3cret\"\n"
+        )
+    }
+
+    #[test]
+    fn peering() {
+        let c = parse(&peered()).unwrap();
+        let p = c.peering_config().unwrap();
+        assert_eq!((p.router_id, p.udp_port, p.depth), (3, 4784, 2));
+        assert_eq!(p.peers.len(), 1);
+        assert_eq!(p.peers[0].port, 1);
+        assert_eq!(p.peers[0].key.as_deref(), Some(&b"s3cret"[..]));
+        let f = p.flows.unwrap();
+        assert_eq!(f.fpr, 0.5);
+        assert_eq!(f.listed[0].to_string(), "10.1.0.9:0 -> 10.9.0.1:53 udp");
+    }
+
+    #[test]
+    fn peering_errors_name_the_key() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "router_id = 3",
+                "router_id = 0",
+                "peering.router_id: 0 is not a router id",
+            ),
+            (
+                "router_id = 3",
+                "router_id = 3\ndepth = 0",
+                "peering.depth: 0 is outside 1..=16",
+            ),
+            (
+                "router_id = 3",
+                "router_id = 3\nhold_ms = 500",
+                "peering.hold_ms: 500 is not above advert_interval_ms",
+            ),
+            (
+                "router_id = 3",
+                "router_id = 3\ngroup_fpr = 1.5",
+                "peering.group_fpr: 1.5 is not in (0, 1)",
+            ),
+            (
+                "fpr = 0.5",
+                "fpr = 0.5\nttl_ms = 1000",
+                "peering.flows.ttl_ms: 1000 is below two exchanges",
+            ),
+            (
+                "protocol = \"udp\"",
+                "protocol = \"sctp\"",
+                "peering.flows.listed[0]: protocol \"sctp\"",
+            ),
+            (
+                "interface = \"r-b\"",
+                "interface = \"w0\"",
+                "peers[0].interface: \"w0\" has no addresses",
+            ),
+            (
+                "interface = \"r-b\"",
+                "interface = \"r-x\"",
+                "peers[0].interface: no interface \"r-x\"",
+            ),
+            (
+                "address = \"10.2.0.2\"\nkey",
+                "address = \"10.1.0.2\"\nkey",
+                "peers[0].address: 10.1.0.2 is not on a connected prefix of \"r-b\"",
+            ),
+            (
+                "address = \"10.2.0.2\"\nkey",
+                "address = \"10.2.0.1\"\nkey",
+                "peers[0].address: 10.2.0.1 is this router's own address",
+            ),
+            (
+                "key = \"s3cret\"",
+                "key = \"\"",
+                "peers[0].key: an empty key",
+            ),
+            (
+                "[peering]\nrouter_id = 3",
+                "[unused]\nrouter_id = 3",
+                "unused",
+            ),
+        ];
+        for (from, to, want) in cases {
+            let base = peered();
+            assert!(base.contains(from), "{from}");
+            let t = base.replacen(from, to, 1);
+            let e = parse(&t).unwrap_err();
+            assert!(e.contains(want), "{e}\nwanted {want}");
+        }
+        // Peers without [peering].
+        let t = format!("{ROUTED}\n[[peers]]\ninterface = \"r-b\"\naddress = \"10.2.0.2\"\n");
+        let e = parse(&t).unwrap_err();
+        assert!(
+            e.contains("peers: [[peers]] needs a [peering] table"),
+            "{e}"
+        );
     }
 }

@@ -146,6 +146,34 @@ impl Flow6 {
 pub const ENCODED_LEN: usize = 38;
 
 impl FlowKey {
+    /// The key of a flow from `src:src_port` to `dst:dst_port` over
+    /// `protocol`; `None` when the addresses are of two families.
+    pub fn new(
+        src: IpAddr,
+        dst: IpAddr,
+        protocol: IpProtocol,
+        src_port: u16,
+        dst_port: u16,
+    ) -> Option<FlowKey> {
+        match (src, dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => Some(FlowKey::V4(Flow4 {
+                src,
+                dst,
+                src_port,
+                dst_port,
+                protocol,
+            })),
+            (IpAddr::V6(src), IpAddr::V6(dst)) => Some(FlowKey::V6(Flow6 {
+                src,
+                dst,
+                src_port,
+                dst_port,
+                protocol,
+            })),
+            _ => None,
+        }
+    }
+
     /// The four-word form of an IPv4 key; `None` for IPv6.
     #[inline]
     pub fn words4(&self) -> Option<[u32; 4]> {

@@ -124,6 +124,7 @@ pub mod config;
 pub mod flow;
 pub mod io;
 pub mod ipfix;
+pub mod peer;
 pub mod pipeline;
 pub mod route;
 pub mod runtime;

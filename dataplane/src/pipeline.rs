@@ -208,6 +208,9 @@ drop_reasons! {
     OtherHost => "other_host",
     /// Neither IPv4, IPv6 nor ARP over Ethernet, on a routed port.
     NotRoutable => "not_routable",
+    /// Multicast on a routed port that did not come in by the port of the
+    /// route back to its source (the reverse-path check).
+    RpfFailed => "rpf_failed",
 }
 
 impl DropReason {

@@ -51,6 +51,7 @@ fn check(target: &str, bytes: &[u8]) {
         "multicast" => fuzz_common::multicast::check(bytes),
         "chain" => fuzz_common::chain::check(bytes),
         "digest" => fuzz_common::digest::check(bytes),
+        "peer" => fuzz_common::peer::check(bytes),
         other => panic!("unknown target {other}"),
     }
 }
@@ -62,7 +63,7 @@ fn every_seed(target: &str) {
         eprintln!("skipping {target} seeds: capture corpus {CORPUS} not found");
         return;
     }
-    if corpus().is_some() && target != "config" {
+    if corpus().is_some() && target != "config" && target != "peer" {
         assert!(seeds.len() >= 40, "{target}: only {} seeds", seeds.len());
     }
     for s in seeds {
@@ -113,6 +114,12 @@ fn chain_seeds() {
 #[test]
 fn digest_seeds() {
     every_seed("digest");
+}
+
+#[test]
+fn peer_seeds() {
+    assert!(!seeds_of("peer").is_empty(), "real exchanges");
+    every_seed("peer");
 }
 
 /// One change to an input.
@@ -230,5 +237,10 @@ proptest! {
     #[test]
     fn chain_mutated(seed in any::<prop::sample::Index>(), e in edits()) {
         fuzz_common::chain::check(&mutate(seeds_of("chain"), seed, &e));
+    }
+
+    #[test]
+    fn peer_mutated(seed in any::<prop::sample::Index>(), e in edits()) {
+        fuzz_common::peer::check(&mutate(seeds_of("peer"), seed, &e));
     }
 }

@@ -34,8 +34,7 @@
 //! `BLOOMPLANE_L3_STATIC=1` the lab writes static neighbours instead.
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod lab_common;
@@ -43,171 +42,16 @@ mod lab_common;
 use dataplane::stage::icarus::{
     FilterParams, false_alarm_probability, filter_after_hops, node_mask,
 };
-use lab_common::{
-    binaries, in_netns, interface, run_bounded, skip_reason, spawn_in_netns, u, wait_for, workspace,
-};
+use lab_common::l3::L3Lab;
+use lab_common::{in_netns, interface, skip_reason, spawn_in_netns, u};
 
 /// Datagrams sent into the loop per run.
 const LOOPING: u32 = 200;
 /// Datagrams from A to B in the Icarus run.
 const THROUGH: u32 = 500;
-const ROUTERS: [&str; 3] = ["r1", "r2", "r3"];
 /// Frames the routers may send on the triangle's links of their own:
 /// ARP / NS requests and replies for their next hops (a few per router).
 const NEIGHBOUR_FRAMES: u64 = 24;
-
-/// The routed lab: its namespaces, scratch directory and running routers;
-/// the routers are killed and the lab taken down on drop.
-struct L3Lab {
-    prefix: String,
-    dir: PathBuf,
-    routers: Vec<Child>,
-}
-
-impl L3Lab {
-    fn up(prefix: &str) -> L3Lab {
-        let dir = std::env::temp_dir().join(format!("{prefix}-l3"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let lab = L3Lab {
-            prefix: prefix.into(),
-            dir,
-            routers: Vec::new(),
-        };
-        lab.script(&["up"]);
-        lab
-    }
-
-    /// Runs `lab-l3.sh args...` for this lab; panics with its output on
-    /// failure.
-    fn script(&self, args: &[&str]) -> String {
-        let out = run_bounded(
-            Command::new("bash")
-                .arg(workspace().join("scripts/lab-l3.sh"))
-                .args(args)
-                .env("LAB_PREFIX", &self.prefix),
-            Duration::from_secs(120),
-            "lab-l3.sh",
-        );
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "lab-l3.sh {args:?} failed:\n{text}");
-        text
-    }
-
-    fn ns(&self, n: &str) -> String {
-        format!("{}-{n}", self.prefix)
-    }
-
-    /// Writes the three configs for run `tag` (lab-l3.sh's flags) and
-    /// starts the routers; waits until each says it is running.
-    fn start(&mut self, tag: &str, flags: &[&str]) -> PathBuf {
-        let dir = self.dir.join(tag);
-        let mut args = vec!["configs", dir.to_str().unwrap()];
-        args.extend_from_slice(flags);
-        if std::env::var_os("BLOOMPLANE_L3_STATIC").is_some_and(|v| v == "1") {
-            args.push("static");
-        }
-        self.script(&args);
-        let bin = binaries().join("dataplane");
-        for r in ROUTERS {
-            let err = dir.join(format!("{r}.err"));
-            let mut child = Command::new("ip")
-                .args(["netns", "exec", &self.ns(r)])
-                .arg(&bin)
-                .arg("run")
-                .arg("--config")
-                .arg(dir.join(format!("{r}.toml")))
-                .args(["--stats-interval", "0", "--final-report"])
-                .arg(dir.join(format!("{r}.json")))
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&err).unwrap())
-                .spawn()
-                .expect("start a router");
-            wait_for(&err, "running", Duration::from_secs(10), &mut child);
-            self.routers.push(child);
-        }
-        dir
-    }
-
-    /// SIGTERM to every router; each must exit 0 with its final report,
-    /// which comes back (in `ROUTERS` order) after the accounting check.
-    fn stop(&mut self, dir: &Path) -> Vec<serde_json::Value> {
-        for c in &self.routers {
-            // SAFETY: kill(2) on the pid of our own child, not yet waited
-            // for, so the pid is not reused.
-            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
-        }
-        let start = Instant::now();
-        let mut reports = Vec::new();
-        for (r, mut c) in ROUTERS.iter().zip(self.routers.drain(..)) {
-            let err = std::fs::read_to_string(dir.join(format!("{r}.err"))).unwrap_or_default();
-            let status = loop {
-                if let Some(st) = c.try_wait().unwrap() {
-                    break st;
-                }
-                if start.elapsed() > Duration::from_secs(15) {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    panic!("{r} did not stop within 15 s of SIGTERM:\n{err}");
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            let err = std::fs::read_to_string(dir.join(format!("{r}.err"))).unwrap_or_default();
-            assert!(status.success(), "{r} exit {status}:\n{err}");
-            let report: serde_json::Value = serde_json::from_slice(
-                &std::fs::read(dir.join(format!("{r}.json"))).expect("final report"),
-            )
-            .unwrap();
-            let pl = &report["total"]["pipeline"];
-            assert_eq!(
-                u(&pl["received"]),
-                u(&pl["forwarded"]) + u(&pl["consumed"]) + u(&pl["dropped"]) + u(&pl["held"]),
-                "{r}: received = forwarded + local + dropped + held: {pl}"
-            );
-            reports.push(report);
-        }
-        reports
-    }
-
-    /// Runs `cmd` in host `h`'s namespace (30 s at most).
-    fn on(&self, h: &str, cmd: &[&str]) -> (bool, String) {
-        let out = run_bounded(
-            Command::new("ip")
-                .args(["netns", "exec", &self.ns(h)])
-                .args(cmd),
-            Duration::from_secs(30),
-            cmd[0],
-        );
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
-    }
-}
-
-impl Drop for L3Lab {
-    fn drop(&mut self) {
-        for c in &mut self.routers {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = run_bounded(
-            Command::new("bash")
-                .arg(workspace().join("scripts/lab-l3.sh"))
-                .arg("down")
-                .env("LAB_PREFIX", &self.prefix),
-            Duration::from_secs(60),
-            "lab-l3.sh down",
-        );
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// A drop counter of a router's final report (0 when absent).
 fn drops(report: &serde_json::Value, reason: &str) -> u64 {

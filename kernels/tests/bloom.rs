@@ -3,7 +3,7 @@
 //! formulas, union/intersection/halving semantics, size estimates, and
 //! decoding that rejects malformed bytes without panicking.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use kernels::bloom::{
     Bloom, CountingBloom, DecodeError, Incompatible, Layout, ParamError, Params, PortFilter,
@@ -14,25 +14,8 @@ use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// `n` distinct random 5-tuples, then `q` more distinct from them.
-fn disjoint_keys(seed: u64, n: usize, q: usize) -> (Vec<[u32; 4]>, Vec<[u32; 4]>) {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut seen = HashSet::new();
-    let mut all = Vec::with_capacity(n + q);
-    while all.len() < n + q {
-        let k: [u32; 4] = [
-            rng.random(),
-            rng.random(),
-            rng.random(),
-            rng.random_range(0..256),
-        ];
-        if seen.insert(k) {
-            all.push(k);
-        }
-    }
-    let q = all.split_off(n);
-    (all, q)
-}
+mod common;
+use common::disjoint_keys;
 
 fn rate(b: &Bloom, keys: &[[u32; 4]]) -> f64 {
     let mut out = vec![false; keys.len()];

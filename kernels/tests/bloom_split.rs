@@ -5,8 +5,6 @@
 //! the counting, port and transfer forms. A backend the CPU lacks is
 //! skipped (x86_64: scalar + AVX2; under qemu: scalar + NEON).
 
-use std::collections::HashSet;
-
 use kernels::bloom::{
     Bloom, CountingBloom, DecodeError, Incompatible, Layout, ParamError, Params, PortFilter,
     PortSet, SPLIT_BLOCK_BITS, split_block_fpr,
@@ -16,6 +14,9 @@ use kernels::{Backend, HashPair, Hasher};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+mod common;
+use common::disjoint_keys;
 
 fn simd_backends() -> Vec<Backend> {
     let list: Vec<Backend> = Backend::available_list()
@@ -30,26 +31,6 @@ fn simd_backends() -> Vec<Backend> {
 
 fn split(bits: u64) -> Params {
     Params::new(Layout::SplitBlock, bits, 8).unwrap()
-}
-
-/// `n` distinct random 5-tuples, then `q` more distinct from them.
-fn disjoint_keys(seed: u64, n: usize, q: usize) -> (Vec<[u32; 4]>, Vec<[u32; 4]>) {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut seen = HashSet::new();
-    let mut all = Vec::with_capacity(n + q);
-    while all.len() < n + q {
-        let k: [u32; 4] = [
-            rng.random(),
-            rng.random(),
-            rng.random(),
-            rng.random_range(0..256),
-        ];
-        if seen.insert(k) {
-            all.push(k);
-        }
-    }
-    let q = all.split_off(n);
-    (all, q)
 }
 
 fn answers(b: &Bloom, keys: &[[u32; 4]]) -> Vec<bool> {

@@ -10,28 +10,9 @@ use kernels::bloom::dbf::{DbfFilter, DbfSet, Mapping};
 use kernels::bloom::{DecodeError, Layout, Params};
 use kernels::{HashPair, Hasher};
 use proptest::prelude::*;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
-/// `n` distinct random 5-tuples, then `q` more distinct from them.
-fn disjoint_keys(seed: u64, n: usize, q: usize) -> (Vec<[u32; 4]>, Vec<[u32; 4]>) {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut seen = HashSet::new();
-    let mut all = Vec::with_capacity(n + q);
-    while all.len() < n + q {
-        let k: [u32; 4] = [
-            rng.random(),
-            rng.random(),
-            rng.random(),
-            rng.random_range(0..256),
-        ];
-        if seen.insert(k) {
-            all.push(k);
-        }
-    }
-    let q = all.split_off(n);
-    (all, q)
-}
+mod common;
+use common::disjoint_keys;
 
 fn stored(hasher: &Hasher, keys: &[[u32; 4]]) -> Vec<HashPair> {
     let mut out = vec![HashPair::default(); keys.len()];

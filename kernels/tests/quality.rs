@@ -11,6 +11,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 
+mod common;
+use common::disjoint_keys;
+
 const SEEDS: [u64; 3] = [1, 0x5eed, 0xfeed_face_dead_beef];
 
 fn pairs_of<const W: usize>(h: &Hasher, keys: &[[u32; W]]) -> Vec<HashPair> {
@@ -201,26 +204,6 @@ fn avalanche_ipv4_width() {
 #[test]
 fn avalanche_ipv6_width() {
     check_avalanche::<10>();
-}
-
-/// Distinct random keys: `n` to insert, `q` others to query.
-fn disjoint_keys(seed: u64, n: usize, q: usize) -> (Vec<[u32; 4]>, Vec<[u32; 4]>) {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut seen = std::collections::HashSet::new();
-    let mut all = Vec::with_capacity(n + q);
-    while all.len() < n + q {
-        let k: [u32; 4] = [
-            rng.random(),
-            rng.random(),
-            rng.random(),
-            rng.random_range(0..256),
-        ];
-        if seen.insert(k) {
-            all.push(k);
-        }
-    }
-    let q = all.split_off(n);
-    (all, q)
 }
 
 fn assert_close(what: &str, measured: f64, formula: f64) {

@@ -22,7 +22,7 @@ use std::path::Path;
 use std::process::Command;
 
 use dataplane::config::ThresholdConfig;
-use dataplane::flow::{Flow4, Flow6, FlowKey};
+use dataplane::flow::FlowKey;
 use dataplane::wire::IpProtocol;
 use traffic_gen::replay::{Input, ReplayConfig, default_router, replay};
 
@@ -99,24 +99,7 @@ fn flow_of(f: &[&str]) -> Option<FlowKey> {
         58 => (0, (port(19) << 8) | port(20)),
         _ => (0, 0),
     };
-    let protocol = IpProtocol::from(proto as u8);
-    Some(match (src, dst) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => FlowKey::V4(Flow4 {
-            src,
-            dst,
-            src_port: sport,
-            dst_port: dport,
-            protocol,
-        }),
-        (IpAddr::V6(src), IpAddr::V6(dst)) => FlowKey::V6(Flow6 {
-            src,
-            dst,
-            src_port: sport,
-            dst_port: dport,
-            protocol,
-        }),
-        _ => return None,
-    })
+    FlowKey::new(src, dst, IpProtocol::from(proto as u8), sport, dport)
 }
 
 /// Bytes per flow and their total, by tshark; `None` when tshark calls a

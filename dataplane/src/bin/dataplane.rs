@@ -156,13 +156,17 @@ fn check(file: &std::path::Path) -> anyhow::Result<()> {
     warn(file, &cfg);
     let _ = writeln!(
         std::io::stdout().lock(),
-        "{}: ok ({} interfaces, {} routed, {} wires, {} routes, {} workers)",
+        "{}: ok ({} interfaces, {} routed, {} wires, {} routes, {} workers{})",
         file.display(),
         cfg.interfaces.len(),
         cfg.interfaces.iter().filter(|i| i.is_routed()).count(),
         cfg.wires.len(),
         cfg.routes.len(),
-        cfg.workers.resolved_count()
+        cfg.workers.resolved_count(),
+        match &cfg.peering {
+            Some(p) => format!(", router id {} with {} peers", p.router_id, cfg.peers.len()),
+            None => String::new(),
+        }
     );
     Ok(())
 }
@@ -255,7 +259,7 @@ fn run(
         if !interval.is_zero() && last.elapsed() >= interval {
             let secs = last.elapsed().as_secs_f64();
             last = Instant::now();
-            let now = Stats::merged(&router.snapshot());
+            let now = router.snapshots_handle().merged();
             let rates = IntervalRates::between(&prev, &now, secs);
             err_out(&rates.heading(SystemTime::now(), secs));
             err_out(&now.render());

@@ -801,8 +801,130 @@ impl Collector for StatsCollector {
             None,
             mc.iter().map(|i| (mif_label(i), i.stats.fpr)),
         )?;
+        if let Some(p) = &s.peering {
+            encode_peering(&mut f, p)?;
+        }
         Ok(())
     }
+}
+
+/// The protocol between routers: the router's figures, and per peer
+/// (labelled by the interface facing it and its address).
+fn encode_peering(f: &mut Families<'_>, p: &crate::peer::PeeringReport) -> std::fmt::Result {
+    f.gauge(
+        "peering_local_groups",
+        "Groups joined on this router's host ports, advertised to its peers.",
+        i64::try_from(p.local_groups).unwrap_or(i64::MAX),
+    )?;
+    if let Some(n) = p.flows {
+        f.gauge(
+            "peering_flows",
+            "Flows in the network-wide set held here.",
+            i64::try_from(n).unwrap_or(i64::MAX),
+        )?;
+        f.counter(
+            "peering_flows_learned",
+            "Flows learned from peers.",
+            None,
+            p.flows_learned,
+        )?;
+        f.counter(
+            "peering_flows_detected",
+            "Flows reported here (detected heavy, or listed).",
+            None,
+            p.flows_detected,
+        )?;
+    }
+    f.counter(
+        "peering_rejected_unknown",
+        "Messages to the peering port from senders that are not peers.",
+        None,
+        p.rejected_unknown,
+    )?;
+    let label = |q: &crate::peer::PeerReport| {
+        [
+            ("interface", q.interface.clone()),
+            ("peer", q.address.to_string()),
+        ]
+    };
+    let peers = &p.peers;
+    f.gauges(
+        "peering_peer_up",
+        "1 while the peer is heard from within the hold time.",
+        None,
+        peers.iter().map(|q| (label(q), u64::from(q.up))),
+    )?;
+    for (name, help, get) in [
+        (
+            "peering_rx_messages",
+            "Messages accepted from the peer.",
+            (|c: &crate::peer::PeerCounters| c.rx_messages)
+                as fn(&crate::peer::PeerCounters) -> u64,
+        ),
+        ("peering_rx_bytes", "Their bytes.", |c| c.rx_bytes),
+        ("peering_tx_messages", "Messages sent to the peer.", |c| {
+            c.tx_messages
+        }),
+        ("peering_tx_bytes", "Their bytes.", |c| c.tx_bytes),
+        (
+            "peering_filters_in",
+            "Whole membership filters received.",
+            |c| c.filters_in,
+        ),
+        (
+            "peering_filters_out",
+            "Whole membership filters sent.",
+            |c| c.filters_out,
+        ),
+        ("peering_deltas_in", "Membership deltas applied.", |c| {
+            c.deltas_in
+        }),
+        ("peering_deltas_out", "Membership deltas sent.", |c| {
+            c.deltas_out
+        }),
+        (
+            "peering_filter_bytes",
+            "Bytes of membership filters sent (compressed).",
+            |c| c.filter_bytes,
+        ),
+        ("peering_summaries_out", "Flow summaries sent.", |c| {
+            c.summaries_out
+        }),
+        (
+            "peering_flows_in",
+            "Flows learned from the peer's answers.",
+            |c| c.flows_in,
+        ),
+        (
+            "peering_flows_out",
+            "Flows sent in answers to the peer.",
+            |c| c.flows_out,
+        ),
+        (
+            "peering_expired",
+            "Times the peer went down (silent for the hold time).",
+            |c| c.expired,
+        ),
+    ] {
+        f.counters(
+            name,
+            help,
+            None,
+            peers.iter().map(|q| (label(q), get(&q.counters))),
+        )?;
+    }
+    f.counters(
+        "peering_rejected",
+        "Messages from the peer refused, by reason.",
+        None,
+        peers.iter().flat_map(|q| {
+            crate::peer::Reject::ALL.iter().map(move |&r| {
+                let mut l = label(q).to_vec();
+                l.push(("reason", r.name().to_string()));
+                (l, q.counters.rejected.get(r))
+            })
+        }),
+    )
 }
 
 /// The `interface` label of a multicast interface.

@@ -82,6 +82,7 @@ pub mod digest;
 pub mod http;
 pub mod lock;
 pub mod metrics;
+pub mod peering;
 pub mod privileges;
 pub mod share;
 pub mod stats;
@@ -203,6 +204,8 @@ pub struct Router {
     clock: MonotonicClock,
     /// The workers' digest rings, when the digest stage is on.
     digests: Option<Digests>,
+    /// The peering control thread, when `[peering]` is on.
+    peering: Option<peering::Peering>,
 }
 
 impl Router {
@@ -280,7 +283,7 @@ impl Router {
                 Opened::Ring(all)
             }
         };
-        let reporter = match cfg.heavy.as_ref() {
+        let mut reporter = match cfg.heavy.as_ref() {
             Some(h) => Some(HeavyReporter::new(
                 opts.heavy_report
                     .clone()
@@ -303,7 +306,7 @@ impl Router {
         }
         let (etx, erx) = crossbeam_channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
-        let chains = build_workers(cfg, n)?;
+        let mut chains = build_workers(cfg, n)?;
         let queues = chains.first().map(|(c, _)| c.egress().queue_view());
         let rings: Vec<_> = chains
             .iter()
@@ -316,12 +319,30 @@ impl Router {
                 TimeBase::Monotonic(clock),
             )
         });
+        // The peering control thread and every worker's ends of it.
+        let mut peering = None;
+        if let Some(pc) = cfg.peering_config() {
+            let peers = pc.peers.len();
+            let (p, ends) = peering::Peering::start(pc, cfg.interfaces.len(), n)?;
+            for ((chain, _), (tap, remote)) in chains.iter_mut().zip(ends) {
+                chain.attach_peering(tap, remote);
+            }
+            if let Some(r) = &mut reporter {
+                r.peer_flows = Some(p.flows.clone());
+            }
+            say!(
+                "dataplane: peering: router id {}, {peers} peers",
+                cfg.peering.as_ref().map_or(0, |s| s.router_id)
+            );
+            peering = Some(p);
+        }
         let spawn = Spawn {
             cores,
             chains,
             stop: &stop,
             epochs: &etx,
             epoch_ns: cfg.heavy_config().and_then(|h| h.epoch_ns),
+            groups: peering.as_ref().map(|p| (p.groups.clone(), p.peer_ports)),
         };
         let (workers, snapshots) = match opened {
             Opened::Pnet(io) => spawn.run(io)?,
@@ -331,12 +352,16 @@ impl Router {
             _locks: locks,
             stop,
             workers,
-            snapshots: Snapshots(snapshots.into()),
+            snapshots: Snapshots {
+                workers: snapshots.into(),
+                peering: peering.as_ref().map(peering::Peering::report_slot),
+            },
             reporter,
             epochs: erx,
             queues,
             clock,
             digests,
+            peering,
         })
     }
 
@@ -414,6 +439,9 @@ impl Router {
         if let Some(q) = &self.queues {
             merged.set_queues(q.summaries(self.clock.now()));
         }
+        if let Some(p) = self.peering.take() {
+            merged.peering = p.stop();
+        }
         Ok(Shutdown {
             workers: out,
             total: merged,
@@ -436,24 +464,33 @@ impl Router {
     }
 }
 
-/// The snapshots the workers publish at every tick, one per worker; cheap
-/// to clone. Reading one takes its mutex for a clone of the stats (the
-/// worker takes it once per tick).
+/// The snapshots the workers publish at every tick, one per worker, and
+/// the peering control thread's latest figures; cheap to clone. Reading
+/// one takes its mutex for a clone of the stats (the worker takes it once
+/// per tick).
 #[derive(Debug, Clone, Default)]
-pub struct Snapshots(Arc<[Arc<Mutex<Stats>>]>);
+pub struct Snapshots {
+    workers: Arc<[Arc<Mutex<Stats>>]>,
+    peering: Option<peering::ReportSlot>,
+}
 
 impl Snapshots {
     /// The latest snapshot of each worker.
     pub fn each(&self) -> Vec<Stats> {
-        self.0
+        self.workers
             .iter()
             .map(|s| s.lock().map(|g| g.clone()).unwrap_or_default())
             .collect()
     }
 
-    /// Their sum ([`Stats::merged`]).
+    /// Their sum ([`Stats::merged`]), with the peering figures.
     pub fn merged(&self) -> Stats {
-        Stats::merged(&self.each())
+        let mut m = Stats::merged(&self.each());
+        m.peering = self
+            .peering
+            .as_ref()
+            .and_then(|p| p.lock().ok().and_then(|r| r.clone()));
+        m
     }
 }
 
@@ -470,6 +507,12 @@ struct Spawn<'a> {
     stop: &'a Arc<AtomicBool>,
     epochs: &'a crossbeam_channel::Sender<EpochMsg>,
     epoch_ns: Option<u64>,
+    /// Peering: where worker 0 publishes the host ports' groups, and which
+    /// ports face peers.
+    groups: Option<(
+        crossbeam_channel::Sender<Vec<crate::stage::multicast::GroupKey>>,
+        u64,
+    )>,
 }
 
 type Spawned = (Vec<JoinHandle<WorkerOutput>>, Vec<Arc<Mutex<Stats>>>);
@@ -487,11 +530,14 @@ impl Spawn<'_> {
             let stop = self.stop.clone();
             let epochs = self.epochs.clone();
             let epoch_ns = self.epoch_ns;
+            let groups = if id == 0 { self.groups.clone() } else { None };
             let worker = Worker::new(id, chain, io, link);
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("bp-worker-{id}"))
-                    .spawn(move || run_worker(worker, core, &stop, &snapshot, &epochs, epoch_ns))?,
+                    .spawn(move || {
+                        run_worker(worker, core, &stop, &snapshot, &epochs, epoch_ns, groups)
+                    })?,
             );
         }
         Ok((workers, snapshots))
@@ -508,6 +554,10 @@ fn run_worker<P: Ports>(
     snapshot: &Mutex<Stats>,
     epochs: &crossbeam_channel::Sender<EpochMsg>,
     epoch_ns: Option<u64>,
+    groups: Option<(
+        crossbeam_channel::Sender<Vec<crate::stage::multicast::GroupKey>>,
+        u64,
+    )>,
 ) -> WorkerOutput {
     let id = worker.id();
     let pinned = core.filter(|c| core_affinity::set_for_current(*c));
@@ -516,7 +566,17 @@ fn run_worker<P: Ports>(
     }
     let core = pinned.map(|c| c.id);
     let mut cap_warned = 0u64;
+    let mut published: Option<Vec<crate::stage::multicast::GroupKey>> = None;
     let mut hook = |w: &mut Worker<P>, now: crate::clock::Timestamp, last: bool| {
+        // The host ports' groups, for the peering control path, when they
+        // changed.
+        if let (Some((tx, peer_ports)), Some(m)) = (&groups, w.chain().multicast()) {
+            let g = peering::host_groups(m, *peer_ports);
+            if published.as_ref() != Some(&g) {
+                let _ = tx.send(g.clone());
+                published = Some(g);
+            }
+        }
         let stats = Stats::of(w, core);
         for i in &stats.multicast_interfaces {
             let bit = 1u64 << (i.stats.port & 63);
@@ -566,6 +626,8 @@ struct HeavyReporter {
     /// Merged epochs written, and the heavy flows in them.
     epochs: u64,
     flows: u64,
+    /// The peering control path, which shares the heavy flows network-wide.
+    peer_flows: Option<crossbeam_channel::Sender<Vec<crate::flow::FlowKey>>>,
 }
 
 impl std::fmt::Debug for HeavyReporter {
@@ -608,6 +670,7 @@ impl HeavyReporter {
             clock,
             epochs: 0,
             flows: 0,
+            peer_flows: None,
         })
     }
 
@@ -643,6 +706,11 @@ impl HeavyReporter {
             e.write_json_lines(&mut self.out)?;
             self.epochs += 1;
             self.flows += e.flows.len() as u64;
+            if let Some(tx) = &self.peer_flows
+                && !e.flows.is_empty()
+            {
+                let _ = tx.send(e.flows.iter().map(|f| f.key).collect());
+            }
             if let Some(x) = &mut self.ipfix {
                 x.export(&e, |ns| ns / 1_000_000);
             }

@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::digest::QueryCounts;
 use super::worker::{Latencies, Worker};
 use crate::io::port::{Ports, RxCounters};
+use crate::peer::PeeringReport;
 use crate::pipeline::{DropReason, PipelineCounters};
 use crate::stage::digest::DigestCounters;
 use crate::stage::egress::{PortSummary, QueueSummary, fmt_rate};
@@ -443,6 +444,10 @@ pub struct Stats {
     /// telemetry listener's, not a worker's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub digest_queries: Option<QueryCounts>,
+    /// The protocol between routers, when on (the control thread's
+    /// figures, in merged stats).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peering: Option<PeeringReport>,
     /// Latency percentiles (merged: exact when the owner merged the
     /// histograms, [`Stats::set_latency`]; otherwise each percentile is the
     /// largest worker's, an upper bound).
@@ -499,6 +504,7 @@ impl Stats {
             heavy: chain.heavy().map(|h| *h.counters()),
             digest: chain.digest().map(|d| *d.counters()),
             digest_queries: None,
+            peering: None,
             latency: LatencyReport::of(w.latency()),
             latency_buckets: LatencyHistograms::of(w.latency()),
         }
@@ -670,7 +676,7 @@ impl Stats {
         if let Some(f) = &self.forward {
             let _ = writeln!(
                 s,
-                "  stage forward forwarded {} local {} multicast {} no_route {} ttl_expired {} too_big {} no_neighbour {} other_host {} not_routable {} icmp_errors {} icmp_rate_limited {} echo_replies {} originated_full {} arp_replies {} arp_requests {} nd_adverts {} nd_solicits {} learned {} held {} released {} resolve_failed {}",
+                "  stage forward forwarded {} local {} multicast {} no_route {} ttl_expired {} too_big {} no_neighbour {} other_host {} not_routable {} icmp_errors {} icmp_rate_limited {} echo_replies {} originated_full {} arp_replies {} arp_requests {} nd_adverts {} nd_solicits {} learned {} held {} released {} resolve_failed {} rpf_failed {} peer_in {} peer_dropped {} peer_sent {} peer_unresolved {}",
                 f.forwarded,
                 f.local,
                 f.multicast,
@@ -691,7 +697,12 @@ impl Stats {
                 f.learned,
                 f.held,
                 f.released,
-                f.resolve_failed
+                f.resolve_failed,
+                f.rpf_failed,
+                f.peer_messages,
+                f.peer_dropped,
+                f.peer_sent,
+                f.peer_unresolved
             );
         }
         let _ = writeln!(
@@ -768,6 +779,9 @@ impl Stats {
                 q.answered, q.refused, q.rate_limited, q.malformed
             );
         }
+        if let Some(p) = &self.peering {
+            render_peering(&mut s, p);
+        }
         for (what, l) in [
             ("processing", &self.latency.processing),
             ("sojourn", &self.latency.sojourn),
@@ -787,6 +801,76 @@ impl Stats {
             }
         }
         s
+    }
+}
+
+/// The protocol's lines: the router's, then one per peer.
+fn render_peering(s: &mut String, p: &PeeringReport) {
+    let flows = match p.flows {
+        Some(n) => format!(
+            "flows {n} (learned {} detected {} expired {} refused {})",
+            p.flows_learned, p.flows_detected, p.flows_expired, p.flows_refused
+        ),
+        None => "flows off".into(),
+    };
+    let _ = writeln!(
+        s,
+        "  peering router {} groups {} {flows} unknown {} filter {} bits k {}",
+        p.router_id, p.local_groups, p.rejected_unknown, p.filter_bits, p.filter_k
+    );
+    if !p.flows_held.is_empty() {
+        let _ = writeln!(s, "    flows held: {}", p.flows_held.join(", "));
+    }
+    for q in &p.peers {
+        let c = &q.counters;
+        let heard = q
+            .last_heard_ms
+            .map_or_else(|| "never".to_string(), |ms| format!("{ms} ms ago"));
+        let filter = q.filter.map_or_else(
+            || "none".to_string(),
+            |f| {
+                format!(
+                    "v{} {}/{} bits ~{:.0} groups fpr {:.6}",
+                    f.version, f.ones, f.bits, f.groups, f.fpr
+                )
+            },
+        );
+        let rejected: Vec<String> = crate::peer::Reject::ALL
+            .iter()
+            .filter(|&&r| c.rejected.get(r) > 0)
+            .map(|&r| format!("{} {}", r.name(), c.rejected.get(r)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "    peer {} {} {} heard {heard} rx {} msgs {} B tx {} msgs {} B ({} lost) rejected {}{} filter {filter} filters in {} out {} deltas in {} out {} stale {} sent {} B (raw {} B, list {} B) summaries in {} out {} flows in {} out {} expired {}",
+            q.interface,
+            q.address,
+            if q.up { "up" } else { "down" },
+            c.rx_messages,
+            c.rx_bytes,
+            c.tx_messages,
+            c.tx_bytes,
+            c.tx_lost,
+            c.rejected.total(),
+            if rejected.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", rejected.join(" "))
+            },
+            c.filters_in,
+            c.filters_out,
+            c.deltas_in,
+            c.deltas_out,
+            c.deltas_stale,
+            c.filter_bytes,
+            c.filter_bytes_raw,
+            c.filter_bytes_list,
+            c.summaries_in,
+            c.summaries_out,
+            c.flows_in,
+            c.flows_out,
+            c.expired
+        );
     }
 }
 

@@ -213,7 +213,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use kernels::Hasher;
-use kernels::bloom::{CountingBloom, ParamError, Params, PortError, PortFilter};
+use kernels::bloom::{Bloom, CountingBloom, ParamError, Params, PortError, PortFilter};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
@@ -1306,6 +1306,14 @@ pub struct MulticastStage {
     epoch_candidates: Vec<u64>,
     epoch_copies: Vec<u64>,
     false_forward: Vec<f64>,
+    /// The filters neighbouring routers advertise, by the port facing
+    /// them ([`crate::peer`]): ORed into the answer for that port.
+    remote: Vec<Option<Bloom>>,
+    /// Ports with a remote filter.
+    remote_mask: u64,
+    /// Where new remote filters come from (the peering control path).
+    remote_rx: Option<crossbeam_channel::Receiver<Vec<Option<Bloom>>>>,
+    remote_hits: Vec<bool>,
 }
 
 impl MulticastStage {
@@ -1373,7 +1381,41 @@ impl MulticastStage {
             epoch_candidates: vec![0; ports],
             epoch_copies: vec![0; ports],
             false_forward: vec![0.0; ports],
+            remote: Vec::new(),
+            remote_mask: 0,
+            remote_rx: None,
+            remote_hits: vec![false; QUERY_CHUNK],
         })
+    }
+
+    /// Takes the filters neighbouring routers advertise from `rx` (the
+    /// peering control path sends a port's filter, or `None`, whenever
+    /// one changes): the stage answers a group with the ports whose
+    /// learned or static memberships hold it, or whose remote filter does.
+    /// A remote filter holds no addresses, only the sender's bits.
+    pub fn set_remote_filters(&mut self, rx: crossbeam_channel::Receiver<Vec<Option<Bloom>>>) {
+        self.remote_rx = Some(rx);
+    }
+
+    /// The newest remote filters, if any came.
+    fn poll_remote(&mut self) {
+        let Some(rx) = &self.remote_rx else { return };
+        if rx.is_empty() {
+            return;
+        }
+        let mut latest = None;
+        while let Ok(v) = rx.try_recv() {
+            latest = Some(v);
+        }
+        if let Some(v) = latest {
+            self.remote_mask = v
+                .iter()
+                .enumerate()
+                .take(64)
+                .filter(|(_, f)| f.is_some())
+                .fold(0, |m, (i, _)| m | 1 << i);
+            self.remote = v;
+        }
     }
 
     /// The control path (membership tables).
@@ -1518,6 +1560,18 @@ impl MulticastStage {
         let ans = &mut self.answers[..n];
         self.filter
             .query_batch_low(&self.keys, |i, ports| ans[i] = ports);
+        let mut remote = self.remote_mask;
+        while remote != 0 {
+            let j = remote.trailing_zeros() as usize;
+            remote &= remote - 1;
+            if let Some(Some(f)) = self.remote.get(j) {
+                let hits = &mut self.remote_hits[..n];
+                f.contains_batch(&self.keys, hits);
+                for (a, &h) in ans.iter_mut().zip(hits.iter()) {
+                    *a |= u64::from(h) << j;
+                }
+            }
+        }
         let packets = batch.packets_mut();
         for (&slot, &a) in self.slots.iter().zip(ans.iter()) {
             let p = &mut packets[slot];
@@ -1570,6 +1624,7 @@ impl Stage for MulticastStage {
         // Expire at the batch's earliest packet time: a membership that ends
         // inside the batch still serves the packets before its end (and a
         // few after: extra copies, never a false negative).
+        self.poll_remote();
         let first = batch.packets().iter().map(|p| p.ts).min().unwrap_or(now);
         self.control.expire(first.min(now));
         self.control.set_budget(self.records_per_batch);

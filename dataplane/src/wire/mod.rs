@@ -46,6 +46,7 @@ pub mod ipv4;
 pub mod ipv6;
 pub mod mld;
 mod parse;
+pub mod peer;
 pub mod sll;
 pub mod tcp;
 pub mod udp;

@@ -16,6 +16,7 @@
 //! | `multicast` | a settings byte, then [framed](frames) frames | [`multicast::check`] |
 //! | `chain`     | a settings byte, then [framed](frames) frames | [`chain::check`] |
 //! | `digest`    | a form byte, then a query string or an IP datagram | [`digest::check`] |
+//! | `peer`      | a settings byte, then [framed](frames) datagrams | [`peer::check`] |
 //!
 //! [`seeds`] builds each target's starting inputs from the public captures
 //! and the example configs (`cargo run -p dataplane --example fuzz_seeds`).
@@ -28,6 +29,7 @@ pub mod digest;
 pub mod icarus;
 pub mod multicast;
 pub mod parse;
+pub mod peer;
 pub mod seeds;
 
 use dataplane::clock::Timestamp;

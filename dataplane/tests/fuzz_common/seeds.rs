@@ -22,7 +22,7 @@ use dataplane::wire::{IpProtocol, parse};
 use super::{ctrl, encode, link_bits, step_for};
 
 /// The targets, in the order the README lists them.
-pub const TARGETS: [&str; 7] = [
+pub const TARGETS: [&str; 8] = [
     "parse",
     "capture",
     "config",
@@ -30,6 +30,7 @@ pub const TARGETS: [&str; 7] = [
     "multicast",
     "chain",
     "digest",
+    "peer",
 ];
 
 /// Capture seeds are cut to this many bytes (a few captures are megabytes;
@@ -138,6 +139,12 @@ pub fn for_target(target: &str, pcaps: Option<&Path>, examples: &Path) -> Vec<Se
             bytes: super::chain::ROUTED.as_bytes().to_vec(),
         });
         return out;
+    }
+    if target == "peer" {
+        return super::peer::seeds()
+            .into_iter()
+            .map(|(name, bytes)| Seed { name, bytes })
+            .collect();
     }
     let Some(dir) = pcaps else {
         return out;

@@ -7,6 +7,8 @@
 //! namespace, and numbered UDP datagrams sent and collected.
 #![allow(dead_code)]
 
+pub mod l3;
+
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::ErrorKind;

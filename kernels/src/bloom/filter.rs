@@ -576,10 +576,25 @@ impl Bloom {
         Ok(out)
     }
 
-    /// The bit vector as little-endian words (`m / 64` of them).
-    pub(crate) fn words(&self) -> impl Iterator<Item = u64> + '_ {
+    /// The bit vector as words (`m / 64` of them; bit `p` of the filter is
+    /// bit `p % 64` of word `p / 64`): two filters of one geometry compare
+    /// word by word (a sender diffing what it advertised before against
+    /// what it advertises now).
+    pub fn words(&self) -> impl Iterator<Item = u64> + '_ {
         let n = (self.params.bits() / 64) as usize;
         self.lines.iter().flat_map(|l| l.0).take(n)
+    }
+
+    /// Flips bit `position` (applying a delta that lists the bits that
+    /// changed); `false`, and nothing done, when `position` is not below
+    /// `m`.
+    pub fn flip(&mut self, position: u64) -> bool {
+        if position >= self.params.bits() {
+            return false;
+        }
+        let p = position as usize;
+        self.lines[p >> 9].0[(p >> 6) & 7] ^= 1 << (p & 63);
+        true
     }
 
     /// Builds a filter from `m / 64` words (caller checked the count).

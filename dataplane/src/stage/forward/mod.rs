@@ -232,6 +232,17 @@ pub struct ForwardCounters {
     pub released: u64,
     /// Held packets dropped: it never answered (also in `no_neighbour`).
     pub resolve_failed: u64,
+    /// Multicast dropped: it did not come in by the port of the route back
+    /// to its source.
+    pub rpf_failed: u64,
+    /// Datagrams to the peering port handed to the control path.
+    pub peer_messages: u64,
+    /// ... not handed over: its queue was full.
+    pub peer_dropped: u64,
+    /// The control path's datagrams sent.
+    pub peer_sent: u64,
+    /// ... not sent: no route or next hop yet.
+    pub peer_unresolved: u64,
 }
 
 impl ForwardCounters {
@@ -258,6 +269,11 @@ impl ForwardCounters {
         self.held += o.held;
         self.released += o.released;
         self.resolve_failed += o.resolve_failed;
+        self.rpf_failed += o.rpf_failed;
+        self.peer_messages += o.peer_messages;
+        self.peer_dropped += o.peer_dropped;
+        self.peer_sent += o.peer_sent;
+        self.peer_unresolved += o.peer_unresolved;
     }
 }
 
@@ -286,6 +302,8 @@ pub struct Forward {
     /// A copy of a frame too big as it is, to see whether it fits once the
     /// egress strips its Icarus option.
     scratch: Vec<u8>,
+    /// The peering control path's end, when peering is on.
+    peer: Option<crate::peer::PeerTap>,
 }
 
 impl Forward {
@@ -333,6 +351,7 @@ impl Forward {
             dst6: [0; BATCH_SIZE],
             out6: [None; BATCH_SIZE],
             scratch: Vec::new(),
+            peer: None,
         }
     }
 
@@ -421,6 +440,14 @@ impl Forward {
             }
         }
         self.resolve(now, out);
+        self.send_peer_datagrams(now, out);
+    }
+
+    /// Joins the stage to the peering control path ([`crate::peer`]):
+    /// datagrams to the router's peering port go to it, and its datagrams
+    /// leave as frames of the router's own.
+    pub fn set_peer_tap(&mut self, tap: crate::peer::PeerTap) {
+        self.peer = Some(tap);
     }
 
     /// The neighbour table's time-driven work (see the module docs).
@@ -532,6 +559,7 @@ impl Forward {
         if x.dst_multicast || dst == IpAddr::V4(Ipv4Addr::BROADCAST) {
             if self.multicast && x.dst_multicast {
                 c.multicast += 1;
+                self.multicast_data(p, &x, dst);
             } else {
                 c.local += 1;
                 p.verdict = Verdict::Consumed;
@@ -539,6 +567,113 @@ impl Forward {
             return None;
         }
         Some(dst)
+    }
+
+    /// Multicast data that arrived on a routed port, before the multicast
+    /// stage gives it its ports: forwarded only if it came in by the port
+    /// of the route back to its source (the reverse-path check of
+    /// multicast routers: a packet that came round a cycle of routers, or
+    /// the second copy of one, is dropped, `rpf_failed`), and with its TTL
+    /// or hop limit decremented (1 or 0: `ttl_expired`, without an ICMP
+    /// error, as for any packet to a group). IGMP, MLD and link-local
+    /// groups are the multicast stage's own (they never leave the link).
+    fn multicast_data(&mut self, p: &mut Packet, x: &Parsed, dst: IpAddr) {
+        use crate::wire::IpProtocol;
+        if matches!(x.protocol, IpProtocol::Igmp | IpProtocol::Icmpv6)
+            || crate::stage::multicast::is_link_local(dst)
+        {
+            return;
+        }
+        let src = x
+            .ip_version
+            .and_then(|v| ip_addr(p.data(), x.l3_offset, v, Field::Src));
+        let back = src
+            .and_then(|s| self.fib.lookup(s)?.resolve(s))
+            .map(|(port, _)| port);
+        if back != Some(p.ingress) {
+            self.counters.rpf_failed += 1;
+            p.drop_for(DropReason::RpfFailed);
+            return;
+        }
+        if x.ttl <= 1 {
+            self.counters.ttl_expired += 1;
+            p.drop_for(DropReason::TtlExpired);
+            return;
+        }
+        decrement_ttl(p, x);
+    }
+
+    /// Turns the control path's datagrams into frames (at most a batch's
+    /// worth a call): routed to the peer like any packet, from this
+    /// router's address on the way out, to its next hop's MAC. A next hop
+    /// not known yet is asked for (ARP / NS) and the datagram dropped
+    /// (`peer_unresolved`): the protocol repeats what matters.
+    fn send_peer_datagrams(&mut self, now: Timestamp, out: &mut Originated) {
+        let Some(tap) = &self.peer else { return };
+        if tap.outbound.is_empty() {
+            return;
+        }
+        let udp_port = tap.udp_port;
+        for _ in 0..BATCH_SIZE / 2 {
+            if out.batch.is_full() {
+                self.counters.originated_full += 1;
+                break;
+            }
+            let Some(d) = self.peer.as_ref().and_then(|t| t.outbound.try_recv().ok()) else {
+                break;
+            };
+            let Some((port, via)) = self.fib.lookup(d.to).and_then(|h| h.resolve(d.to)) else {
+                self.counters.peer_unresolved += 1;
+                continue;
+            };
+            let Some(info) = self.fib.ports.get(usize::from(port)) else {
+                continue;
+            };
+            let src = match d.to {
+                IpAddr::V4(a) => info.v4_for(Some(a)).map(IpAddr::V4),
+                IpAddr::V6(a) => info.v6_for(Some(a)).map(IpAddr::V6),
+            };
+            let (Some(src), Some(mac)) = (src, self.neighbours.get(via, now)) else {
+                self.neighbours.want(via, port, now);
+                self.counters.peer_unresolved += 1;
+                continue;
+            };
+            let from = info.mac;
+            if out.push(now, port, |b| {
+                crate::peer::udp_frame(b, from, mac, src, d.to, udp_port, d.udp_port, &d.payload)
+            }) {
+                self.counters.peer_sent += 1;
+            }
+        }
+    }
+
+    /// A datagram to the router's peering port: handed to the control path
+    /// (`peer_messages`), or counted `peer_dropped` when its queue is full.
+    /// `true` when the datagram was one.
+    fn take_peer_datagram(&mut self, p: &Packet, x: &Parsed) -> bool {
+        let Some(tap) = &self.peer else { return false };
+        if x.protocol != crate::wire::IpProtocol::Udp || x.dst_port != tap.udp_port {
+            return false;
+        }
+        let Some(l4) = x.l4_offset else { return false };
+        let frame = p.data();
+        let end = (x.l3_offset + x.ip_total_len).min(frame.len());
+        let payload = frame.get(l4 + 8..end).unwrap_or(&[]);
+        let from = x
+            .ip_version
+            .and_then(|v| ip_addr(frame, x.l3_offset, v, Field::Src));
+        let Some(from) = from else { return false };
+        let msg = crate::peer::Inbound {
+            from,
+            ingress: p.ingress,
+            payload: payload.to_vec(),
+        };
+        if tap.inbound.try_send(msg).is_ok() {
+            self.counters.peer_messages += 1;
+        } else {
+            self.counters.peer_dropped += 1;
+        }
+        true
     }
 
     /// Steps 2 to 4 of the module docs for one looked-up packet.
@@ -577,6 +712,7 @@ impl Forward {
                 }
             } else if x.protocol == crate::wire::IpProtocol::Udp
                 && self.fib.ports.iter().any(|q| q.owns(dst))
+                && !self.take_peer_datagram(p, &x)
             {
                 // No UDP service here (the end of a traceroute).
                 self.error(p, &x, IcmpError::PortUnreachable(dst), now, out);
@@ -911,15 +1047,11 @@ fn icarus_overhead(x: &Parsed, frame: &[u8], scratch: &mut Vec<u8>) -> u32 {
     }
 }
 
-/// Decrements the TTL / hop limit (IPv4: checksum updated, RFC 1624) and
-/// writes the Ethernet addresses; `false` when the frame is too short for
-/// them (it is then left as it was).
-fn rewrite(p: &mut Packet, x: &Parsed, src: MacAddr, dst: MacAddr) -> bool {
+/// Decrements the TTL / hop limit of the IP header (IPv4: checksum
+/// updated, RFC 1624); `false` when the frame is too short for it.
+fn decrement_ttl(p: &mut Packet, x: &Parsed) -> bool {
     let l3 = x.l3_offset;
     let f = p.data_mut();
-    if f.len() < 12 || l3 < 14 {
-        return false;
-    }
     match x.ip_version {
         Some(IpVersion::V4) => {
             let Some(h) = f.get_mut(l3..l3 + 20) else {
@@ -939,11 +1071,22 @@ fn rewrite(p: &mut Packet, x: &Parsed, src: MacAddr, dst: MacAddr) -> bool {
         }
         None => return false,
     }
-    f[0..6].copy_from_slice(&dst.0);
-    f[6..12].copy_from_slice(&src.0);
     if let Some(q) = &mut p.parsed {
         q.ttl = q.ttl.saturating_sub(1);
     }
+    true
+}
+
+/// Decrements the TTL / hop limit (IPv4: checksum updated, RFC 1624) and
+/// writes the Ethernet addresses; `false` when the frame is too short for
+/// them (it is then left as it was).
+fn rewrite(p: &mut Packet, x: &Parsed, src: MacAddr, dst: MacAddr) -> bool {
+    if p.data().len() < 12 || x.l3_offset < 14 || !decrement_ttl(p, x) {
+        return false;
+    }
+    let f = p.data_mut();
+    f[0..6].copy_from_slice(&dst.0);
+    f[6..12].copy_from_slice(&src.0);
     true
 }
 

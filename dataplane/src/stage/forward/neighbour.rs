@@ -229,6 +229,25 @@ impl Neighbours {
         Hold::Held
     }
 
+    /// Asks for `addr` (out of `port`) with no frame held: a frame of the
+    /// router's own that can wait for a later attempt (the peering
+    /// protocol's) starts its resolution. Nothing when it is already being
+    /// resolved or the table of pending next hops is full.
+    pub fn want(&mut self, addr: IpAddr, port: u8, now: Timestamp) {
+        if self.pending.len() >= MAX_PENDING || self.pending.contains_key(&addr) {
+            return;
+        }
+        self.pending.insert(
+            addr,
+            Pending {
+                port,
+                tries: 0,
+                next: now,
+                frames: Vec::new(),
+            },
+        );
+    }
+
     /// The time-driven work at `now` (see the module docs): `f` is asked
     /// to release the frames of every resolved next hop, to solicit the
     /// unresolved ones that are due, and told of the frames dropped.
