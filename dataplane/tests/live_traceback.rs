@@ -184,11 +184,12 @@ fn capture_at_b(
 ) -> std::thread::JoinHandle<Vec<(String, Vec<u8>, u64)>> {
     spawn_in_netns(&lab.ns("hb"), move || {
         let fd = packet_socket("eth0");
-        // SAFETY: `fd` is an open socket; the timeval is live.
         let tv = libc::timeval {
             tv_sec: 0,
             tv_usec: 100_000,
         };
+        // SAFETY: `fd` is an open socket; the timeval is live and its size
+        // is passed.
         unsafe {
             libc::setsockopt(
                 fd.as_raw_fd(),
