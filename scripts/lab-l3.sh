@@ -4,7 +4,7 @@
 # config.
 #
 #   scripts/lab-l3.sh up                       # (re)create namespaces and links
-#   scripts/lab-l3.sh configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [digest]
+#   scripts/lab-l3.sh configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [ring|xdp] [digest]
 #                                              # write DIR/r1.toml r2.toml r3.toml
 #   scripts/lab-l3.sh start DIR [BIN]          # start the three routers
 #   scripts/lab-l3.sh stop DIR                 # SIGTERM them, wait, final stats
@@ -40,11 +40,13 @@
 # the two others over the triangle's links, messages tagged with the key
 # "lab-l3"; `flows` adds the network-wide flow set (exchanges every 500 ms)
 # and heavy-flow detection on R1 alone (1% of 500 ms epochs); `loss` drops
-# 30% of the protocol's messages on purpose (`test_loss`). `digest` turns on
-# packet digests for traceback: each router serves /metrics and /digest on
-# 127.0.0.1:9464 of its own namespace, answering queries from 127.0.0.1, and
-# DIR/topology.toml describes the lab for `traffic-gen traceback` (run as
-# root: it connects from inside each router's namespace).
+# 30% of the protocol's messages on purpose (`test_loss`). `ring` or `xdp`
+# runs the routers on that port backend (`[io] backend`; pnet without).
+# `digest` turns on packet digests for traceback: each router serves
+# /metrics and /digest on 127.0.0.1:9464 of its own namespace, answering
+# queries from 127.0.0.1, and DIR/topology.toml describes the lab for
+# `traffic-gen traceback` (run as root: it connects from inside each
+# router's namespace).
 #
 # Environment: LAB_PREFIX (default "bl") names the namespaces <P>-ha, <P>-hb,
 # <P>-r1, <P>-r2, <P>-r3, so parallel labs do not collide. Needs root,
@@ -139,9 +141,10 @@ neighbours_of() {
   return 0
 }
 
-# Writes router $1's config to $2 (flags: loop, icarus, static, peers, flows, loss, digest).
+# Writes router $1's config to $2 (flags: loop, icarus, static, peers, flows,
+# loss; then the backend; then digest).
 config() {
-  local r=$1 out=$2 loop=$3 icarus=$4 static=$5 peers=$6 flows=$7 loss=$8 digest=$9 l
+  local r=$1 out=$2 loop=$3 icarus=$4 static=$5 peers=$6 flows=$7 loss=$8 backend=$9 digest=${10} l
   {
     echo "# Router $r of scripts/lab-l3.sh (written by \`lab-l3.sh configs\`)."
     echo "[workers]"
@@ -231,6 +234,11 @@ config() {
       echo "insert_on = [$edge]"
       echo "strip_on = [$edge]"
     fi
+    if [[ $backend != pnet ]]; then
+      echo
+      echo "[io]"
+      echo "backend = \"$backend\""
+    fi
     if [[ $digest == 1 ]]; then
       echo
       echo "[telemetry]"
@@ -278,20 +286,21 @@ topology() {
 }
 
 configs() {
-  local dir=${1:?usage: configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [digest]}
+  local dir=${1:?usage: configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [ring|xdp] [digest]}
   shift
-  local loop=0 icarus=0 static=0 peers=0 flows=0 loss=0 digest=0 f
+  local loop=0 icarus=0 static=0 peers=0 flows=0 loss=0 backend=pnet digest=0 f
   for f in "$@"; do
     case $f in
       loop) loop=1 ;; icarus) icarus=1 ;; static) static=1 ;;
-      peers) peers=1 ;; flows) peers=1 flows=1 ;; loss) loss=1 ;; digest) digest=1 ;;
-      *) die "configs: unknown flag \"$f\" (loop, icarus, static, peers, flows, loss, digest)" ;;
+      peers) peers=1 ;; flows) peers=1 flows=1 ;; loss) loss=1 ;;
+      ring | xdp) backend=$f ;; digest) digest=1 ;;
+      *) die "configs: unknown flag \"$f\" (loop, icarus, static, peers, flows, loss, ring, xdp, digest)" ;;
     esac
   done
   mkdir -p "$dir"
   local r
   for r in "${ROUTERS[@]}"; do
-    config "$r" "$dir/$r.toml" "$loop" "$icarus" "$static" "$peers" "$flows" "$loss" "$digest"
+    config "$r" "$dir/$r.toml" "$loop" "$icarus" "$static" "$peers" "$flows" "$loss" "$backend" "$digest"
   done
   if [[ $digest == 1 ]]; then topology "$dir/topology.toml"; fi
   if [[ $static == 1 ]] && exists "$P-ha"; then
@@ -357,5 +366,5 @@ case ${1:-} in
   start) shift; start "$@" ;;
   stop) shift; stop "$@" ;;
   status) status ;;
-  *) echo "usage: $0 up|configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [digest]|start DIR [BIN]|stop DIR|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [ring|xdp] [digest]|start DIR [BIN]|stop DIR|down|status" >&2; exit 2 ;;
 esac

@@ -48,6 +48,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::io::ring::RingConfig;
+use crate::io::xdp::XdpConfig;
 use crate::pipeline::PortSet;
 use crate::stage::egress::EgressConfig;
 use crate::stage::heavy::{HeavyConfig, Threshold};
@@ -606,6 +607,9 @@ pub enum IoBackend {
     /// `TPACKET_V3` receive rings and `sendmmsg` (Linux;
     /// [`crate::io::ring`]).
     Ring,
+    /// AF_XDP sockets behind an XDP program (Linux;
+    /// [`crate::io::xdp`]).
+    Xdp,
 }
 
 impl IoBackend {
@@ -614,6 +618,7 @@ impl IoBackend {
         match self {
             IoBackend::Pnet => "pnet",
             IoBackend::Ring => "ring",
+            IoBackend::Xdp => "xdp",
         }
     }
 }
@@ -624,7 +629,8 @@ impl std::str::FromStr for IoBackend {
         match s {
             "pnet" => Ok(IoBackend::Pnet),
             "ring" => Ok(IoBackend::Ring),
-            _ => Err(format!("unknown I/O backend \"{s}\" (pnet or ring)")),
+            "xdp" => Ok(IoBackend::Xdp),
+            _ => Err(format!("unknown I/O backend \"{s}\" (pnet, ring or xdp)")),
         }
     }
 }
@@ -633,10 +639,12 @@ impl std::str::FromStr for IoBackend {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct IoConfig {
-    /// `"pnet"` (default) or `"ring"`.
+    /// `"pnet"` (default), `"ring"` or `"xdp"`.
     pub backend: IoBackend,
     /// `[io.ring]`: each ring's size (one per worker and interface).
     pub ring: RingConfig,
+    /// `[io.xdp]`: the AF_XDP backend's modes, UMEM size and fallback.
+    pub xdp: XdpConfig,
 }
 
 /// Limits of `[io.ring]`.
@@ -652,6 +660,7 @@ pub const RING_TX_FRAMES_MAX: u32 = 1 << 16;
 
 impl IoConfig {
     fn validate(&self, errs: &mut Vec<(String, String)>) {
+        self.xdp.validate(errs);
         let r = &self.ring;
         let key = |k: &str| format!("io.ring.{k}");
         if !RING_BLOCK_BYTES_RANGE.contains(&r.block_bytes) || !r.block_bytes.is_power_of_two() {
@@ -1584,6 +1593,30 @@ bidirectional = true
             (
                 "[io.ring]\ntx_frames = 70000",
                 "io.ring.tx_frames: 70000 is above 65536",
+            ),
+            (
+                "[io.xdp]\nframes = 3000",
+                "io.xdp.frames: 3000 is not a power of two in 64..=65536",
+            ),
+            (
+                "[io.xdp]\ncoalesce_us = 20000",
+                "io.xdp.coalesce_us: 20000 is outside 0..=10000",
+            ),
+            (
+                "[io.xdp]\nframes = 32",
+                "io.xdp.frames: 32 is not a power of two in 64..=65536",
+            ),
+            (
+                "[io.xdp]\nattach = \"offload\"",
+                "io.xdp.attach: unknown variant `offload`",
+            ),
+            (
+                "[io.xdp]\nfallback = \"pnet\"",
+                "io.xdp.fallback: unknown variant `pnet`",
+            ),
+            (
+                "[io.xdp]\nqueues = 4",
+                "io.xdp.queues: unknown field `queues`, expected one of `attach`",
             ),
             (
                 "[telemetry]\nlisten = \"localhost:9464\"",

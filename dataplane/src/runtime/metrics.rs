@@ -325,6 +325,12 @@ impl Collector for StatsCollector {
             per_if(|i| i.rx.rx_outgoing_dropped),
         )?;
         f.counters(
+            "interface_rx_passed",
+            "Frames the port's XDP program left to the kernel's stack: not the router's, or on a queue without a socket (xdp backend).",
+            None,
+            per_if(|i| i.rx.rx_passed),
+        )?;
+        f.counters(
             "interface_tx_packets",
             "Copies sent.",
             None,
@@ -344,7 +350,7 @@ impl Collector for StatsCollector {
         )?;
         f.counters(
             "interface_tx_dropped",
-            "Copies the kernel refused after the router handed them over (ring backend).",
+            "Copies the kernel refused after the router handed them over (ring and xdp backends).",
             None,
             per_if(|i| i.rx.tx_dropped),
         )?;

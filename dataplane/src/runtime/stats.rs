@@ -883,6 +883,15 @@ fn render_port(s: &mut String, i: &InterfaceReport) {
     if i.rx.rx_frozen > 0 {
         let _ = write!(ring, ", {} ring blocks held", i.rx.rx_frozen);
     }
+    // An AF_XDP port says what its program left to the kernel, and how its
+    // frames arrive (at the end, after the figures).
+    let mode = match i.rx.mode {
+        Some(m) => {
+            let _ = write!(ring, ", {} left to the kernel", i.rx.rx_passed);
+            format!("  {m}")
+        }
+        None => String::new(),
+    };
     let tx_dropped = if i.rx.tx_dropped > 0 {
         format!(", {} refused by the kernel", i.rx.tx_dropped)
     } else {
@@ -890,7 +899,7 @@ fn render_port(s: &mut String, i: &InterfaceReport) {
     };
     let _ = writeln!(
         s,
-        "  port {} rx {} pkts {} B ({} err, {} kernel dropped{ring}, {} outgoing ignored)  sent {} pkts {} B ({} err{tx_dropped}) hairpin {}",
+        "  port {} rx {} pkts {} B ({} err, {} kernel dropped{ring}, {} outgoing ignored)  sent {} pkts {} B ({} err{tx_dropped}) hairpin {}{mode}",
         p.name,
         i.rx.rx_packets,
         i.rx.rx_bytes,
