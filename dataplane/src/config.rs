@@ -57,9 +57,11 @@ use crate::stage::multicast::{self, MulticastConfig, MulticastStage};
 use crate::stage::sfb::SfbConfig;
 use crate::wire::icarus::FilterWidth;
 
+mod digest;
 mod l3;
 mod peering;
 
+pub use digest::{DigestSection, parse_client};
 pub use l3::{
     DEFAULT_MTU, InterfaceAddr, IpNet, MAX_HOLD, MAX_MTU, MIN_MTU, MIN_MTU_V6, MacAddr,
     NeighbourConfig, RouteConfig, RouterSection,
@@ -651,6 +653,9 @@ pub struct RouterConfig {
     /// Prometheus metrics; absent: off.
     #[serde(default)]
     pub telemetry: Option<TelemetryConfig>,
+    /// Packet digests for traceback; absent: off.
+    #[serde(default)]
+    pub digest: Option<DigestSection>,
     /// The protocol between routers; absent: off.
     #[serde(default)]
     pub peering: Option<PeeringSection>,
@@ -1078,7 +1083,7 @@ impl RouterConfig {
     }
 
     /// Gives every hash key the file leaves to chance a seed derived from
-    /// `seed` (heavy flows, multicast, each port's SFB), so a replay of the
+    /// `seed` (heavy flows, multicast, each port's SFB, digests), so a replay of the
     /// same capture is the same run; seeds the file sets stay.
     pub fn fill_seeds(&mut self, seed: u64) {
         let mut k = 0u64;
@@ -1101,6 +1106,10 @@ impl RouterConfig {
             if let Some(s) = &mut i.sfb {
                 s.seed.get_or_insert_with(&mut next);
             }
+        }
+        // Last, so the other stages' seeds do not depend on it.
+        if let Some(d) = &mut self.digest {
+            d.seed.get_or_insert_with(&mut next);
         }
     }
 
@@ -1175,6 +1184,12 @@ impl RouterConfig {
         self.heavy.as_ref().map(HeavySection::stage_config)
     }
 
+    /// The digest stage's settings for one of `workers` workers, when
+    /// enabled.
+    pub fn digest_config(&self, workers: usize) -> Option<crate::stage::digest::DigestConfig> {
+        self.digest.as_ref().map(|d| d.stage_config(workers))
+    }
+
     /// The icarus stage's settings, when enabled.
     pub fn icarus_config(&self) -> Option<IcarusConfig> {
         let s = self.icarus.as_ref()?;
@@ -1242,6 +1257,13 @@ impl RouterConfig {
         self.io.validate(errs);
         if let Some(t) = &self.telemetry {
             t.validate(errs);
+        }
+        if let Some(d) = &self.digest {
+            d.validate(
+                self.workers.resolved_count().max(1),
+                self.telemetry.is_some(),
+                errs,
+            );
         }
         // Workers.
         let w = &self.workers;

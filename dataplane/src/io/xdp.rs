@@ -1018,7 +1018,7 @@ impl XdpPorts {
 impl Transmit for XdpPorts {
     /// Writes the copy into a free frame of the port's UMEM and gathers it
     /// for the TX ring (posted and sent at [`Ports::flush`], or at once
-    /// when [`TX_BATCH`] are waiting). A copy no frame can take (all are
+    /// when 64 are waiting). A copy no frame can take (all are
     /// in flight, or it is longer than a frame) is counted as refused by
     /// the kernel (`tx_dropped`).
     fn send(&mut self, f: &TxFrame<'_>) -> bool {

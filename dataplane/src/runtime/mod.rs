@@ -80,6 +80,8 @@ macro_rules! say {
     };
 }
 
+pub mod digest;
+pub mod http;
 pub mod lock;
 pub mod metrics;
 pub mod peering;
@@ -102,6 +104,7 @@ use crate::io::port::Ports;
 use crate::io::ring::RingPorts;
 use crate::io::socket::{self, SocketPorts};
 use crate::io::xdp::{Fallback, XdpPorts, XdpProgram, XdpSetup};
+use crate::stage::digest::{Digests, TimeBase};
 use crate::stage::egress::QueueView;
 use crate::stage::heavy::{EpochReport, Threshold, merge_epochs};
 use share::MembershipLink;
@@ -144,7 +147,7 @@ pub fn build_workers(
     let mut links = share.then(|| share::links(workers).into_iter());
     let mut out: Vec<(Chain, Option<MembershipLink>)> = Vec::with_capacity(workers);
     for _ in 0..workers {
-        let mut chain = Chain::build(cfg)?;
+        let mut chain = Chain::build_for(cfg, workers)?;
         let link = links.as_mut().and_then(Iterator::next);
         if let Some(l) = &link {
             l.attach(&mut chain);
@@ -202,6 +205,8 @@ pub struct Router {
     /// worker has stopped.
     queues: Option<QueueView>,
     clock: MonotonicClock,
+    /// The workers' digest rings, when the digest stage is on.
+    digests: Option<Digests>,
     /// The peering control thread, when `[peering]` is on.
     peering: Option<peering::Peering>,
     /// The XDP programs, one per interface (xdp backend): detached when
@@ -317,6 +322,17 @@ impl Router {
         let stop = Arc::new(AtomicBool::new(false));
         let mut chains = build_workers(cfg, n)?;
         let queues = chains.first().map(|(c, _)| c.egress().queue_view());
+        let rings: Vec<_> = chains
+            .iter()
+            .filter_map(|(c, _)| c.digest().map(|d| d.ring()))
+            .collect();
+        let digests = (!rings.is_empty()).then(|| {
+            Digests::new(
+                rings,
+                cfg.interfaces.iter().map(|i| i.name.clone()).collect(),
+                TimeBase::Monotonic(clock),
+            )
+        });
         // The peering control thread and every worker's ends of it.
         let mut peering = None;
         if let Some(pc) = cfg.peering_config() {
@@ -359,9 +375,16 @@ impl Router {
             epochs: erx,
             queues,
             clock,
+            digests,
             peering,
             _xdp: xdp_programs,
         })
+    }
+
+    /// The workers' digest rings, to answer queries (`None`: no digest
+    /// stage).
+    pub fn digests(&self) -> Option<Digests> {
+        self.digests.clone()
     }
 
     /// The stop flag (set it, from a signal handler say, to stop).
