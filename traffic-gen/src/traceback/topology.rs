@@ -321,7 +321,10 @@ at = "r1:r1-a"
                 "[[routers]]\nname = \"a\"\nquery = \"1.2.3.4:5\"\n[[links]]\nends = [\"a:p\", \"b:q\"]\n",
                 "links[0].ends: no router \"b\"",
             ),
-            ("[[routers]]\nnam = \"a\"\n", "routers[0]: unknown field"),
+            (
+                "[[routers]]\nnam = \"a\"\n",
+                "routers[0].nam: unknown field",
+            ),
             (
                 "[[routers]]\nname = \"a\"\nquery = \"1.2.3.4:5\"\n[[routers]]\nname = \"a\"\nquery = \"1.2.3.4:6\"\n",
                 "routers[1].name: \"a\" twice",
