@@ -128,7 +128,7 @@ impl BenchWorkload {
         let mut departed = 0u64;
         let batch = batch.max(1);
         for (keys, ecn) in self.keys.chunks(batch).zip(self.ecn.chunks(batch)) {
-            q.sfb_mut().tick(Timestamp::from_nanos(t));
+            q.tick(Timestamp::from_nanos(t));
             kb.hash(q.sfb(), keys);
             let mut feed = BatchFeed {
                 keys: kb.keys(),

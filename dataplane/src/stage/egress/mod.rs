@@ -343,7 +343,7 @@ impl QueueView {
 fn queue_summary(q: &SharedQueue, now: Timestamp) -> QueueSummary {
     let guard = lock(q);
     let q = &guard.queue;
-    let st = q.sfb().stats(now);
+    let st = q.stats(now);
     let eq = q.queue();
     QueueSummary {
         backlog_packets: eq.len() as u64,
@@ -875,7 +875,7 @@ impl Egress {
         lap.lap(Step::EgressGather);
         let mut guard = lock(q);
         let st = &mut *guard;
-        st.queue.sfb_mut().tick(now);
+        st.queue.tick(now);
         lap.lap(Step::EgressLock);
         if copies != 0 {
             self.keys.hash(st.queue.sfb());
