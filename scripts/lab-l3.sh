@@ -4,7 +4,7 @@
 # config.
 #
 #   scripts/lab-l3.sh up                       # (re)create namespaces and links
-#   scripts/lab-l3.sh configs DIR [loop] [icarus] [static] [peers] [flows] [loss]
+#   scripts/lab-l3.sh configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [ring|xdp] [digest]
 #                                              # write DIR/r1.toml r2.toml r3.toml
 #   scripts/lab-l3.sh start DIR [BIN]          # start the three routers
 #   scripts/lab-l3.sh stop DIR                 # SIGTERM them, wait, final stats
@@ -40,7 +40,13 @@
 # the two others over the triangle's links, messages tagged with the key
 # "lab-l3"; `flows` adds the network-wide flow set (exchanges every 500 ms)
 # and heavy-flow detection on R1 alone (1% of 500 ms epochs); `loss` drops
-# 30% of the protocol's messages on purpose (`test_loss`).
+# 30% of the protocol's messages on purpose (`test_loss`). `ring` or `xdp`
+# runs the routers on that port backend (`[io] backend`; pnet without).
+# `digest` turns on packet digests for traceback: each router serves
+# /metrics and /digest on 127.0.0.1:9464 of its own namespace, answering
+# queries from 127.0.0.1, and DIR/topology.toml describes the lab for
+# `traffic-gen traceback` (run as root: it connects from inside each
+# router's namespace).
 #
 # Environment: LAB_PREFIX (default "bl") names the namespaces <P>-ha, <P>-hb,
 # <P>-r1, <P>-r2, <P>-r3, so parallel labs do not collide. Needs root,
@@ -135,9 +141,10 @@ neighbours_of() {
   return 0
 }
 
-# Writes router $1's config to $2 (flags: loop, icarus, static, peers, flows, loss).
+# Writes router $1's config to $2 (flags: loop, icarus, static, peers, flows,
+# loss; then the backend; then digest).
 config() {
-  local r=$1 out=$2 loop=$3 icarus=$4 static=$5 peers=$6 flows=$7 loss=$8 l
+  local r=$1 out=$2 loop=$3 icarus=$4 static=$5 peers=$6 flows=$7 loss=$8 backend=$9 digest=${10} l
   {
     echo "# Router $r of scripts/lab-l3.sh (written by \`lab-l3.sh configs\`)."
     echo "[workers]"
@@ -227,25 +234,75 @@ config() {
       echo "insert_on = [$edge]"
       echo "strip_on = [$edge]"
     fi
+    if [[ $backend != pnet ]]; then
+      echo
+      echo "[io]"
+      echo "backend = \"$backend\""
+    fi
+    if [[ $digest == 1 ]]; then
+      echo
+      echo "[telemetry]"
+      echo "listen = \"127.0.0.1:9464\""
+      echo
+      echo "[digest]"
+      echo "window_ms = 1000"
+      echo "windows = 60"
+      echo "packet_rate = 10000"
+      echo "false_positive_rate = 0.000001"
+      echo "query_clients = [\"127.0.0.1\"]"
+      echo "query_rate = 20"
+      echo "query_burst = 20"
+    fi
+  } >"$out"
+}
+
+# Writes the lab's topology for `traffic-gen traceback` to $1.
+topology() {
+  local out=$1 r l
+  {
+    echo "# The lab of scripts/lab-l3.sh (LAB_PREFIX=$P), for traffic-gen traceback."
+    for r in "${ROUTERS[@]}"; do
+      echo
+      echo "[[routers]]"
+      echo "name = \"$r\""
+      echo "query = \"127.0.0.1:9464\""
+      echo "netns = \"$P-$r\""
+    done
+    for l in "${LINKS[@]}"; do
+      read -r xn xd _ <<<"${l%%|*}"
+      read -r yn yd _ <<<"${l##*|}"
+      echo
+      if [[ $xn == h* ]]; then
+        local host=${xn#h}
+        echo "[[hosts]]"
+        echo "name = \"${host^^}\""
+        echo "at = \"$yn:$yd\""
+      else
+        echo "[[links]]"
+        echo "ends = [\"$xn:$xd\", \"$yn:$yd\"]"
+      fi
+    done
   } >"$out"
 }
 
 configs() {
-  local dir=${1:?usage: configs DIR [loop] [icarus] [static] [peers] [flows] [loss]}
+  local dir=${1:?usage: configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [ring|xdp] [digest]}
   shift
-  local loop=0 icarus=0 static=0 peers=0 flows=0 loss=0 f
+  local loop=0 icarus=0 static=0 peers=0 flows=0 loss=0 backend=pnet digest=0 f
   for f in "$@"; do
     case $f in
       loop) loop=1 ;; icarus) icarus=1 ;; static) static=1 ;;
       peers) peers=1 ;; flows) peers=1 flows=1 ;; loss) loss=1 ;;
-      *) die "configs: unknown flag \"$f\" (loop, icarus, static, peers, flows, loss)" ;;
+      ring | xdp) backend=$f ;; digest) digest=1 ;;
+      *) die "configs: unknown flag \"$f\" (loop, icarus, static, peers, flows, loss, ring, xdp, digest)" ;;
     esac
   done
   mkdir -p "$dir"
   local r
   for r in "${ROUTERS[@]}"; do
-    config "$r" "$dir/$r.toml" "$loop" "$icarus" "$static" "$peers" "$flows" "$loss"
+    config "$r" "$dir/$r.toml" "$loop" "$icarus" "$static" "$peers" "$flows" "$loss" "$backend" "$digest"
   done
+  if [[ $digest == 1 ]]; then topology "$dir/topology.toml"; fi
   if [[ $static == 1 ]] && exists "$P-ha"; then
     nsx "$P-ha" ip neigh replace 10.81.1.1 lladdr 02:81:00:01:00:01 dev eth0 nud permanent
     nsx "$P-ha" ip -6 neigh replace 2001:db8:81:1::1 lladdr 02:81:00:01:00:01 dev eth0 nud permanent
@@ -254,7 +311,7 @@ configs() {
     nsx "$P-hc" ip neigh replace 10.81.3.1 lladdr 02:81:00:03:00:01 dev eth0 nud permanent
     nsx "$P-hc" ip -6 neigh replace 2001:db8:81:3::1 lladdr 02:81:00:03:00:01 dev eth0 nud permanent
   fi
-  echo "lab-l3.sh: wrote $dir/r1.toml $dir/r2.toml $dir/r3.toml"
+  echo "lab-l3.sh: wrote $dir/r1.toml $dir/r2.toml $dir/r3.toml${digest/#1/ $dir/topology.toml}"
 }
 
 start() {
@@ -309,5 +366,5 @@ case ${1:-} in
   start) shift; start "$@" ;;
   stop) shift; stop "$@" ;;
   status) status ;;
-  *) echo "usage: $0 up|configs DIR [loop] [icarus] [static]|start DIR [BIN]|stop DIR|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|configs DIR [loop] [icarus] [static] [peers] [flows] [loss] [ring|xdp] [digest]|start DIR [BIN]|stop DIR|down|status" >&2; exit 2 ;;
 esac

@@ -23,13 +23,17 @@
 # <P>-b, <P>-c, so parallel labs do not collide. LAB_MTU (default: the
 # kernel's 1500) sets every veth's MTU, e.g. 9000 for 1518-byte frames
 # (1504 bytes of IP), which also leaves room for an Icarus option the
-# router inserts. Needs root, iproute2, ethtool
+# router inserts. LAB_QUEUES (default 1) gives every veth end that many
+# receive and transmit queues (ethtool -L), for the AF_XDP backend with
+# several workers. Needs root, iproute2, ethtool
 # (installed with apt-get when missing and possible).
 set -euo pipefail
 
 P=${LAB_PREFIX:-bp}
 MTU=${LAB_MTU:-}
 [[ -z $MTU || $MTU =~ ^[0-9]+$ ]] || { echo "lab.sh: LAB_MTU must be a number, got \"$MTU\"" >&2; exit 1; }
+QUEUES=${LAB_QUEUES:-1}
+[[ $QUEUES =~ ^[1-9][0-9]*$ ]] || { echo "lab.sh: LAB_QUEUES must be a positive number, got \"$QUEUES\"" >&2; exit 1; }
 NS_A=$P-a NS_R=$P-r NS_B=$P-b NS_C=$P-c
 ALL_NS=("$NS_A" "$NS_R" "$NS_B" "$NS_C")
 SUBNET=10.77.0
@@ -107,6 +111,10 @@ up() {
     if [[ -n $MTU ]]; then
       nsx "$peer_ns" ip link set eth0 mtu "$MTU"
       nsx "$NS_R" ip link set "r-$h" mtu "$MTU"
+    fi
+    if ((QUEUES > 1)); then
+      queues "$peer_ns" eth0 "$QUEUES"
+      queues "$NS_R" "r-$h" "$QUEUES"
     fi
     nsx "$NS_R" ip link set "r-$h" up
     nsx "$peer_ns" ip link set eth0 up

@@ -26,7 +26,12 @@
 //! 9. **originated** ([`Originated`]): the frames the forwarding stage
 //!    made during the batch (ICMP, ARP, neighbour discovery) handed to the
 //!    egress stage like the batch's own copies (their ports' counters
-//!    count them; the chain's `received` does not).
+//!    count them; the chain's `received` does not);
+//! 10. **digest** ([`DigestStage`]): the invariant content of every packet
+//!     forwarded (held packets when released) into the current window of
+//!     the traceback ring, with its ingress port; its keys are read right
+//!     after step 1 (step 7 may move a frame into a queue) and recorded
+//!     once the verdicts are final.
 //!
 //! A stage the config leaves out is `None` and costs one branch per
 //! batch. Every stage takes `now` (the batch's time) from the caller:
@@ -43,6 +48,7 @@ use crate::pipeline::{
     Batch, DropReason, PipelineConfig, PipelineCounters, PortSet, Stage, Verdict, count_verdicts,
     parse_batch,
 };
+use crate::stage::digest::DigestStage;
 use crate::stage::egress::{Egress, PortConfigError, PortSpec, Transmit};
 use crate::stage::forward::{Forward, Originated};
 use crate::stage::heavy::HeavyStage;
@@ -61,6 +67,9 @@ pub enum ChainError {
     /// An interface's SFB settings.
     #[error("{0}")]
     Sfb(#[from] PortConfigError),
+    /// The digest stage's sizing.
+    #[error("digest: {0}")]
+    Digest(#[from] kernels::bloom::ParamError),
 }
 
 /// Moves the held packets that left the forwarding stage's queues during
@@ -97,6 +106,7 @@ pub struct Chain {
     wires: Wires,
     multicast: Option<MulticastStage>,
     egress: Egress,
+    digest: Option<DigestStage>,
     counters: PipelineCounters,
     packet_log: Option<PacketLog>,
 }
@@ -108,6 +118,7 @@ impl fmt::Debug for Chain {
             .field("heavy", &self.heavy.is_some())
             .field("forward", &self.forward.is_some())
             .field("multicast", &self.multicast.is_some())
+            .field("digest", &self.digest.is_some())
             .field("ports", &self.egress.ports())
             .field("counters", &self.counters)
             .field("packet_log", &self.packet_log.is_some())
@@ -122,6 +133,15 @@ impl Chain {
     /// # Errors
     /// Settings a stage refuses (a validated config has none).
     pub fn build(cfg: &RouterConfig) -> Result<Chain, ChainError> {
+        Self::build_for(cfg, cfg.workers.resolved_count())
+    }
+
+    /// [`Chain::build`] for one of `workers` workers (the digest stage's
+    /// expected load is shared among them).
+    ///
+    /// # Errors
+    /// As [`Chain::build`].
+    pub fn build_for(cfg: &RouterConfig, workers: usize) -> Result<Chain, ChainError> {
         let icarus = cfg.icarus_config();
         let strip = icarus.map_or(0, |c| c.strip_on_egress);
         let mut queues: Vec<_> = vec![None; cfg.interfaces.len()];
@@ -167,6 +187,10 @@ impl Chain {
             wires: Wires::new(cfg.unicast_routes(), multicast.is_some()).skipping(routed),
             multicast: multicast.as_ref().map(MulticastStage::new).transpose()?,
             egress,
+            digest: cfg
+                .digest_config(workers)
+                .map(|d| DigestStage::new(&d))
+                .transpose()?,
             counters: PipelineCounters::default(),
             packet_log: None,
         })
@@ -193,13 +217,17 @@ impl Chain {
     }
 
     /// Steps 1-3 of [`process`](Self::process) (parse, Icarus, heavy
-    /// flows): what depends on this chain's own state and the batch alone.
+    /// flows; and the digest stage's keys read): what depends on this
+    /// chain's own state and the batch alone.
     /// Workers run them side by side; the rest, whose state they may share
     /// (learned neighbours and memberships, the egress queues), follows in
     /// [`process_shared`](Self::process_shared).
     pub fn process_local(&mut self, batch: &mut Batch, now: Timestamp) {
         let mut lap = Lap::start();
         parse_batch(&self.parse, batch, &mut self.counters);
+        if let Some(d) = &mut self.digest {
+            d.gather(batch);
+        }
         lap.lap(Step::Parse);
         if let Some(s) = &mut self.icarus {
             s.process(batch);
@@ -211,7 +239,7 @@ impl Chain {
         lap.lap(Step::Heavy);
     }
 
-    /// Steps 4-9 of [`process`](Self::process), after
+    /// Steps 4-10 of [`process`](Self::process), after
     /// [`process_local`](Self::process_local).
     pub fn process_shared(&mut self, batch: &mut Batch, now: Timestamp, tx: &mut impl Transmit) {
         let mut lap = Lap::start();
@@ -225,6 +253,9 @@ impl Chain {
             Stage::process(s, batch, now);
         }
         lap.lap(Step::Multicast);
+        if let Some(d) = &mut self.digest {
+            d.gather_released(self.originated.batch(), self.originated.released());
+        }
         self.egress.process(batch, now, tx);
         lap.lap(Step::Egress);
         count_verdicts(batch, &mut self.counters);
@@ -232,6 +263,9 @@ impl Chain {
             self.egress.process(self.originated.batch_mut(), now, tx);
         }
         count_released(&self.originated, &mut self.counters);
+        if let Some(d) = &mut self.digest {
+            d.record(batch, Some(self.originated.batch()), now);
+        }
         if let Some(log) = &mut self.packet_log {
             log(batch, now);
         }
@@ -309,6 +343,11 @@ impl Chain {
     /// The multicast stage, writable (membership events between workers).
     pub fn multicast_mut(&mut self) -> Option<&mut MulticastStage> {
         self.multicast.as_mut()
+    }
+
+    /// The digest stage, when on.
+    pub fn digest(&self) -> Option<&DigestStage> {
+        self.digest.as_ref()
     }
 
     /// Joins the chain to the peering control path ([`crate::peer`]): the

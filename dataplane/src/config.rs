@@ -48,6 +48,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::io::ring::RingConfig;
+use crate::io::xdp::XdpConfig;
 use crate::pipeline::PortSet;
 use crate::stage::egress::EgressConfig;
 use crate::stage::heavy::{HeavyConfig, Threshold};
@@ -56,9 +57,11 @@ use crate::stage::multicast::{self, MulticastConfig, MulticastStage};
 use crate::stage::sfb::SfbConfig;
 use crate::wire::icarus::FilterWidth;
 
+mod digest;
 mod l3;
 mod peering;
 
+pub use digest::{DigestSection, parse_client};
 pub use l3::{
     DEFAULT_MTU, InterfaceAddr, IpNet, MAX_HOLD, MAX_MTU, MIN_MTU, MIN_MTU_V6, MacAddr,
     NeighbourConfig, RouteConfig, RouterSection,
@@ -552,6 +555,9 @@ pub struct RouterConfig {
     /// Prometheus metrics; absent: off.
     #[serde(default)]
     pub telemetry: Option<TelemetryConfig>,
+    /// Packet digests for traceback; absent: off.
+    #[serde(default)]
+    pub digest: Option<DigestSection>,
     /// The protocol between routers; absent: off.
     #[serde(default)]
     pub peering: Option<PeeringSection>,
@@ -601,6 +607,9 @@ pub enum IoBackend {
     /// `TPACKET_V3` receive rings and `sendmmsg` (Linux;
     /// [`crate::io::ring`]).
     Ring,
+    /// AF_XDP sockets behind an XDP program (Linux;
+    /// [`crate::io::xdp`]).
+    Xdp,
 }
 
 impl IoBackend {
@@ -609,6 +618,7 @@ impl IoBackend {
         match self {
             IoBackend::Pnet => "pnet",
             IoBackend::Ring => "ring",
+            IoBackend::Xdp => "xdp",
         }
     }
 }
@@ -619,7 +629,8 @@ impl std::str::FromStr for IoBackend {
         match s {
             "pnet" => Ok(IoBackend::Pnet),
             "ring" => Ok(IoBackend::Ring),
-            _ => Err(format!("unknown I/O backend \"{s}\" (pnet or ring)")),
+            "xdp" => Ok(IoBackend::Xdp),
+            _ => Err(format!("unknown I/O backend \"{s}\" (pnet, ring or xdp)")),
         }
     }
 }
@@ -628,10 +639,12 @@ impl std::str::FromStr for IoBackend {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct IoConfig {
-    /// `"pnet"` (default) or `"ring"`.
+    /// `"pnet"` (default), `"ring"` or `"xdp"`.
     pub backend: IoBackend,
     /// `[io.ring]`: each ring's size (one per worker and interface).
     pub ring: RingConfig,
+    /// `[io.xdp]`: the AF_XDP backend's modes, UMEM size and fallback.
+    pub xdp: XdpConfig,
 }
 
 /// Limits of `[io.ring]`.
@@ -647,6 +660,7 @@ pub const RING_TX_FRAMES_MAX: u32 = 1 << 16;
 
 impl IoConfig {
     fn validate(&self, errs: &mut Vec<(String, String)>) {
+        self.xdp.validate(errs);
         let r = &self.ring;
         let key = |k: &str| format!("io.ring.{k}");
         if !RING_BLOCK_BYTES_RANGE.contains(&r.block_bytes) || !r.block_bytes.is_power_of_two() {
@@ -836,7 +850,7 @@ impl RouterConfig {
     }
 
     /// Gives every hash key the file leaves to chance a seed derived from
-    /// `seed` (heavy flows, multicast, each port's SFB), so a replay of the
+    /// `seed` (heavy flows, multicast, each port's SFB, digests), so a replay of the
     /// same capture is the same run; seeds the file sets stay.
     pub fn fill_seeds(&mut self, seed: u64) {
         let mut k = 0u64;
@@ -859,6 +873,10 @@ impl RouterConfig {
             if let Some(s) = &mut i.sfb {
                 s.seed.get_or_insert_with(&mut next);
             }
+        }
+        // Last, so the other stages' seeds do not depend on it.
+        if let Some(d) = &mut self.digest {
+            d.seed.get_or_insert_with(&mut next);
         }
     }
 
@@ -933,6 +951,12 @@ impl RouterConfig {
         self.heavy.as_ref().map(HeavySection::stage_config)
     }
 
+    /// The digest stage's settings for one of `workers` workers, when
+    /// enabled.
+    pub fn digest_config(&self, workers: usize) -> Option<crate::stage::digest::DigestConfig> {
+        self.digest.as_ref().map(|d| d.stage_config(workers))
+    }
+
     /// The icarus stage's settings, when enabled.
     pub fn icarus_config(&self) -> Option<IcarusConfig> {
         let s = self.icarus.as_ref()?;
@@ -988,6 +1012,13 @@ impl RouterConfig {
         self.io.validate(errs);
         if let Some(t) = &self.telemetry {
             t.validate(errs);
+        }
+        if let Some(d) = &self.digest {
+            d.validate(
+                self.workers.resolved_count().max(1),
+                self.telemetry.is_some(),
+                errs,
+            );
         }
         // Workers.
         let w = &self.workers;
@@ -1562,6 +1593,30 @@ bidirectional = true
             (
                 "[io.ring]\ntx_frames = 70000",
                 "io.ring.tx_frames: 70000 is above 65536",
+            ),
+            (
+                "[io.xdp]\nframes = 3000",
+                "io.xdp.frames: 3000 is not a power of two in 64..=65536",
+            ),
+            (
+                "[io.xdp]\ncoalesce_us = 20000",
+                "io.xdp.coalesce_us: 20000 is outside 0..=10000",
+            ),
+            (
+                "[io.xdp]\nframes = 32",
+                "io.xdp.frames: 32 is not a power of two in 64..=65536",
+            ),
+            (
+                "[io.xdp]\nattach = \"offload\"",
+                "io.xdp.attach: unknown variant `offload`",
+            ),
+            (
+                "[io.xdp]\nfallback = \"pnet\"",
+                "io.xdp.fallback: unknown variant `pnet`",
+            ),
+            (
+                "[io.xdp]\nqueues = 4",
+                "io.xdp.queues: unknown field `queues`, expected one of `attach`",
             ),
             (
                 "[telemetry]\nlisten = \"localhost:9464\"",

@@ -50,6 +50,7 @@ fn check(target: &str, bytes: &[u8]) {
         "icarus" => fuzz_common::icarus::check(bytes),
         "multicast" => fuzz_common::multicast::check(bytes),
         "chain" => fuzz_common::chain::check(bytes),
+        "digest" => fuzz_common::digest::check(bytes),
         "peer" => fuzz_common::peer::check(bytes),
         other => panic!("unknown target {other}"),
     }
@@ -108,6 +109,11 @@ fn multicast_seeds() {
 #[test]
 fn chain_seeds() {
     every_seed("chain");
+}
+
+#[test]
+fn digest_seeds() {
+    every_seed("digest");
 }
 
 #[test]
@@ -210,6 +216,11 @@ proptest! {
     #[test]
     fn multicast_mutated(seed in any::<prop::sample::Index>(), e in edits()) {
         fuzz_common::multicast::check(&mutate(seeds_of("multicast"), seed, &e));
+    }
+
+    #[test]
+    fn digest_mutated(seed in any::<prop::sample::Index>(), e in edits()) {
+        fuzz_common::digest::check(&mutate(seeds_of("digest"), seed, &e));
     }
 }
 

@@ -40,7 +40,9 @@
 //!    within 2% of 4 Mbit/s (with a queue per worker it would be 8; with
 //!    a queue that is not work-conserving, under).
 //!
-//! The test runs once per port backend (`[io] backend`: pnet and ring).
+//! The test runs once per port backend (`[io] backend`: pnet, ring and
+//! xdp). On xdp every veth end has two queues (`LAB_QUEUES=2`), one per
+//! worker, and host A's flows spread over them as RSS spreads a NIC's.
 //!
 //! Everything is bounded by timeouts (the whole test takes a few seconds),
 //! and a guard kills the router and takes the lab down whatever happens.
@@ -223,6 +225,13 @@ fn live_router_in_netns_lab_ring() {
     lab_run("ring");
 }
 
+/// The same lab on the AF_XDP backend (`[io] backend = "xdp"`), skipped
+/// with the kernel's reason where it refuses AF_XDP or the XDP program.
+#[test]
+fn live_router_in_netns_lab_xdp() {
+    lab_run("xdp");
+}
+
 /// `[io]` for `backend`, appended to every config of the run.
 fn io_section(backend: &str) -> String {
     format!("\n[io]\nbackend = \"{backend}\"\n")
@@ -234,14 +243,18 @@ fn lab_run(backend: &str) {
         let _ = writeln!(std::io::stderr(), "{name}: skipped: {why}");
         return;
     }
-    if let Some(why) = (backend == "ring").then(lab_common::ring_refused).flatten() {
+    if let Some(why) = lab_common::backend_refused(backend) {
         let _ = writeln!(std::io::stderr(), "{name}: skipped: {why}");
         return;
     }
     let _one = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
     let t0 = Instant::now();
     let tag = &backend[..1];
-    let mut lab = Lab::up(format!("bpl{}{tag}", std::process::id() % 100_000), "live");
+    let mut lab = Lab::up_queues(
+        format!("bpl{}{tag}", std::process::id() % 100_000),
+        "live",
+        lab_common::lab_queues(backend, 2),
+    );
     let dir = lab.dir.clone();
 
     let heavy_path = dir.join("heavy.jsonl");

@@ -19,7 +19,9 @@
 //! 4. **A router killed.** R3 is killed (SIGKILL): R1 and R2 call it down
 //!    after the hold time (3.5 s) and drop what it advertised.
 //!
-//! Run twice: plain, and with Icarus edges on the host ports.
+//! Run three times: plain, with Icarus edges on the host ports, and plain
+//! on the AF_XDP backend (`[io] backend = "xdp"`; skipped with the
+//! kernel's reason where AF_XDP is refused).
 //!
 //! Needs root and `ip netns`; otherwise it prints why and passes as
 //! skipped.
@@ -330,4 +332,13 @@ fn routers_advertise_groups_share_flows_and_survive_hostile_hosts() {
     let mut lab = L3Lab::up(&prefix);
     run(&mut lab, "peers", &["flows"]);
     run(&mut lab, "peers-icarus", &["flows", "icarus"]);
+    match lab_common::xdp_refused() {
+        Some(why) => {
+            let _ = writeln!(std::io::stderr(), "{name} (xdp): skipped: {why}");
+        }
+        None => {
+            lab.backend = "xdp";
+            run(&mut lab, "peers-xdp", &["flows"]);
+        }
+    }
 }

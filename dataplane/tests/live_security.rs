@@ -23,14 +23,16 @@
 //!    accounted for;
 //! 6. unprivileged: the same router as user `nobody` with only
 //!    `CAP_NET_RAW` and `CAP_NET_ADMIN` as ambient capabilities (the
-//!    README's recipe, through `setpriv`) forwards, and drops those too.
+//!    README's recipe, through `setpriv`; on xdp also `CAP_BPF` and
+//!    `CAP_IPC_LOCK`, docs/live.md) forwards, and drops those too.
 //!
 //! 7. the router's standard error and output are a pipe whose reader has
 //!    gone (`dataplane run ... 2>&1 | head -2`), stats every 100 ms: it
 //!    keeps forwarding, and SIGTERM still ends it with exit 0 and its final
 //!    report.
 //!
-//! It runs once per port backend (`[io] backend`: pnet and ring).
+//! It runs once per port backend (`[io] backend`: pnet, ring and xdp; on
+//! xdp every veth end has two queues, one per worker).
 //!
 //! Needs root and `ip netns`; otherwise it prints why and passes as skipped.
 
@@ -206,19 +208,25 @@ fn live_router_against_hostile_hosts_ring() {
     hostile_hosts("ring");
 }
 
+/// The same on the AF_XDP backend, skipped with the kernel's reason where
+/// it refuses AF_XDP or the XDP program.
+#[test]
+fn live_router_against_hostile_hosts_xdp() {
+    hostile_hosts("xdp");
+}
+
 fn hostile_hosts(backend: &str) {
     let name = format!("live_router_against_hostile_hosts ({backend})");
-    if let Some(why) =
-        skip_reason().or_else(|| (backend == "ring").then(lab_common::ring_refused).flatten())
-    {
+    if let Some(why) = skip_reason().or_else(|| lab_common::backend_refused(backend)) {
         let _ = writeln!(std::io::stderr(), "{name}: skipped: {why}");
         return;
     }
     let _one = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
     let t0 = Instant::now();
-    let mut lab = Lab::up(
+    let mut lab = Lab::up_queues(
         format!("bps{}{}", std::process::id() % 100_000, &backend[..1]),
         "sec",
+        lab_common::lab_queues(backend, 2),
     );
     let (err_path, report_path) = lab.start_router_with(bin(), "router", &config(backend), &[]);
     let pid = lab.router.as_ref().unwrap().id();
@@ -347,7 +355,9 @@ fn hostile_hosts(backend: &str) {
 }
 
 /// The router as `nobody` with `CAP_NET_RAW` and `CAP_NET_ADMIN` as
-/// ambient capabilities: it starts, forwards, drops them, stops cleanly.
+/// ambient capabilities (on xdp also `CAP_BPF`, to load the program, and
+/// `CAP_IPC_LOCK`, to pin the UMEMs): it starts, forwards, drops them,
+/// stops cleanly.
 fn unprivileged(lab: &mut Lab, backend: &str) {
     if Command::new("setpriv").arg("--version").output().is_err() {
         let _ = writeln!(
@@ -379,6 +389,11 @@ fn unprivileged(lab: &mut Lab, backend: &str) {
     std::fs::write(&cfg, config(backend)).unwrap();
     let err = lab.dir.join("nobody.err");
     let report = out.join("final.json");
+    let caps = if backend == "xdp" {
+        "+net_raw,+net_admin,+bpf,+ipc_lock"
+    } else {
+        "+net_raw,+net_admin"
+    };
     let router = Command::new("ip")
         .args(["netns", "exec", &lab.ns("r")])
         .args([
@@ -386,9 +401,9 @@ fn unprivileged(lab: &mut Lab, backend: &str) {
             "--reuid=65534",
             "--regid=65534",
             "--clear-groups",
-            "--inh-caps=+net_raw,+net_admin",
-            "--ambient-caps=+net_raw,+net_admin",
         ])
+        .arg(format!("--inh-caps={caps}"))
+        .arg(format!("--ambient-caps={caps}"))
         .arg(bin())
         .args(["run", "--stats-interval", "0", "--config"])
         .arg(&cfg)

@@ -16,6 +16,10 @@
 //! excess; on flowmix they give the UDP flow 1.1-1.3x at 8 flows. This is the short CI version of
 //! the `../shared/tools/flowmix` scenario (which adds a 20 ms delay line
 //! and runs 8, 50 and 200 flows; the README has its figures).
+//!
+//! It runs on the pnet backend and again on xdp (`[io] backend = "xdp"`,
+//! skipped with the kernel's reason where AF_XDP is refused), one lab at a
+//! time.
 
 mod lab_common;
 
@@ -39,7 +43,7 @@ const B_ADDR: [u8; 4] = [10, 77, 0, 2];
 const TCP_PORT: u16 = 5201;
 const UDP_PORT: u16 = 5202;
 
-fn config() -> String {
+fn config(backend: &str) -> String {
     format!(
         r#"
 [workers]
@@ -60,9 +64,15 @@ seed = 5
 from = "r-a"
 to = "r-b"
 bidirectional = true
+
+[io]
+backend = "{backend}"
 "#
     )
 }
+
+/// One lab at a time: each measures rates.
+static ONE_LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Asks for CUBIC on `s`; false where the namespace does not allow it.
 fn cubic(s: &TcpStream) -> bool {
@@ -98,17 +108,31 @@ fn jain(x: &[f64]) -> f64 {
 
 #[test]
 fn fair_sfb_holds_an_unresponsive_flow_among_real_tcp() {
-    if let Some(why) = skip_reason() {
-        eprintln!("fair_sfb_holds_an_unresponsive_flow_among_real_tcp: skipped: {why}");
+    fair_sfb("pnet");
+}
+
+#[test]
+fn fair_sfb_holds_an_unresponsive_flow_among_real_tcp_xdp() {
+    fair_sfb("xdp");
+}
+
+fn fair_sfb(backend: &str) {
+    let name = format!("fair_sfb_holds_an_unresponsive_flow_among_real_tcp ({backend})");
+    if let Some(why) = skip_reason().or_else(|| lab_common::backend_refused(backend)) {
+        eprintln!("{name}: skipped: {why}");
         return;
     }
+    let _one = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
     let bin = binaries().join("dataplane");
-    let mut lab = Lab::up(format!("bps{}", std::process::id() % 100_000), "sfbtcp");
+    let mut lab = Lab::up(
+        format!("bps{}{}", std::process::id() % 100_000, &backend[..1]),
+        "sfbtcp",
+    );
     let (ns_a, ns_b) = (lab.ns("a"), lab.ns("b"));
     for ns in [&ns_a, &ns_b] {
         sysctl(ns, "net.ipv4.tcp_ecn=1");
     }
-    let (err_path, report_path) = lab.start_router_with(&bin, "sfbtcp", &config(), &[]);
+    let (err_path, report_path) = lab.start_router_with(&bin, "sfbtcp", &config(backend), &[]);
 
     let stop = Arc::new(AtomicBool::new(false));
     let tcp_bytes: Arc<Vec<AtomicU64>> = Arc::new((0..N_TCP).map(|_| AtomicU64::new(0)).collect());
@@ -246,7 +270,7 @@ fn fair_sfb_holds_an_unresponsive_flow_among_real_tcp() {
     // Past the test harness's capture, so that CI logs show the figures.
     let _ = writeln!(
         std::io::stderr(),
-        "fair SFB, {N_TCP} TCP ({cubic_flows} CUBIC) + 1 UDP at 10x fair over {dt:.1} s: \
+        "{name}: fair SFB, {N_TCP} TCP ({cubic_flows} CUBIC) + 1 UDP at 10x fair over {dt:.1} s: \
          UDP {udp_x:.2}x fair ({udp_sent} sent), TCP goodput Mbit/s {:?}, Jain {:.3}; sfb {sfb}",
         goodput
             .iter()

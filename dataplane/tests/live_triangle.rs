@@ -32,6 +32,12 @@
 //!
 //! Neighbours are resolved with ARP / NS by default; with
 //! `BLOOMPLANE_L3_STATIC=1` the lab writes static neighbours instead.
+//!
+//! The test runs on the pnet backend and again on xdp (`[io] backend =
+//! "xdp"`, skipped with the kernel's reason where AF_XDP is refused). On
+//! xdp the plain run also sends host A's router frames that are not its
+//! own (LLDP): R1's XDP program leaves them to R1's kernel and counts them
+//! (`rx_passed`), and the router never reads them.
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::Command;
@@ -94,12 +100,43 @@ fn send_from_a(lab: &L3Lab, to: SocketAddr, n: u32) {
 
 #[test]
 fn three_routers_route_and_icarus_stops_a_loop() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
+    triangle("pnet");
+}
+
+#[test]
+fn three_routers_route_and_icarus_stops_a_loop_xdp() {
+    triangle("xdp");
+}
+
+/// One triangle at a time.
+static ONE_LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// LLDP frames host A sends R1 in the plain run.
+const LLDP: u32 = 12;
+
+/// An LLDP frame (EtherType 0x88cc) from A's MAC to the LLDP group
+/// address: a chassis id, a port id and a TTL, then the end.
+fn lldp_frame() -> Vec<u8> {
+    let mut f = vec![0x01, 0x80, 0xc2, 0x00, 0x00, 0x0e];
+    f.extend_from_slice(&[0x02, 0x81, 0x00, 0x01, 0x00, 0x02, 0x88, 0xcc]);
+    // Chassis id (MAC), port id (interface name), TTL 120, end.
+    f.extend_from_slice(&[0x02, 0x07, 0x04, 0x02, 0x81, 0x00, 0x01, 0x00, 0x02]);
+    f.extend_from_slice(&[0x04, 0x05, 0x05, b'e', b't', b'h', b'0']);
+    f.extend_from_slice(&[0x06, 0x02, 0x00, 0x78, 0x00, 0x00]);
+    f.resize(60, 0);
+    f
+}
+
+fn triangle(backend: &'static str) {
+    let name = format!("three_routers_route_and_icarus_stops_a_loop ({backend})");
+    if let Some(why) = skip_reason().or_else(|| lab_common::backend_refused(backend)) {
+        eprintln!("{name}: skipped: {why}");
         return;
     }
-    let prefix = format!("l3{}", std::process::id() % 10_000);
+    let _one = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
+    let prefix = format!("l3{}{}", std::process::id() % 10_000, &backend[..1]);
     let mut lab = L3Lab::up(&prefix);
+    lab.backend = backend;
 
     // 1. Routes: pings and traceroute.
     let dir = lab.start("plain", &[]);
@@ -148,12 +185,30 @@ fn three_routers_route_and_icarus_stops_a_loop() {
     } else {
         eprintln!("traceroute not installed: skipped");
     }
+    // Frames that are not the router's on a routed port (LLDP).
+    in_netns(&lab.ns("ha"), || {
+        let fd = lab_common::packet_socket("eth0");
+        for _ in 0..LLDP {
+            lab_common::send_frame(&fd, &lldp_frame());
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
     let reports = lab.stop(&dir);
     assert!(
         u(&reports[0]["total"]["pipeline"]["forwarded"]) > 0,
         "R1 forwarded: {}",
         reports[0]["total"]
     );
+    let r1a = interface(&reports[0]["total"], "r1-a");
+    if backend == "xdp" {
+        assert_eq!(r1a["mode"]["attach"], "native", "{r1a}");
+        assert!(
+            u(&r1a["rx_passed"]) >= u64::from(LLDP),
+            "R1's program left A's LLDP frames to its kernel: {r1a}"
+        );
+    } else {
+        assert_eq!(u(&r1a["rx_passed"]), 0, "{r1a}");
+    }
 
     // 2. The loop without Icarus: 63 links each, TTL expiry at R1.
     let looped = SocketAddr::from((Ipv4Addr::new(10, 99, 0, 5), 9));
@@ -233,7 +288,7 @@ fn three_routers_route_and_icarus_stops_a_loop() {
     );
     let p2 = false_alarm_probability(128, 6, 2);
     eprintln!(
-        "looping link load per datagram: {:.2} links without Icarus, {:.2} with (TTL 64, {LOOPING} datagrams); \
+        "{name}: looping link load per datagram: {:.2} links without Icarus, {:.2} with (TTL 64, {LOOPING} datagrams); \
          false alarms A -> B: 0 of {THROUGH} (exact probability for 2 nodes, m = 128, k = 6: {p2:.2e}); \
          Time Exceeded at A: {time_exceeded}",
         load_plain as f64 / f64::from(LOOPING),

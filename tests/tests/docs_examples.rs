@@ -223,6 +223,7 @@ fn the_reference_names_every_key_of_the_examples() {
         "dataplane/examples/router.toml",
         "dataplane/examples/router-l3.toml",
         "dataplane/examples/lab-forwarding.toml",
+        "dataplane/examples/router-traceback.toml",
         "traffic-gen/src/default-router.toml",
     ] {
         let text = std::fs::read_to_string(root.join(example)).unwrap();

@@ -1,7 +1,9 @@
 //! `traffic-gen replay --io` and `traffic-gen throughput` end to end
 //! through the live router in the network-namespace lab (`scripts/lab.sh`),
 //! with the router on each of its backends (`[io] backend = "pnet"`, then
-//! `"ring"`) and traffic-gen on the same one.
+//! `"ring"`, then `"xdp"`) and traffic-gen on the same one (on ring for
+//! the xdp router). The xdp part is skipped, with the reason printed, where
+//! the kernel refuses AF_XDP or the XDP program.
 //!
 //! Needs root and `ip netns`; otherwise it prints why and passes as
 //! skipped. The ring half is skipped, with the reason printed, where the
@@ -31,7 +33,7 @@ mod lab_common;
 
 use dataplane::io::capture::CaptureWriter;
 use dataplane::wire::LinkType;
-use lab_common::{Lab, binaries, ring_refused, run_bounded, skip_reason};
+use lab_common::{Lab, backend_refused, binaries, run_bounded, skip_reason};
 use traffic_gen::synth::{UniqueConfig, UniqueFrames};
 
 const PPS: u32 = 10_000;
@@ -218,7 +220,6 @@ fn ring_and_pnet_replay_and_throughput_through_the_router() {
     let (router_bin, tg_bin) = (bins.join("dataplane"), bins.join("traffic-gen"));
     assert!(router_bin.is_file(), "{} missing", router_bin.display());
     assert!(tg_bin.is_file(), "{} missing", tg_bin.display());
-    let ring = ring_refused();
 
     let mut lab = Lab::up(
         format!("bplt{}", std::process::id() % 100_000),
@@ -226,17 +227,16 @@ fn ring_and_pnet_replay_and_throughput_through_the_router() {
     );
     let pcap = lab.dir.join("unique.pcap");
     let frames = write_pcap(&pcap);
-    for io in ["pnet", "ring"] {
-        if io == "ring"
-            && let Some(why) = &ring
-        {
-            let _ = writeln!(std::io::stderr(), "{name}: ring part skipped: {why}");
+    // (the router's backend, traffic-gen's).
+    for (backend, io) in [("pnet", "pnet"), ("ring", "ring"), ("xdp", "ring")] {
+        if let Some(why) = backend_refused(backend).or_else(|| backend_refused(io)) {
+            let _ = writeln!(std::io::stderr(), "{name}: {backend} part skipped: {why}");
             continue;
         }
         let (err, report) = lab.start_router_with(
             &router_bin,
-            &format!("router-{io}"),
-            &router_config(io),
+            &format!("router-{backend}"),
+            &router_config(backend),
             &[],
         );
         check_replay(&tg_bin, &lab, io, 1, &pcap, frames);

@@ -28,6 +28,8 @@
 //!   heavy-flow epoch.
 //! * [`scenario`] — closed-loop AIMD and unresponsive senders against SFB
 //!   and drop-tail in virtual time.
+//! * [`traceback`] — where a packet came from: routers (or the digest
+//!   windows a replay kept) asked hop by hop backwards.
 //!
 //! The `traffic-gen` binary is the command line over these modules (see
 //! `docs/guide.md`). As a library, a replay of the built-in router's
@@ -61,3 +63,4 @@ pub mod synth_icarus;
 pub mod synth_mcast;
 pub mod synth_router;
 pub mod throughput;
+pub mod traceback;

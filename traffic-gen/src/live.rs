@@ -743,7 +743,7 @@ impl LiveReport {
 
 /// Moves the calling thread into network namespace `name`
 /// (`/var/run/netns/NAME`, as `ip netns` names them).
-fn enter_netns(name: &str) -> Result<()> {
+pub(crate) fn enter_netns(name: &str) -> Result<()> {
     if name.is_empty() || name == "." || name == ".." || name.contains('/') {
         bail!("\"{name}\" is not a network namespace name");
     }

@@ -119,6 +119,12 @@ enum Command {
     /// --loss of the frames are lost; unique frames made as they are sent,
     /// sent from --tx and matched at --rx (needs CAP_NET_RAW).
     Throughput(ThroughputArgs),
+    /// Where did a packet come from? Asks the router nearest the victim
+    /// whether it forwarded the packet and from which port, then the
+    /// routers behind those ports, hop by hop backwards (SPIE digests:
+    /// the routers' [digest] tables, live on their telemetry listeners or
+    /// kept by `replay --digests`).
+    Traceback(traffic_gen::traceback::cli::TracebackArgs),
     /// Print a shell completion script (bash, elvish, fish, powershell, zsh).
     Completions(CompletionsArgs),
     /// Print the manual page (roff), or a subcommand's (`man replay`);
@@ -669,6 +675,10 @@ struct ReplayArgs {
     /// times, the bytes as sent).
     #[arg(long, short = 'w', value_name = "DIR")]
     write: Option<PathBuf>,
+    /// Keep the router's packet digests (its [digest] table) in DIR when
+    /// the replay ends, for `traceback --digests DIR`.
+    #[arg(long, value_name = "DIR")]
+    digests: Option<PathBuf>,
 
     /// Worker threads, pinned to cores.
     #[arg(long, default_value_t = 1)]
@@ -1075,6 +1085,7 @@ fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome> {
         },
         ingress: a.ingress.clone(),
         write: a.write.clone(),
+        digests: a.digests.clone(),
         seed: a.synth.seed,
         limits: a.limits(),
         filter: a.filter.clone(),
@@ -1292,6 +1303,7 @@ fn run() -> Result<Outcome> {
         Command::Scenario(ScenarioCmd::Sfb(a)) => run_scenario_sfb(a).map(|()| Outcome::Done),
         Command::Throughput(a) => run_throughput_cmd(a).map(|()| Outcome::Done),
         Command::Synth(s) => run_synth(s).map(|()| Outcome::Done),
+        Command::Traceback(a) => traffic_gen::traceback::cli::run(a).map(|()| Outcome::Done),
         Command::Completions(_) | Command::Man(_) => Ok(Outcome::Done),
     }
 }

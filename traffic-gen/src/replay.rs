@@ -74,6 +74,7 @@ use dataplane::io::port::{Ports, RxCounters};
 use dataplane::pipeline::{BATCH_SIZE, Batch, MalformedPolicy, PipelineConfig, PortSet, Verdict};
 use dataplane::runtime::share::MembershipLink;
 use dataplane::runtime::{Latencies, LatencyReport, Stats, Worker, build_workers};
+use dataplane::stage::digest::{DigestStage, Digests, SharedRing, TimeBase, store};
 use dataplane::stage::egress::{Transmit, TxFrame};
 use dataplane::stage::heavy::{EpochReport, Threshold, merge_epochs};
 use dataplane::wire::{LinkType, parse};
@@ -135,6 +136,9 @@ pub struct ReplayConfig {
     pub ingress: Option<String>,
     /// Write each port's departures as `DIR/<interface>.pcap`.
     pub write: Option<PathBuf>,
+    /// Keep the digest stage's windows in DIR when the replay ends
+    /// (`dataplane::stage::digest::store`), for `traceback --digests`.
+    pub digests: Option<PathBuf>,
     /// Seeds the hash keys the config leaves to chance.
     pub seed: u64,
     /// `--limit`, `--duration`: stop short of the input's end.
@@ -161,6 +165,7 @@ impl ReplayConfig {
             malformed: MalformedPolicy::Drop,
             ingress: None,
             write: None,
+            digests: None,
             seed: 1,
             limits: Limits::default(),
             filter: None,
@@ -296,6 +301,8 @@ pub struct Report {
     pub per_worker: Vec<WorkerSummary>,
     /// The capture written per port (`--write`).
     pub written: Vec<PathBuf>,
+    /// Where the digest windows were kept (`--digests`).
+    pub digests: Option<PathBuf>,
     /// Defects part-way through input files: each file was replayed up to
     /// its defect (empty when every file read to its end).
     pub input_errors: Vec<InputError>,
@@ -398,6 +405,9 @@ impl Report {
         self.write_heavy(w, top)?;
         for p in &self.written {
             writeln!(w, "wrote {}", p.display())?;
+        }
+        if let Some(d) = &self.digests {
+            writeln!(w, "kept the digest windows in {}", d.display())?;
         }
         Ok(())
     }
@@ -897,6 +907,8 @@ struct WorkerResult {
     written: Result<Vec<PathBuf>>,
     /// Per port, the queue's samples (worker 0, with `sample_queues`).
     queue_samples: Vec<Vec<QueueSample>>,
+    /// The digest stage's ring, when on.
+    digest: Option<SharedRing>,
 }
 
 fn worker(
@@ -937,6 +949,7 @@ fn worker(
         .map(|h| h.take_reports())
         .unwrap_or_default();
     let packets = stats.pipeline.received;
+    let digest = w.chain().digest().map(DigestStage::ring);
     let (_, ports, latency) = w.into_parts();
     let written = ports.writers.map_or(Ok(Vec::new()), Writers::finish);
     WorkerResult {
@@ -948,6 +961,7 @@ fn worker(
         last_departure: ports.last_departure,
         written,
         queue_samples,
+        digest,
     }
 }
 
@@ -1229,6 +1243,16 @@ pub fn replay_with_stop(
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--write {}: cannot create the directory", dir.display()))?;
     }
+    if let Some(dir) = &cfg.digests {
+        if router.digest.is_none() {
+            bail!(
+                "--digests {}: the router keeps no digests (add a [digest] table to its config)",
+                dir.display()
+            );
+        }
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--digests {}: cannot create the directory", dir.display()))?;
+    }
     let cores = if cfg.pin {
         core_affinity::get_core_ids().unwrap_or_default()
     } else {
@@ -1350,7 +1374,9 @@ pub fn replay_with_stop(
     let mut last_departure = Timestamp::ZERO;
     let mut written = Vec::new();
     let mut queue_samples = Vec::new();
+    let mut rings = Vec::new();
     for (i, r) in results.into_iter().enumerate() {
+        rings.extend(r.digest);
         for (port, s) in r.queue_samples.into_iter().enumerate() {
             if !s.is_empty() {
                 queue_samples.push((names.get(port).cloned().unwrap_or_default(), s));
@@ -1404,6 +1430,10 @@ pub fn replay_with_stop(
         Some(dir) if cfg.workers > 1 => merge_written(dir, &names, written)?,
         _ => written.into_iter().flatten().collect(),
     };
+    if let Some(dir) = &cfg.digests {
+        let d = Digests::new(rings, names.clone(), TimeBase::Unix);
+        store::save(&d, dir).map_err(|e| anyhow!("--digests: {e}"))?;
+    }
     let inputs = match input {
         Input::Files(f) => f.iter().map(|p| p.display().to_string()).collect(),
         Input::Synth(s) => vec![format!(
@@ -1436,6 +1466,7 @@ pub fn replay_with_stop(
         heavy,
         per_worker,
         written,
+        digests: cfg.digests.clone(),
         input_errors,
         interrupted,
         limit_reached,

@@ -240,6 +240,20 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
+    // The digest stage adds at most 15% to the chain (same run, rounds in
+    // turn).
+    if let (Some(&d), Some(&b)) = (
+        by_name.get("pipeline/router/digest"),
+        by_name.get("pipeline/router/default"),
+    ) {
+        ratios.push(Ratio {
+            name: "pipeline/router digest vs default".into(),
+            value: d / b,
+            target: "<= 1.15x".into(),
+            met: d / b <= 1.15,
+        });
+    }
+
     // SFB enqueue+dequeue per packet, batched: at most 20 ns per packet.
     for b in kernels::Backend::ALL.map(kernels::Backend::name) {
         let fig = format!("sfb/enqueue-dequeue/{b}");

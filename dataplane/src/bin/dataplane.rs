@@ -28,6 +28,8 @@ use anyhow::Context as _;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use dataplane::cli::{CompletionsArgs, ManArgs};
 use dataplane::config::RouterConfig;
+use dataplane::runtime::digest::DigestRoute;
+use dataplane::runtime::http::Limits;
 use dataplane::runtime::metrics::MetricsServer;
 use dataplane::runtime::{IntervalRates, Router, RunOptions, Stats};
 
@@ -203,10 +205,25 @@ fn run(
     let metrics = match listener {
         Some(l) => {
             let addr = l.local_addr();
-            let thread = l.spawn(router.snapshots_handle())?;
+            let digest = match (router.digests(), &cfg.digest) {
+                (Some(d), Some(s)) => Some(DigestRoute::new(
+                    d,
+                    s.clients(),
+                    s.query_rate,
+                    s.query_burst,
+                )),
+                _ => None,
+            };
+            let queries = digest.is_some();
+            let thread = l.spawn_with(router.snapshots_handle(), digest, Limits::default())?;
             err_out(&format!(
                 "dataplane: metrics at http://{addr}/metrics (OpenMetrics)\n"
             ));
+            if queries {
+                err_out(&format!(
+                    "dataplane: packet digests answered at http://{addr}/digest\n"
+                ));
+            }
             Some(thread)
         }
         None => None,

@@ -9,6 +9,9 @@
 //!   default, opened through pnet);
 //! * [`ring`]: the same over `TPACKET_V3` receive rings and batched
 //!   `sendmmsg(2)` (Linux; `[io] backend = "ring"`);
+//! * [`xdp`]: AF_XDP sockets behind an XDP program that redirects each
+//!   port's frames to them, past the kernel's stack (Linux; `[io] backend
+//!   = "xdp"`);
 //! * [`memory`]: frames held in memory with their times and ingress ports
 //!   (tests, benches, and replay, whose reader feeds each worker);
 //! * [`capture`]: the capture file reader (pcap, pcapng, gzip) and writer
@@ -20,3 +23,4 @@ pub mod memory;
 pub mod port;
 pub mod ring;
 pub mod socket;
+pub mod xdp;

@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::clock::Timestamp;
+use crate::io::xdp::PortMode;
 use crate::pipeline::Batch;
 use crate::stage::egress::Transmit;
 
@@ -26,9 +27,16 @@ pub struct RxCounters {
     /// router (`tp_freeze_q_cnt`; ring backend only).
     pub rx_frozen: u64,
     /// Copies the kernel refused to send after the router had handed them
-    /// to the port (ring backend, whose sends are batched; counted in the
-    /// egress stage's `sent`).
+    /// to the port (ring and xdp backends, whose sends are batched; counted
+    /// in the egress stage's `sent`).
     pub tx_dropped: u64,
+    /// Frames the port's XDP program left to the kernel's own stack: not
+    /// the router's on a routed port, or on a queue without a socket (xdp
+    /// backend only; not input, not in `rx_packets`).
+    pub rx_passed: u64,
+    /// How the port's frames reach the router (xdp backend only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<PortMode>,
 }
 
 impl RxCounters {
@@ -41,6 +49,8 @@ impl RxCounters {
         self.rx_dropped += o.rx_dropped;
         self.rx_frozen += o.rx_frozen;
         self.tx_dropped += o.tx_dropped;
+        self.rx_passed += o.rx_passed;
+        self.mode = self.mode.or(o.mode);
     }
 }
 

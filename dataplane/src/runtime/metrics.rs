@@ -38,10 +38,6 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
@@ -51,6 +47,8 @@ use prometheus_client::encoding::{
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
+use super::digest::DigestRoute;
+use super::http::{Handler, HttpListener, Limits, Request, Response, ServerThread};
 use super::stats::{LATENCY_BUCKETS_NS, LatencyBuckets, Stats};
 use crate::pipeline::DropReason;
 use crate::stage::sfb::SFB_MAX_PROB;
@@ -327,6 +325,12 @@ impl Collector for StatsCollector {
             per_if(|i| i.rx.rx_outgoing_dropped),
         )?;
         f.counters(
+            "interface_rx_passed",
+            "Frames the port's XDP program left to the kernel's stack: not the router's, or on a queue without a socket (xdp backend).",
+            None,
+            per_if(|i| i.rx.rx_passed),
+        )?;
+        f.counters(
             "interface_tx_packets",
             "Copies sent.",
             None,
@@ -346,7 +350,7 @@ impl Collector for StatsCollector {
         )?;
         f.counters(
             "interface_tx_dropped",
-            "Copies the kernel refused after the router handed them over (ring backend).",
+            "Copies the kernel refused after the router handed them over (ring and xdp backends).",
             None,
             per_if(|i| i.rx.tx_dropped),
         )?;
@@ -672,6 +676,45 @@ impl Collector for StatsCollector {
                 h.overflow,
             )?;
         }
+        if let Some(d) = &s.digest {
+            f.counter(
+                "digest_recorded",
+                "Packet digests recorded (forwarded IP packets).",
+                None,
+                d.recorded,
+            )?;
+            f.counter(
+                "digest_skipped",
+                "Forwarded packets with no digest (not IP).",
+                None,
+                d.skipped,
+            )?;
+            f.counter("digest_windows", "Digest windows closed.", None, d.windows)?;
+            f.counter(
+                "digest_early_windows",
+                "Digest windows closed early because they held their capacity.",
+                None,
+                d.early,
+            )?;
+            f.gauge(
+                "digest_memory_bytes",
+                "Bytes of the digest windows' filters.",
+                i64::try_from(d.memory_bytes).unwrap_or(i64::MAX),
+            )?;
+        }
+        if let Some(q) = &s.digest_queries {
+            f.counters(
+                "digest_queries",
+                "Queries about the digests, by result.",
+                None,
+                [
+                    ([("result", "answered")], q.answered),
+                    ([("result", "refused")], q.refused),
+                    ([("result", "rate_limited")], q.rate_limited),
+                    ([("result", "malformed")], q.malformed),
+                ],
+            )?;
+        }
         if let Some(i) = &s.icarus {
             f.counter(
                 "icarus_loops",
@@ -938,23 +981,12 @@ impl StatsSource for Stats {
 }
 
 /// A bound listener, not yet serving: bind before the router gives up its
-/// capabilities, serve once it runs ([`MetricsServer::spawn`]).
+/// capabilities, serve once it runs ([`MetricsServer::spawn`]). The server
+/// is [`super::http`]'s: one thread, a bounded number of connections.
+#[derive(Debug)]
 pub struct MetricsServer {
-    server: tiny_http::Server,
-    addr: SocketAddr,
+    listener: HttpListener,
 }
-
-impl std::fmt::Debug for MetricsServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MetricsServer")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
-    }
-}
-
-/// How long the server thread waits for a request before it looks at its
-/// stop flag again.
-const POLL: Duration = Duration::from_millis(100);
 
 impl MetricsServer {
     /// Listens on `addr` (port 0: any free port, see
@@ -963,14 +995,16 @@ impl MetricsServer {
     /// # Errors
     /// The address cannot be bound (in use, not local, no permission).
     pub fn bind(addr: SocketAddr) -> Result<MetricsServer, BindError> {
-        let server = tiny_http::Server::http(addr).map_err(|error| BindError { addr, error })?;
-        let addr = server.server_addr().to_ip().unwrap_or(addr);
-        Ok(MetricsServer { server, addr })
+        let listener = HttpListener::bind(addr).map_err(|error| BindError {
+            addr,
+            error: Box::new(error),
+        })?;
+        Ok(MetricsServer { listener })
     }
 
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.listener.local_addr()
     }
 
     /// Serves `GET /metrics` from `source` on a thread of its own until
@@ -979,86 +1013,72 @@ impl MetricsServer {
     /// # Errors
     /// The thread cannot be spawned.
     pub fn spawn<S: StatsSource>(self, source: S) -> std::io::Result<MetricsThread> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("bp-metrics".into())
-            .spawn(move || {
-                while !flag.load(Ordering::SeqCst) {
-                    match self.server.recv_timeout(POLL) {
-                        Ok(Some(rq)) => respond(rq, &source),
-                        Ok(None) => {}
-                        Err(e) => {
-                            say!("dataplane: metrics: {e}");
-                            std::thread::sleep(POLL);
-                        }
-                    }
+        self.spawn_with(source, None, Limits::default())
+    }
+
+    /// Serves `GET /metrics` from `source` and, with `digest`, `GET
+    /// /digest` (the router's answers about packets it forwarded,
+    /// [`super::digest`]), within `limits`.
+    ///
+    /// # Errors
+    /// The thread cannot be spawned.
+    pub fn spawn_with<S: StatsSource>(
+        self,
+        source: S,
+        digest: Option<DigestRoute>,
+        limits: Limits,
+    ) -> std::io::Result<MetricsThread> {
+        self.listener
+            .serve("bp-telemetry", Telemetry { source, digest }, limits)
+    }
+}
+
+/// The telemetry listener's routes.
+struct Telemetry<S> {
+    source: S,
+    digest: Option<DigestRoute>,
+}
+
+impl<S: StatsSource> Handler for Telemetry<S> {
+    fn handle(&mut self, rq: &Request<'_>) -> Response {
+        match (rq.path, &mut self.digest) {
+            ("/metrics", d) => {
+                let mut stats = self.source.stats();
+                if let Some(d) = d {
+                    stats.digest_queries = Some(d.counters().snapshot());
                 }
-            })?;
-        Ok(MetricsThread {
-            stop,
-            handle: Some(handle),
-        })
+                metrics_response(rq, &stats)
+            }
+            ("/digest", Some(d)) => d.handle(rq),
+            ("/digest", None) => Response::text(
+                404,
+                "not found: this router keeps no packet digests (no [digest] table)\n",
+            ),
+            _ => Response::text(404, "not found: the metrics are at /metrics\n"),
+        }
     }
 }
 
-/// Answers one request.
-fn respond(rq: tiny_http::Request, source: &impl StatsSource) {
-    let header = |v: &str| {
-        tiny_http::Header::from_bytes(&b"Content-Type"[..], v.as_bytes()).expect("a valid header")
-    };
-    let path = rq.url().split('?').next().unwrap_or("");
-    let response = if path != "/metrics" {
-        tiny_http::Response::from_string("not found: the metrics are at /metrics\n")
-            .with_status_code(404)
-    } else if !matches!(
-        rq.method(),
-        tiny_http::Method::Get | tiny_http::Method::Head
-    ) {
-        tiny_http::Response::from_string("method not allowed\n").with_status_code(405)
+/// The answer to `GET /metrics`.
+fn metrics_response(rq: &Request<'_>, stats: &Stats) -> Response {
+    let openmetrics = rq
+        .header("Accept")
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
+    let text = encode(stats);
+    if openmetrics {
+        Response::with_type(200, OPENMETRICS_CONTENT_TYPE, text.into_bytes())
     } else {
-        let openmetrics = rq.headers().iter().any(|h| {
-            h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text")
-        });
-        let text = encode(&source.stats());
-        if openmetrics {
-            tiny_http::Response::from_string(text).with_header(header(OPENMETRICS_CONTENT_TYPE))
-        } else {
-            tiny_http::Response::from_string(to_prometheus_text(&text))
-                .with_header(header(TEXT_CONTENT_TYPE))
-        }
-    };
-    // A client that went away is its own business.
-    let _ = rq.respond(response);
+        Response::with_type(
+            200,
+            TEXT_CONTENT_TYPE,
+            to_prometheus_text(&text).into_bytes(),
+        )
+    }
 }
 
-/// The serving thread; [`MetricsThread::stop`] (or dropping it) stops it
+/// The serving thread; [`ServerThread::stop`] (or dropping it) stops it
 /// within 100 ms and closes the listener.
-#[derive(Debug)]
-pub struct MetricsThread {
-    stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<()>>,
-}
-
-impl MetricsThread {
-    /// Stops the thread and waits for it.
-    pub fn stop(mut self) {
-        self.finish();
-    }
-
-    fn finish(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-impl Drop for MetricsThread {
-    fn drop(&mut self) {
-        self.finish();
-    }
-}
+pub type MetricsThread = ServerThread;
 
 #[cfg(test)]
 mod tests {

@@ -11,7 +11,9 @@
 //!
 //! Each worker runs the one worker loop ([`worker`]) over its ports
 //! ([`SocketPorts`], pnet's, by default; [`RingPorts`], packet rings, with
-//! `[io] backend = "ring"`) with its own [`Chain`] built from the config, the same
+//! `[io] backend = "ring"`; [`XdpPorts`], AF_XDP sockets, with `backend =
+//! "xdp"`, the XDP programs held by the router until it is dropped) with
+//! its own [`Chain`] built from the config, the same
 //! chain replay runs: nothing is shared on the hot path. At every tick (100
 //! ms) a worker publishes a snapshot of its counters behind a mutex only
 //! the tick and the reader take, and hands its closed heavy-flow epochs to
@@ -78,6 +80,8 @@ macro_rules! say {
     };
 }
 
+pub mod digest;
+pub mod http;
 pub mod lock;
 pub mod metrics;
 pub mod peering;
@@ -99,6 +103,8 @@ use crate::config::{IoBackend, RouterConfig};
 use crate::io::port::Ports;
 use crate::io::ring::RingPorts;
 use crate::io::socket::{self, SocketPorts};
+use crate::io::xdp::{Fallback, XdpPorts, XdpProgram, XdpSetup};
+use crate::stage::digest::{Digests, TimeBase};
 use crate::stage::egress::QueueView;
 use crate::stage::heavy::{EpochReport, Threshold, merge_epochs};
 use share::MembershipLink;
@@ -141,7 +147,7 @@ pub fn build_workers(
     let mut links = share.then(|| share::links(workers).into_iter());
     let mut out: Vec<(Chain, Option<MembershipLink>)> = Vec::with_capacity(workers);
     for _ in 0..workers {
-        let mut chain = Chain::build(cfg)?;
+        let mut chain = Chain::build_for(cfg, workers)?;
         let link = links.as_mut().and_then(Iterator::next);
         if let Some(l) = &link {
             l.attach(&mut chain);
@@ -199,8 +205,13 @@ pub struct Router {
     /// worker has stopped.
     queues: Option<QueueView>,
     clock: MonotonicClock,
+    /// The workers' digest rings, when the digest stage is on.
+    digests: Option<Digests>,
     /// The peering control thread, when `[peering]` is on.
     peering: Option<peering::Peering>,
+    /// The XDP programs, one per interface (xdp backend): detached when
+    /// the router is dropped, after its workers stopped.
+    _xdp: Vec<XdpProgram>,
 }
 
 impl Router {
@@ -238,6 +249,7 @@ impl Router {
             groups.push(socket::fanout_group(sys.index));
         }
         let clock = MonotonicClock::new();
+        let mut xdp_programs = Vec::new();
         let opened = match cfg.io.backend {
             IoBackend::Pnet => {
                 let mut all = Vec::with_capacity(n);
@@ -261,22 +273,29 @@ impl Router {
                         .collect(),
                 )
             }
-            IoBackend::Ring => {
-                let rc = cfg.io.ring;
-                let mut all = Vec::with_capacity(n);
-                for _ in 0..n {
-                    all.push(RingPorts::open(&cfg.interfaces, &groups, &rc, clock)?);
+            IoBackend::Ring => open_ring(cfg, &groups, n, clock)?,
+            IoBackend::Xdp => match XdpSetup::open(&cfg.interfaces, n, &cfg.io.xdp, clock) {
+                Ok(setup) => {
+                    for p in &setup.programs {
+                        say!(
+                            "dataplane: {}: {}, {} queue(s), {} UMEM frames per socket ({n} workers)",
+                            p.name,
+                            p.mode,
+                            p.queues,
+                            cfg.io.xdp.frames
+                        );
+                    }
+                    xdp_programs = setup.programs;
+                    Opened::Xdp(setup.workers)
                 }
-                for (ifc, g) in cfg.interfaces.iter().zip(&groups) {
+                Err(e) if cfg.io.xdp.fallback == Fallback::Ring => {
                     say!(
-                        "dataplane: {}: ring, {} blocks of {} bytes per worker, fanout group {g:#06x} ({n} workers)",
-                        ifc.name,
-                        rc.blocks,
-                        rc.block_bytes
+                        "dataplane: AF_XDP refused: {e}; running on the ring backend ([io.xdp] fallback = \"ring\")"
                     );
+                    open_ring(cfg, &groups, n, clock)?
                 }
-                Opened::Ring(all)
-            }
+                Err(e) => return Err(e.into()),
+            },
         };
         let mut reporter = match cfg.heavy.as_ref() {
             Some(h) => Some(HeavyReporter::new(
@@ -303,6 +322,17 @@ impl Router {
         let stop = Arc::new(AtomicBool::new(false));
         let mut chains = build_workers(cfg, n)?;
         let queues = chains.first().map(|(c, _)| c.egress().queue_view());
+        let rings: Vec<_> = chains
+            .iter()
+            .filter_map(|(c, _)| c.digest().map(|d| d.ring()))
+            .collect();
+        let digests = (!rings.is_empty()).then(|| {
+            Digests::new(
+                rings,
+                cfg.interfaces.iter().map(|i| i.name.clone()).collect(),
+                TimeBase::Monotonic(clock),
+            )
+        });
         // The peering control thread and every worker's ends of it.
         let mut peering = None;
         if let Some(pc) = cfg.peering_config() {
@@ -331,6 +361,7 @@ impl Router {
         let (workers, snapshots) = match opened {
             Opened::Pnet(io) => spawn.run(io)?,
             Opened::Ring(io) => spawn.run(io)?,
+            Opened::Xdp(io) => spawn.run(io)?,
         };
         Ok(Router {
             _locks: locks,
@@ -344,8 +375,16 @@ impl Router {
             epochs: erx,
             queues,
             clock,
+            digests,
             peering,
+            _xdp: xdp_programs,
         })
+    }
+
+    /// The workers' digest rings, to answer queries (`None`: no digest
+    /// stage).
+    pub fn digests(&self) -> Option<Digests> {
+        self.digests.clone()
     }
 
     /// The stop flag (set it, from a signal handler say, to stop).
@@ -475,6 +514,30 @@ impl Snapshots {
 enum Opened {
     Pnet(Vec<SocketPorts>),
     Ring(Vec<RingPorts>),
+    Xdp(Vec<XdpPorts>),
+}
+
+/// Every worker's ring ports, the choice printed.
+fn open_ring(
+    cfg: &RouterConfig,
+    groups: &[u16],
+    n: usize,
+    clock: MonotonicClock,
+) -> anyhow::Result<Opened> {
+    let rc = cfg.io.ring;
+    let mut all = Vec::with_capacity(n);
+    for _ in 0..n {
+        all.push(RingPorts::open(&cfg.interfaces, groups, &rc, clock)?);
+    }
+    for (ifc, g) in cfg.interfaces.iter().zip(groups) {
+        say!(
+            "dataplane: {}: ring, {} blocks of {} bytes per worker, fanout group {g:#06x} ({n} workers)",
+            ifc.name,
+            rc.blocks,
+            rc.block_bytes
+        );
+    }
+    Ok(Opened::Ring(all))
 }
 
 /// What every worker thread is started with, whatever its backend.

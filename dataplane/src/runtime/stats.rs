@@ -8,10 +8,12 @@ use std::fmt::Write as _;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use super::digest::QueryCounts;
 use super::worker::{Latencies, Worker};
 use crate::io::port::{Ports, RxCounters};
 use crate::peer::PeeringReport;
 use crate::pipeline::{DropReason, PipelineCounters};
+use crate::stage::digest::DigestCounters;
 use crate::stage::egress::{PortSummary, QueueSummary, fmt_rate};
 use crate::stage::forward::ForwardCounters;
 use crate::stage::heavy::HeavyCounters;
@@ -435,6 +437,13 @@ pub struct Stats {
     pub icarus: Option<IcarusCounters>,
     /// The heavy-flow stage, when on.
     pub heavy: Option<HeavyCounters>,
+    /// The digest stage, when on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<DigestCounters>,
+    /// Queries about the digests (`GET /digest`), when answered (the
+    /// telemetry listener's, not a worker's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest_queries: Option<QueryCounts>,
     /// The protocol between routers, when on (the control thread's
     /// figures, in merged stats).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -493,6 +502,8 @@ impl Stats {
             multicast_interfaces,
             icarus: chain.icarus().map(|i| *i.counters()),
             heavy: chain.heavy().map(|h| *h.counters()),
+            digest: chain.digest().map(|d| *d.counters()),
+            digest_queries: None,
             peering: None,
             latency: LatencyReport::of(w.latency()),
             latency_buckets: LatencyHistograms::of(w.latency()),
@@ -552,6 +563,9 @@ impl Stats {
             }
             if let Some(h) = &s.heavy {
                 m.heavy.get_or_insert_with(Default::default).merge(h);
+            }
+            if let Some(d) = &s.digest {
+                m.digest.get_or_insert_with(Default::default).merge(d);
             }
             if let Some(c) = &s.multicast {
                 m.multicast.get_or_insert_with(Default::default).merge(c);
@@ -745,6 +759,26 @@ impl Stats {
                 h.packets, h.bytes, h.detections, h.reported, h.overflow
             );
         }
+        if let Some(d) = &self.digest {
+            let _ = writeln!(
+                s,
+                "  stage digest recorded {} skipped {} windows {} early {} memory {:.1} MiB window_capacity {} design_fpr {:.2e}",
+                d.recorded,
+                d.skipped,
+                d.windows,
+                d.early,
+                d.memory_bytes as f64 / f64::from(1u32 << 20),
+                d.window_capacity,
+                d.design_fpr
+            );
+        }
+        if let Some(q) = &self.digest_queries {
+            let _ = writeln!(
+                s,
+                "    digest queries answered {} refused {} rate_limited {} malformed {}",
+                q.answered, q.refused, q.rate_limited, q.malformed
+            );
+        }
         if let Some(p) = &self.peering {
             render_peering(&mut s, p);
         }
@@ -849,6 +883,15 @@ fn render_port(s: &mut String, i: &InterfaceReport) {
     if i.rx.rx_frozen > 0 {
         let _ = write!(ring, ", {} ring blocks held", i.rx.rx_frozen);
     }
+    // An AF_XDP port says what its program left to the kernel, and how its
+    // frames arrive (at the end, after the figures).
+    let mode = match i.rx.mode {
+        Some(m) => {
+            let _ = write!(ring, ", {} left to the kernel", i.rx.rx_passed);
+            format!("  {m}")
+        }
+        None => String::new(),
+    };
     let tx_dropped = if i.rx.tx_dropped > 0 {
         format!(", {} refused by the kernel", i.rx.tx_dropped)
     } else {
@@ -856,7 +899,7 @@ fn render_port(s: &mut String, i: &InterfaceReport) {
     };
     let _ = writeln!(
         s,
-        "  port {} rx {} pkts {} B ({} err, {} kernel dropped{ring}, {} outgoing ignored)  sent {} pkts {} B ({} err{tx_dropped}) hairpin {}",
+        "  port {} rx {} pkts {} B ({} err, {} kernel dropped{ring}, {} outgoing ignored)  sent {} pkts {} B ({} err{tx_dropped}) hairpin {}{mode}",
         p.name,
         i.rx.rx_packets,
         i.rx.rx_bytes,

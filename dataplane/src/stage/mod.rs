@@ -3,6 +3,7 @@
 //! order; every stage but the egress one also implements
 //! [`crate::pipeline::Stage`], for tests and benches of single stages.
 
+pub mod digest;
 pub mod egress;
 pub mod forward;
 pub mod heavy;

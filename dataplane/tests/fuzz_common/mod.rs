@@ -15,6 +15,7 @@
 //! | `icarus`    | a control byte, then one frame          | [`icarus::check`] |
 //! | `multicast` | a settings byte, then [framed](frames) frames | [`multicast::check`] |
 //! | `chain`     | a settings byte, then [framed](frames) frames | [`chain::check`] |
+//! | `digest`    | a form byte, then a query string or an IP datagram | [`digest::check`] |
 //! | `peer`      | a settings byte, then [framed](frames) datagrams | [`peer::check`] |
 //!
 //! [`seeds`] builds each target's starting inputs from the public captures
@@ -24,6 +25,7 @@
 pub mod capture;
 pub mod chain;
 pub mod config;
+pub mod digest;
 pub mod icarus;
 pub mod multicast;
 pub mod parse;

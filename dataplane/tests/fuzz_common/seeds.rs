@@ -8,7 +8,9 @@
 //! * `chain`: per capture, its first frames with their time steps and
 //!   pcapng interfaces as ingress ports, through the wired chain and
 //!   through the routed one (addressed to the router);
-//! * `config`: the example TOML files and the chain target's configs.
+//! * `config`: the example TOML files and the chain target's configs;
+//! * `digest`: per capture, a few IP datagrams (the IP header on) and the
+//!   query strings asking about them.
 //!
 //! Frames of link types the targets do not feed are left out.
 
@@ -20,13 +22,14 @@ use dataplane::wire::{IpProtocol, parse};
 use super::{ctrl, encode, link_bits, step_for};
 
 /// The targets, in the order the README lists them.
-pub const TARGETS: [&str; 7] = [
+pub const TARGETS: [&str; 8] = [
     "parse",
     "capture",
     "config",
     "icarus",
     "multicast",
     "chain",
+    "digest",
     "peer",
 ];
 
@@ -192,6 +195,28 @@ pub fn for_target(target: &str, pcaps: Option<&Path>, examples: &Path) -> Vec<Se
                     name: format!("{name}-unverified"),
                     bytes: multi((3 << 3) | (2 << 5), &picked),
                 });
+            }
+            "digest" => {
+                let every = recs.len().div_ceil(FRAMES_PER_CAPTURE);
+                for (i, (_, r)) in recs.iter().step_by(every).enumerate() {
+                    let Some(ip) = parse(r.link_type, &r.data)
+                        .ok()
+                        .filter(|p| p.ip_version.is_some())
+                        .and_then(|p| r.data.get(p.l3_offset..))
+                    else {
+                        continue;
+                    };
+                    out.push(Seed {
+                        name: format!("{name}-{i}-ip"),
+                        bytes: [&[1u8 | 2][..], ip].concat(),
+                    });
+                    let q =
+                        dataplane::stage::digest::query::query_string(ip, Some(r.ts_ns), Some(250));
+                    out.push(Seed {
+                        name: format!("{name}-{i}-query"),
+                        bytes: [&[0u8][..], q.as_bytes()].concat(),
+                    });
+                }
             }
             "chain" => {
                 let first: Vec<_> = recs.iter().take(FRAMES_PER_SEED).collect();

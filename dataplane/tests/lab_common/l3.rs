@@ -19,6 +19,8 @@ pub struct L3Lab {
     /// The scratch directory (configs, logs, reports).
     pub dir: PathBuf,
     routers: Vec<(&'static str, Child)>,
+    /// The routers' port backend (`[io] backend`), given to every run.
+    pub backend: &'static str,
 }
 
 impl L3Lab {
@@ -31,6 +33,7 @@ impl L3Lab {
             prefix: prefix.into(),
             dir,
             routers: Vec::new(),
+            backend: "pnet",
         };
         lab.script(&["up"]);
         lab
@@ -73,6 +76,9 @@ impl L3Lab {
         let dir = self.dir.join(tag);
         let mut args = vec!["configs", dir.to_str().unwrap()];
         args.extend_from_slice(flags);
+        if self.backend != "pnet" {
+            args.push(self.backend);
+        }
         if std::env::var_os("BLOOMPLANE_L3_STATIC").is_some_and(|v| v == "1") {
             args.push("static");
         }

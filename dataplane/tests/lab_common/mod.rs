@@ -49,6 +49,31 @@ pub fn ring_refused() -> Option<String> {
         .map(|e| format!("the kernel refuses a packet ring: {e}"))
 }
 
+/// Why the xdp backend cannot run here, if the kernel refuses an AF_XDP
+/// socket or the XDP program ([`dataplane::io::xdp::probe`]).
+pub fn xdp_refused() -> Option<String> {
+    dataplane::io::xdp::probe()
+        .err()
+        .map(|e| format!("the kernel refuses AF_XDP or the XDP program: {e}"))
+}
+
+/// Why `backend` cannot run here, if it cannot (pnet always can where the
+/// lab can).
+pub fn backend_refused(backend: &str) -> Option<String> {
+    match backend {
+        "ring" => ring_refused(),
+        "xdp" => xdp_refused(),
+        _ => None,
+    }
+}
+
+/// Receive and transmit queues per veth end the lab needs for `backend`
+/// with `workers` workers: AF_XDP binds a socket per queue, one worker per
+/// queue at least; the others need one.
+pub fn lab_queues(backend: &str, workers: u32) -> u32 {
+    if backend == "xdp" { workers.max(1) } else { 1 }
+}
+
 /// The directory holding the `dataplane` and `traffic-gen` binaries, built
 /// (or found fresh) by cargo with the profile this test was built with
 /// (`BLOOMPLANE_BIN_DIR` names a directory of prebuilt ones instead).
@@ -147,18 +172,27 @@ pub struct Lab {
     pub dir: PathBuf,
     /// The router process, killed on drop.
     pub router: Option<Child>,
+    /// Receive and transmit queues of every veth end (`LAB_QUEUES`).
+    pub queues: u32,
 }
 
 impl Lab {
     /// Brings the lab up under `prefix` with a fresh scratch directory
     /// (`<tmp>/<prefix>-<what>`); panics with lab.sh's output if it fails.
     pub fn up(prefix: String, what: &str) -> Lab {
+        Lab::up_queues(prefix, what, 1)
+    }
+
+    /// [`Lab::up`] with `queues` receive and transmit queues on every veth
+    /// end (`LAB_QUEUES`; see [`lab_queues`]).
+    pub fn up_queues(prefix: String, what: &str, queues: u32) -> Lab {
         let dir = std::env::temp_dir().join(format!("{prefix}-{what}"));
         std::fs::create_dir_all(&dir).unwrap();
         let lab = Lab {
             prefix,
             dir,
             router: None,
+            queues,
         };
         let up = lab.lab("up");
         assert!(
@@ -267,7 +301,8 @@ impl Lab {
             Command::new("bash")
                 .arg(workspace().join("scripts/lab.sh"))
                 .arg(cmd)
-                .env("LAB_PREFIX", &self.prefix),
+                .env("LAB_PREFIX", &self.prefix)
+                .env("LAB_QUEUES", self.queues.to_string()),
             Duration::from_secs(120),
             "lab.sh",
         )

@@ -294,10 +294,12 @@ impl Bloom {
     }
 
     /// Inserts keys given by their hash pairs instead of the keys: each
-    /// pair sets the positions a key with that pair would. For structures
-    /// that derive pairs themselves (the DBF's per-peer mappings,
-    /// [`crate::bloom::dbf`]). Allocation-free.
-    pub(crate) fn insert_pairs(&mut self, pairs: &[HashPair]) {
+    /// pair sets the positions a key with that pair would (a pair from
+    /// this filter's [`Bloom::hasher`] is the key's). For structures that
+    /// derive pairs themselves (the DBF's per-peer mappings,
+    /// [`crate::bloom::dbf`]) or hash keys of several widths before
+    /// inserting them at once. Allocation-free.
+    pub fn insert_pairs(&mut self, pairs: &[HashPair]) {
         if SPLIT_VIEW && self.params.layout() == Layout::SplitBlock {
             for chunk in pairs.chunks(BATCH) {
                 self.insert_split_pairs(chunk);
