@@ -27,15 +27,7 @@ pub fn median_ns_per_item<T>(
     per_sample: Duration,
     mut run: impl FnMut() -> T,
 ) -> f64 {
-    // Calibrate: how many calls fill one sample.
-    let start = Instant::now();
-    let mut calls = 0u64;
-    while start.elapsed() < per_sample / 4 || calls < 3 {
-        black_box(run());
-        calls += 1;
-    }
-    let per_call = start.elapsed().as_secs_f64() / calls as f64;
-    let iters = ((per_sample.as_secs_f64() / per_call).ceil() as u64).max(1);
+    let iters = calibrate(per_sample, &mut run);
     let mut v: Vec<f64> = (0..samples)
         .map(|_| {
             let t = Instant::now();
@@ -57,4 +49,59 @@ pub fn figure<T>(name: impl Into<String>, items: usize, run: impl FnMut() -> T) 
         ns_per_item: ns,
         mitems_per_s: 1e3 / ns,
     }
+}
+
+/// How many calls of `run` fill `per_sample` (at least one).
+fn calibrate<T>(per_sample: Duration, run: &mut impl FnMut() -> T) -> u64 {
+    let start = Instant::now();
+    let mut calls = 0u64;
+    while start.elapsed() < per_sample / 4 || calls < 3 {
+        black_box(run());
+        calls += 1;
+    }
+    let per_call = start.elapsed().as_secs_f64() / calls as f64;
+    ((per_sample.as_secs_f64() / per_call).ceil() as u64).max(1)
+}
+
+/// Two figures measured in turn, sample for sample (21 samples of 40 ms
+/// each), so that a machine whose speed drifts (other work, frequency)
+/// moves both alike and their ratio holds: `a` then `b`, each processing
+/// `items` items per call.
+pub fn figure_pair<T, U>(
+    names: (impl Into<String>, impl Into<String>),
+    items: usize,
+    mut a: impl FnMut() -> T,
+    mut b: impl FnMut() -> U,
+) -> (Figure, Figure) {
+    let per_sample = Duration::from_millis(40);
+    let (ia, ib) = (calibrate(per_sample, &mut a), calibrate(per_sample, &mut b));
+    let time = |iters: u64, f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        for _ in 0..iters {
+            f();
+        }
+        t.elapsed().as_secs_f64() * 1e9 / (iters as f64 * items as f64)
+    };
+    let (mut va, mut vb) = (Vec::new(), Vec::new());
+    for _ in 0..21 {
+        va.push(time(ia, &mut || {
+            black_box(a());
+        }));
+        vb.push(time(ib, &mut || {
+            black_box(b());
+        }));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let fig = |name: String, ns: f64| Figure {
+        name,
+        ns_per_item: ns,
+        mitems_per_s: 1e3 / ns,
+    };
+    (
+        fig(names.0.into(), median(&mut va)),
+        fig(names.1.into(), median(&mut vb)),
+    )
 }

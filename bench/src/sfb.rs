@@ -18,7 +18,7 @@ use dataplane::stage::sfb::{
 };
 use kernels::{Backend, BackendError, splitmix64};
 
-use crate::measure::{Figure, figure};
+use crate::measure::{Figure, figure_pair};
 
 /// Packets per call.
 pub const PACKETS: usize = 1 << 16;
@@ -128,7 +128,7 @@ impl BenchWorkload {
         let mut departed = 0u64;
         let batch = batch.max(1);
         for (keys, ecn) in self.keys.chunks(batch).zip(self.ecn.chunks(batch)) {
-            q.sfb_mut().tick(Timestamp::from_nanos(t));
+            q.tick(Timestamp::from_nanos(t));
             kb.hash(q.sfb(), keys);
             let mut feed = BatchFeed {
                 keys: kb.keys(),
@@ -242,24 +242,33 @@ pub fn register(c: &mut Criterion) {
 /// The headline figures for the report binary: ns per packet per backend.
 /// `sfb/enqueue-dequeue/<backend>` is the router's default SFB (the fair
 /// profile); `sfb/enqueue-dequeue-linux/<backend>` sch_sfb's rules alone,
-/// which shows what the fair-share check costs.
+/// which shows what the fair-share check costs. The two profiles are
+/// measured in turn, sample for sample ([`figure_pair`]), so that their
+/// ratio (the report's `sfb fair vs linux`) holds on a busy machine.
 pub fn report() -> Vec<Figure> {
-    let mut figures = Vec::new();
-    for (profile, name) in [
-        (SfbProfile::Fair, "enqueue-dequeue"),
-        (SfbProfile::Linux, "enqueue-dequeue-linux"),
-    ] {
-        for b in Backend::available_list() {
-            if let Some(mut case) = Case::with_profile(profile, b) {
-                figures.push(figure(
-                    format!("sfb/{name}/{}", b.name()),
-                    PACKETS,
-                    move || case.run(),
-                ));
-            }
-        }
+    let mut fair = Vec::new();
+    let mut linux = Vec::new();
+    for b in Backend::available_list() {
+        let (Some(mut f), Some(mut l)) = (
+            Case::with_profile(SfbProfile::Fair, b),
+            Case::with_profile(SfbProfile::Linux, b),
+        ) else {
+            continue;
+        };
+        let (x, y) = figure_pair(
+            (
+                format!("sfb/enqueue-dequeue/{}", b.name()),
+                format!("sfb/enqueue-dequeue-linux/{}", b.name()),
+            ),
+            PACKETS,
+            move || f.run(),
+            move || l.run(),
+        );
+        fair.push(x);
+        linux.push(y);
     }
-    figures
+    fair.extend(linux);
+    fair
 }
 
 #[cfg(test)]

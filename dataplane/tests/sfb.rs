@@ -782,3 +782,273 @@ fn a_flood_of_small_unresponsive_flows_keeps_the_port_busy() {
     assert!(summary.sfb.as_ref().unwrap().counters.ratedrop > 0);
     assert!(util > 0.9, "{util}");
 }
+
+/// Port `b` shaped to 4 Mbit/s behind SFB (seed 5; `extra`: more keys of
+/// its `sfb` table), as r-b in the namespace lab's floods.
+fn lab_port(extra: &str) -> String {
+    format!(
+        r#"
+[[interfaces]]
+name = "a"
+[[interfaces]]
+name = "b"
+[interfaces.egress]
+rate_bps = 4_000_000
+burst_bytes = 3000
+limit = 1000
+[interfaces.sfb]
+seed = 5
+{extra}
+[[wires]]
+from = "a"
+to = "b"
+"#
+    )
+}
+
+/// A chain and what left its port `b`: (departure ns, wire length, UDP
+/// source port).
+struct Port4 {
+    chain: Chain,
+    sink: MemoryPorts,
+    out: Vec<(u64, u32, u16)>,
+}
+
+impl Port4 {
+    fn new(extra: &str) -> Self {
+        let cfg = RouterConfig::from_toml_str(&lab_port(extra), "lab.toml").unwrap();
+        Port4 {
+            chain: Chain::build(&cfg).unwrap(),
+            sink: MemoryPorts::new(2).keep_sent(true),
+            out: Vec::new(),
+        }
+    }
+
+    /// Frames at their times, 32 to a batch (a batch never spans more
+    /// than 10 ms, as a live worker's does not).
+    fn run<'a>(&mut self, frames: impl IntoIterator<Item = (u64, &'a [u8])>) {
+        let mut batch = Batch::new();
+        let mut first = None;
+        for (ts, f) in frames {
+            if batch.len() == 32 || first.is_some_and(|s| ts > s + 10 * MS) {
+                self.process(&mut batch);
+                first = None;
+            }
+            first.get_or_insert(ts);
+            batch.push(t(ts), f.len() as u32, LinkType::Ethernet, f);
+        }
+        self.process(&mut batch);
+    }
+
+    fn process(&mut self, batch: &mut Batch) {
+        if let Some(now) = batch.latest_ts() {
+            self.chain.process(batch, now, &mut self.sink);
+        }
+        batch.clear();
+        self.collect();
+    }
+
+    fn collect(&mut self) {
+        for s in self.sink.take_sent() {
+            if s.port == 1 {
+                let sport = u16::from_be_bytes([s.frame[34], s.frame[35]]);
+                self.out.push((s.departs.as_nanos(), s.wire_len, sport));
+            }
+        }
+    }
+
+    /// Sends what is still queued, at its times.
+    fn finish(&mut self) {
+        self.chain.egress_mut().drain_all(&mut self.sink);
+        self.collect();
+    }
+
+    /// Bits per second port `b` sent between `from` and `to` ns.
+    fn rate(&self, from: u64, to: u64) -> f64 {
+        let bytes: u64 = self
+            .out
+            .iter()
+            .filter(|o| (from..to).contains(&o.0))
+            .map(|o| u64::from(o.1))
+            .sum();
+        bytes as f64 * 8.0 / ((to - from) as f64 * 1e-9)
+    }
+
+    fn summary(&self, now: u64) -> dataplane::stage::egress::PortSummary {
+        self.chain.egress().summaries(t(now))[1].clone()
+    }
+}
+
+/// `flows` flows taking turns (source ports from `sport`, not-ECT), each
+/// frame `payload` bytes of UDP, together at `bps` from `start` to `end` ns.
+fn constant_rate(
+    frames: &[Vec<u8>],
+    bps: f64,
+    start: u64,
+    end: u64,
+) -> impl Iterator<Item = (u64, &[u8])> {
+    let gap = frames[0].len() as f64 * 8.0 / bps * 1e9;
+    (0u64..)
+        .map(move |i| (start + (i as f64 * gap) as u64, i))
+        .take_while(move |&(ts, _)| ts < end)
+        .map(move |(ts, i)| (ts, frames[i as usize % frames.len()].as_slice()))
+}
+
+fn flows(sport: u16, n: u16, payload: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| udp_frame(sport + i, 0, payload)).collect()
+}
+
+/// A flood of unresponsive flows at three times a 4 Mbit/s port, each flow
+/// at three times its share, as the lab floods r-b (1000-byte datagrams
+/// from 1000 or 32 sockets taking turns): the port sends at least 99% of
+/// its rate from the first second on, and the queue stays short. The
+/// fair-share check holds each flow to the share; under the
+/// work-conserving floor nothing is dropped, so the check's estimates
+/// never idle the link (with every flow's packets dropped by the check
+/// whatever the queue held, 1000 flows left the lab's port at 92% of its
+/// rate, and 32 at 97%); Blue drops nothing of a capped flow, and the
+/// share shrinks while the capped flows hold more than 20 ms of the link.
+#[test]
+fn floods_of_unresponsive_flows_keep_the_port_full() {
+    for n in [1000u16, 32] {
+        let frames = flows(1024, n, 1000);
+        let mut p = Port4::new("");
+        p.run(constant_rate(&frames, 12e6, 0, 20_000 * MS));
+        let use_ = p.rate(1_000 * MS, 20_000 * MS) / 4e6;
+        let s = p.summary(20_000 * MS);
+        let sfb = s.sfb.clone().unwrap();
+        eprintln!(
+            "{n} flows: link use {use_:.4}, mean sojourn {:.1} ms, max {:.1} ms: {sfb:?}",
+            s.counters.mean_sojourn_ms(),
+            s.counters.sojourn_max_ns as f64 / 1e6
+        );
+        assert!(use_ >= 0.99, "{n} flows: {use_}");
+        assert!(sfb.counters.ratedrop > 0, "{n} flows: {sfb:?}");
+        assert!(
+            s.counters.mean_sojourn_ms() < 60.0,
+            "{n} flows: the queue stays short: {s:?}"
+        );
+    }
+}
+
+/// After a flood (3 s of 64-byte frames over 1024 unresponsive flows at
+/// three times a 4 Mbit/s port) and 5 s with nothing, 20 new flows at 10%
+/// of the rate (500 frames) lose none of their packets, and the stats read
+/// the bins as the idle time left them: Blue's probabilities decay while
+/// the link is idle. Under sch_sfb's rules (`profile = "linux"`) the bins
+/// keep the flood's probabilities, and the new flows pay for it.
+#[test]
+fn new_flows_after_a_flood_see_none_of_it() {
+    let flood = flows(1024, 1024, 64 - 42);
+    let fresh = flows(40_000, 20, 64 - 42);
+    let new_flows = |p: &mut Port4| {
+        p.run(constant_rate(&flood, 12e6, 0, 3_000 * MS));
+        let after = p.summary(8_000 * MS).sfb.unwrap();
+        // 500 frames at 0.4 Mbit/s from 8 s.
+        let gap = 64 * 8 * 1_000_000_000 / 400_000;
+        p.run((0..500u64).map(|i| (8_000 * MS + i * gap, fresh[i as usize % 20].as_slice())));
+        p.finish();
+        let got = p.out.iter().filter(|o| o.2 >= 40_000).count();
+        (500 - got, after)
+    };
+    let mut fair = Port4::new("");
+    let (lost, after) = new_flows(&mut fair);
+    eprintln!("fair: lost {lost} of 500; after the gap: {after:?}");
+    assert!(
+        after.maxprob < after.peak.maxprob / 100,
+        "p decayed while idle: {after:?}"
+    );
+    assert!(lost < 5, "fair profile: lost {lost} of 500");
+    let mut linux = Port4::new("profile = \"linux\"");
+    let (lost, after) = new_flows(&mut linux);
+    eprintln!("linux: lost {lost} of 500; after the gap: {after:?}");
+    assert!(
+        after.maxprob > SFB_MAX_PROB / 2,
+        "sch_sfb keeps p: {after:?}"
+    );
+    assert!(lost > 50, "sch_sfb's rules: lost {lost} of 500");
+}
+
+/// The fair profile drops nothing while the queue is under its
+/// work-conserving floor (2 ms of the link, at least two full frames),
+/// whatever Blue's probabilities say; sch_sfb's rules drop at once.
+#[test]
+fn fair_profile_drops_nothing_under_the_floor() {
+    let egress = EgressConfig {
+        rate_bps: 4_000_000,
+        burst_bytes: 3000,
+        limit: 1000,
+    };
+    for (profile, lost_want) in [
+        (dataplane::stage::sfb::SfbProfile::Fair, 0),
+        (dataplane::stage::sfb::SfbProfile::Linux, 1),
+    ] {
+        let c = SfbConfig {
+            profile,
+            increment: 0,
+            decrement: 0,
+            ..cfg()
+        };
+        let mut q: SfbQueue<()> = SfbQueue::new(c, egress).unwrap();
+        q.sfb_mut().force_probability(SFB_MAX_PROB);
+        q.tick(t(0));
+        let mut s = 3u64;
+        let mut lost = 0;
+        // A 1000-byte packet every 2 ms, the port's rate: the queue never
+        // holds 3028 bytes.
+        for i in 0..200u64 {
+            let now = t(i * 2 * MS);
+            q.drain_until(now, |_| {});
+            let key = q.sfb().key_one(&random_flow(&mut s));
+            if q.enqueue(&key, None, false, (), 1000, now).is_err() {
+                lost += 1;
+            }
+        }
+        assert_eq!(lost.min(1), lost_want, "{profile:?}: lost {lost}");
+    }
+}
+
+/// While the queue is empty the fair profile's bins lose half their
+/// probability every 100 ms of the queue's clock; the stats show it
+/// before the next arrival applies it. sch_sfb's rules keep it.
+#[test]
+fn idle_time_halves_the_probabilities() {
+    let egress = EgressConfig {
+        rate_bps: 8_000_000,
+        burst_bytes: 3000,
+        limit: 1000,
+    };
+    for profile in [
+        dataplane::stage::sfb::SfbProfile::Fair,
+        dataplane::stage::sfb::SfbProfile::Linux,
+    ] {
+        let c = SfbConfig {
+            profile,
+            increment: 0,
+            decrement: 0,
+            ..cfg()
+        };
+        let mut q: SfbQueue<()> = SfbQueue::new(c, egress).unwrap();
+        q.sfb_mut().force_probability(0x8000);
+        q.tick(t(0));
+        let key = q.sfb().key_one(&[1, 2, 3, 4]);
+        // An ECN-capable packet: marked or passed, never dropped at p = 1/2.
+        q.enqueue(&key, None, true, (), 1000, t(0)).unwrap();
+        // It leaves at once (a full bucket) and takes 1 ms on the wire.
+        assert_eq!(q.drain_until(t(MS / 2), |_| {}), 1);
+        let later = q.stats(t(201 * MS));
+        q.enqueue(&key, None, true, (), 1000, t(201 * MS)).unwrap();
+        let bins = q.sfb().bins(q.sfb().active_set());
+        match profile {
+            dataplane::stage::sfb::SfbProfile::Fair => {
+                // 200 ms idle: a quarter.
+                assert_eq!(later.maxprob, 0x2000, "{later:?}");
+                assert!(bins.iter().all(|b| b.p_mark == 0x2000), "{bins:?}");
+            }
+            dataplane::stage::sfb::SfbProfile::Linux => {
+                assert_eq!(later.maxprob, 0x8000, "{later:?}");
+                assert!(bins.iter().all(|b| b.p_mark == 0x8000), "{bins:?}");
+            }
+        }
+    }
+}

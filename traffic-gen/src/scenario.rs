@@ -457,7 +457,7 @@ impl Bottleneck {
                 made_for,
                 batch,
             } => {
-                q.sfb_mut().tick(now);
+                q.tick(now);
                 let sfb = q.sfb();
                 let stamp = (sfb.generation(), sfb.sets_in_use());
                 if *made_for != Some(stamp) {
@@ -498,7 +498,7 @@ impl Bottleneck {
 
     fn sfb_stats(&self, now: Timestamp) -> Option<String> {
         match self {
-            Bottleneck::Sfb { q, .. } => Some(q.sfb().stats(now).to_string()),
+            Bottleneck::Sfb { q, .. } => Some(q.stats(now).to_string()),
             Bottleneck::DropTail(_) => None,
         }
     }

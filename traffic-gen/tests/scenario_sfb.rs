@@ -3,13 +3,14 @@
 //! * **The router's default SFB** (the fair profile) in the model at
 //!   flowmix's operating point (10 Mbit/s, 20 ms base RTT, 8 and 50 AIMD
 //!   flows, 40 s, seeds 1-3), where the model agrees with real TCP: the
-//!   unresponsive flow, offered 10x its fair share, at or below 1x on
-//!   average over the seeds (each seed 0.82x-1.005x) and Jain's index at
-//!   least 0.9. The same holds with long windows (24 flows on 50 Mbit/s with 50 ms RTTs,
-//!   8 packets of window per flow), where the AIMD senders, which halve on
-//!   every mark, sit under half the share: the flows Blue signals count as
-//!   competing, so the unresponsive flow keeps about its share (at or below
-//!   1.25x; it kept 1.6x-2.4x when they were taken for light flows).
+//!   unresponsive flow, offered 10x its fair share, within 0.8x-1.2x of
+//!   its share on every seed and 0.9x-1.1x on average (measured
+//!   0.96x-1.05x), and Jain's index at least 0.9. With long windows (24
+//!   flows on 50 Mbit/s with 50 ms RTTs, 8 packets of window per flow) the
+//!   AIMD senders, which halve on every mark, sit under half the share:
+//!   the flows Blue signals count as competing, so the unresponsive flow
+//!   keeps about its share (at or below 1.25x, measured 0.98x-1.00x; it
+//!   kept 1.6x-2.4x when they were taken for light flows).
 //! * **sch_sfb's rules** (`profile = "linux"`) with 8 x 64 bins, target 25,
 //!   max 31, the setting the model chose before real TCP was measured: the
 //!   unresponsive flow at or below 2x (measured 1.36x-1.63x) and Jain's
@@ -70,8 +71,8 @@ fn flowmix_point(aimd: u32, seed: u64) -> SfbScenarioConfig {
 
 #[test]
 fn fair_profile_holds_the_unresponsive_flow_in_the_model() {
-    // The goal is on means (at or below 1x); one seed may land a
-    // little over (1.005x at 50 flows, seed 2).
+    // The goal: the unresponsive flow within 0.8-1.2x its share, held to
+    // it, not starved.
     for aimd in [8, 50] {
         let mut shares = Vec::new();
         for seed in 1..=3 {
@@ -81,8 +82,12 @@ fn fair_profile_holds_the_unresponsive_flow_in_the_model() {
             };
             let text = text(&rep);
             shares.push(sfb.unresponsive_share);
+            eprintln!(
+                "{aimd} flows, seed {seed}: unresponsive {:.3}x, Jain {:.4}",
+                sfb.unresponsive_share, sfb.jain_aimd
+            );
             assert!(
-                sfb.unresponsive_share <= 1.1,
+                (0.8..=1.2).contains(&sfb.unresponsive_share),
                 "{aimd} flows, seed {seed}: unresponsive {:.3}x fair\n{text}",
                 sfb.unresponsive_share
             );
@@ -96,14 +101,17 @@ fn fair_profile_holds_the_unresponsive_flow_in_the_model() {
             assert!(dt.unresponsive_share > 8.0, "{text}");
         }
         let mean = shares.iter().sum::<f64>() / shares.len() as f64;
-        assert!(mean <= 1.0, "{aimd} flows: mean {mean:.3}x over seeds 1-3");
+        assert!(
+            (0.9..=1.1).contains(&mean),
+            "{aimd} flows: mean {mean:.3}x over seeds 1-3"
+        );
     }
 }
 
 /// Long windows (24 AIMD flows at 50 Mbit/s and 50 ms: 8 packets each),
 /// where the model's senders, halving on every mark, sit under half the
 /// share: the flows Blue signals still compete, so the unresponsive flow
-/// keeps about its share (measured 1.03x-1.11x over seeds 1-3; 1.6x-2.4x
+/// keeps about its share (measured 0.98x-1.00x over seeds 1-3; 1.6x-2.4x
 /// when they were taken for light flows).
 #[test]
 fn fair_profile_holds_the_unresponsive_flow_with_long_windows() {
@@ -120,6 +128,10 @@ fn fair_profile_holds_the_unresponsive_flow_with_long_windows() {
             panic!("two results expected");
         };
         let text = text(&rep);
+        eprintln!(
+            "long windows, seed {seed}: unresponsive {:.3}x, Jain {:.4}",
+            sfb.unresponsive_share, sfb.jain_aimd
+        );
         assert!(
             sfb.unresponsive_share <= 1.25,
             "seed {seed}: unresponsive {:.3}x fair\n{text}",
@@ -134,9 +146,9 @@ fn fair_profile_holds_the_unresponsive_flow_with_long_windows() {
 /// Eight AIMD flows at 100 Mbit/s and 50 ms (46 packets of window each),
 /// the unresponsive flow offered 111% of the link: the AIMD flows Blue
 /// signals compete, so the unresponsive flow is held to at most twice its
-/// share (the share's gain while the link is short; measured 2.06x-2.25x
-/// over seeds 1-6, 1.95x-2.18x before holds ended for flows that do not
-/// slow down) where, taken for light flows, they left it 3.8x-4.9x.
+/// share (the share's gain while the link is short, with Blue's rules on
+/// it; measured 2.16x-2.24x over seeds 1-3) where, taken for light flows,
+/// they left it 3.8x-4.9x.
 #[test]
 fn fair_profile_with_long_windows_caps_the_unresponsive_flow_at_the_gain() {
     for seed in 1..=3 {
@@ -153,6 +165,10 @@ fn fair_profile_with_long_windows_caps_the_unresponsive_flow_at_the_gain() {
             panic!("two results expected");
         };
         let text = text(&rep);
+        eprintln!(
+            "8 flows at 100 Mbit/s, seed {seed}: unresponsive {:.3}x",
+            sfb.unresponsive_share
+        );
         assert!(
             sfb.unresponsive_share <= 2.3,
             "seed {seed}: unresponsive {:.3}x fair\n{text}",

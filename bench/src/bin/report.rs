@@ -267,6 +267,22 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
+    // The fair profile's SFB at most 1.3 times sch_sfb's rules per packet,
+    // each backend's pair measured in turn in this run.
+    for b in kernels::Backend::ALL.map(kernels::Backend::name) {
+        let fair = format!("sfb/enqueue-dequeue/{b}");
+        let linux = format!("sfb/enqueue-dequeue-linux/{b}");
+        if let (Some(&f), Some(&l)) = (by_name.get(fair.as_str()), by_name.get(linux.as_str())) {
+            let v = f / l;
+            ratios.push(Ratio {
+                name: format!("sfb fair vs linux {b}"),
+                value: v,
+                target: "<= 1.3x".into(),
+                met: v <= 1.3,
+            });
+        }
+    }
+
     // Multicast egress-set query (64 interfaces) and icarus
     // check-and-update, batched: at most 5 ns per packet each.
     for fig in ["multicast/query/64", "icarus/check/v4"] {

@@ -486,6 +486,19 @@ impl Collector for StatsCollector {
                 .map(|(n, i, _)| ([("interface", *n)], i.port.backlog_bytes)),
         )?;
         f.gauges(
+            "link_use_ratio",
+            "The bytes a shaped port sent over its rate: over the last second of the queue's clock (window=\"last\") and since the first copy offered to it (window=\"run\").",
+            None,
+            queues.iter().filter_map(|(n, i, _)| i.port.link.map(|l| (*n, l))).flat_map(
+                |(n, l)| {
+                    [
+                        ([("interface", n), ("window", "last")], l.last()),
+                        ([("interface", n), ("window", "run")], l.run()),
+                    ]
+                },
+            ),
+        )?;
+        f.gauges(
             "sfb_maxqlen",
             "Packets in SFB's fullest bin.",
             None,
@@ -1149,6 +1162,14 @@ mod tests {
         sfb.counters.bucketdrop = 14;
         sfb.counters.queuedrop = 15;
         b.port.sfb = Some(sfb);
+        // 3.75 Mbit/s of 4 over the last second, 2 over the run's 10 s.
+        b.port.link = Some(crate::stage::egress::LinkUse {
+            rate_bps: 4_000_000,
+            last_ns: 1_000_000_000,
+            last_bytes: 468_750,
+            run_ns: 10_000_000_000,
+            run_bytes: 2_500_000,
+        });
         s.interfaces = vec![a, b];
         s.pipeline.received = 1000;
         s.pipeline.forwarded = 958;
@@ -1223,6 +1244,9 @@ mod tests {
             "bloomplane_sfb_fair_share_bytes_per_second{interface=\"r-b\"} 156250\n",
             "bloomplane_sfb_fair_competing{interface=\"r-b\"} 17\n",
             "bloomplane_sfb_fair_held{interface=\"r-b\"} 3\n",
+            "# TYPE bloomplane_link_use_ratio gauge\n",
+            "bloomplane_link_use_ratio{interface=\"r-b\",window=\"last\"} 0.9375\n",
+            "bloomplane_link_use_ratio{interface=\"r-b\",window=\"run\"} 0.5\n",
             "bloomplane_heavy_detections_total 4\n",
             "bloomplane_heavy_reported_total 3\n",
             "bloomplane_icarus_loops_total 28\n",

@@ -859,6 +859,19 @@ to = "b"
             c.dropped.total()
         );
         assert!(text.contains(&sent), "{text}");
+        // The shaped port's link use: a line of its own after the qdisc's,
+        // and the same figures in the JSON.
+        let l = b.port.link.expect("a shaped port's link use");
+        let line = format!(
+            "\n      link use {:.3} (sent {} of 8Mbit) over the last {:.2} s, {:.3} over the run (",
+            l.last(),
+            crate::stage::egress::fmt_rate(l.last_sent_bps() as u64 / 1000 * 1000),
+            l.last_ns as f64 / 1e9,
+            l.run()
+        );
+        assert!(text.contains(&line), "{line}\n{text}");
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(json["interfaces"][1]["link"]["run"], l.run(), "{json}");
         assert!(all[0].render().contains("== worker 0"));
     }
 }

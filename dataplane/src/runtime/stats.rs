@@ -950,6 +950,20 @@ fn render_port(s: &mut String, i: &InterfaceReport) {
         p.backlog_bytes,
         p.backlog_packets
     );
+    // How much of its rate the shaped port sent: a line of its own, which
+    // flowmix's parser (keyed on each line's first word) passes over.
+    if let Some(l) = &p.link {
+        let _ = writeln!(
+            s,
+            "      link use {:.3} (sent {} of {}) over the last {:.2} s, {:.3} over the run ({:.1} s)",
+            l.last(),
+            fmt_rate(l.last_sent_bps() as u64 / 1000 * 1000),
+            fmt_rate(l.rate_bps),
+            l.last_ns as f64 / 1e9,
+            l.run(),
+            l.run_ns as f64 / 1e9
+        );
+    }
     let prob = |v: u16| f64::from(v) / 65535.0;
     let sc = &sfb.counters;
     let _ = writeln!(

@@ -274,6 +274,10 @@ pub struct PortSummary {
     pub rate_bps: Option<u64>,
     /// SFB's figures, when the port has a queue.
     pub sfb: Option<SfbSummary>,
+    /// How much of its rate a shaped port sent (`None`: no queue, not
+    /// shaped, or nothing offered yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link: Option<LinkUse>,
 }
 
 impl PortSummary {
@@ -283,6 +287,7 @@ impl PortSummary {
         self.backlog_packets += o.backlog_packets;
         self.backlog_bytes += o.backlog_bytes;
         self.rate_bps = self.rate_bps.or(o.rate_bps);
+        self.link = self.link.or(o.link);
         match (&mut self.sfb, &o.sfb) {
             (Some(a), Some(b)) => a.merge(b),
             (a @ None, Some(b)) => *a = Some(b.clone()),
@@ -309,6 +314,8 @@ pub struct QueueSummary {
     pub rate_bps: u64,
     /// SFB's figures.
     pub sfb: SfbSummary,
+    /// How much of its rate the port sent.
+    pub link: Option<LinkUse>,
 }
 
 impl QueueSummary {
@@ -318,6 +325,123 @@ impl QueueSummary {
         s.backlog_bytes = self.backlog_bytes;
         s.rate_bps = Some(self.rate_bps);
         s.sfb = Some(self.sfb);
+        s.link = self.link;
+    }
+}
+
+/// How much of its rate a shaped port sent: the bytes that left its
+/// queue over the shaped rate, over the last second or so of the queue's
+/// clock (the backend's: monotonic time live, capture time on replay) and
+/// over the run (from the first copy offered to the port). In JSON: `last`
+/// and `run` (the ratios), `last_s` and `run_s` (their spans, s),
+/// `last_sent_bps`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkUse {
+    /// The shaped rate, bit/s (not 0).
+    pub rate_bps: u64,
+    /// The last window, ns (at least [`LINK_WINDOW_NS`] once one has
+    /// passed), and the bytes sent in it.
+    pub last_ns: u64,
+    /// See `last_ns`.
+    pub last_bytes: u64,
+    /// The run, ns, and the bytes sent in it.
+    pub run_ns: u64,
+    /// See `run_ns`.
+    pub run_bytes: u64,
+}
+
+impl LinkUse {
+    /// Bit/s sent over `ns`.
+    fn bps(ns: u64, bytes: u64) -> f64 {
+        if ns == 0 {
+            0.0
+        } else {
+            bytes as f64 * 8e9 / ns as f64
+        }
+    }
+
+    /// Sent over the rate, over the last window.
+    pub fn last(&self) -> f64 {
+        self.last_sent_bps() / self.rate_bps.max(1) as f64
+    }
+
+    /// What was sent in the last window, bit/s.
+    pub fn last_sent_bps(&self) -> f64 {
+        Self::bps(self.last_ns, self.last_bytes)
+    }
+
+    /// Sent over the rate, over the run.
+    pub fn run(&self) -> f64 {
+        Self::bps(self.run_ns, self.run_bytes) / self.rate_bps.max(1) as f64
+    }
+}
+
+impl Serialize for LinkUse {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("LinkUse", 5)?;
+        st.serialize_field("last", &self.last())?;
+        st.serialize_field("last_s", &(self.last_ns as f64 / 1e9))?;
+        st.serialize_field("last_sent_bps", &(self.last_sent_bps() as u64))?;
+        st.serialize_field("run", &self.run())?;
+        st.serialize_field("run_s", &(self.run_ns as f64 / 1e9))?;
+        st.end()
+    }
+}
+
+/// The window of [`LinkUse::last`]: one second of the queue's clock.
+pub const LINK_WINDOW_NS: u64 = 1_000_000_000;
+
+/// Measures [`LinkUse`]: rolled once per batch offered or drain, off the
+/// per-packet path.
+#[derive(Debug, Clone, Copy, Default)]
+struct LinkMeter {
+    /// The first copy offered (`None`: none yet).
+    start: Option<Timestamp>,
+    /// The window being counted: since when, and the bytes sent by then.
+    window: (Timestamp, u64),
+    /// The last whole window: its ns and its bytes.
+    last: Option<(u64, u64)>,
+}
+
+impl LinkMeter {
+    /// The queue is drained to `now`, having sent `bytes_out` in all.
+    fn roll(&mut self, now: Timestamp, bytes_out: u64) {
+        let Some(_) = self.start else {
+            self.start = Some(now);
+            self.window = (now, bytes_out);
+            return;
+        };
+        let (since, at) = self.window;
+        let ns = now.nanos_since(since);
+        if ns >= LINK_WINDOW_NS {
+            self.last = Some((ns, bytes_out.saturating_sub(at)));
+            self.window = (now, bytes_out);
+        }
+    }
+
+    /// The figures at `now` for a port shaped to `rate_bps` that has sent
+    /// `bytes_out` (`None` when it is not shaped or nothing was offered).
+    fn use_at(&self, now: Timestamp, bytes_out: u64, rate_bps: u64) -> Option<LinkUse> {
+        let start = self.start?;
+        if rate_bps == 0 {
+            return None;
+        }
+        let (since, at) = self.window;
+        let current = (now.nanos_since(since), bytes_out.saturating_sub(at));
+        // The window under way once it is a whole one, else the last whole
+        // one, else what there is.
+        let (last_ns, last_bytes) = match self.last {
+            Some(last) if current.0 < LINK_WINDOW_NS => last,
+            _ => current,
+        };
+        Some(LinkUse {
+            rate_bps,
+            last_ns,
+            last_bytes,
+            run_ns: now.nanos_since(start),
+            run_bytes: bytes_out,
+        })
     }
 }
 
@@ -343,12 +467,15 @@ impl QueueView {
 fn queue_summary(q: &SharedQueue, now: Timestamp) -> QueueSummary {
     let guard = lock(q);
     let q = &guard.queue;
-    let st = q.sfb().stats(now);
+    let st = q.stats(now);
     let eq = q.queue();
     QueueSummary {
         backlog_packets: eq.len() as u64,
         backlog_bytes: eq.backlog_bytes(),
         rate_bps: eq.config().rate_bps,
+        link: guard
+            .link
+            .use_at(now, eq.stats().bytes_out, eq.config().rate_bps),
         sfb: SfbSummary {
             counters: st.counters,
             maxqlen: st.maxqlen,
@@ -474,6 +601,8 @@ struct QueueState {
     pool: FramePool,
     /// The latest arrival offered to the queue.
     last: Timestamp,
+    /// How much of its rate the port sends.
+    link: LinkMeter,
     /// Stages sharing the queue whose input has not ended
     /// ([`Egress::drain_all`]): the last of them drains it.
     running: usize,
@@ -549,6 +678,7 @@ impl Egress {
                             .map_err(|err| PortConfigError { port: i, err })?,
                         pool: FramePool::with_capacity(limit.saturating_add(1).min(POOL_PREALLOC)),
                         last: Timestamp::ZERO,
+                        link: LinkMeter::default(),
                         running: 1,
                     })))
                 }
@@ -875,7 +1005,7 @@ impl Egress {
         lap.lap(Step::EgressGather);
         let mut guard = lock(q);
         let st = &mut *guard;
-        st.queue.sfb_mut().tick(now);
+        st.queue.tick(now);
         lap.lap(Step::EgressLock);
         if copies != 0 {
             self.keys.hash(st.queue.sfb());
@@ -906,6 +1036,9 @@ impl Egress {
         st.queue.drain_until(now, |d| {
             send_one(port, &mut st.pool, &mut p.counters, d, tx)
         });
+        if copies != 0 || st.link.start.is_some() {
+            st.link.roll(now, st.queue.queue().stats().bytes_out);
+        }
         lap.lap(Step::EgressDrain);
     }
 
@@ -928,9 +1061,13 @@ impl Egress {
             }
         };
         let st = &mut *guard;
-        st.queue.drain_until(now, |d| {
+        let n = st.queue.drain_until(now, |d| {
             send_one(port, &mut st.pool, &mut p.counters, d, tx)
-        })
+        });
+        if st.link.start.is_some() && now != Timestamp::from_nanos(u64::MAX) {
+            st.link.roll(now, st.queue.queue().stats().bytes_out);
+        }
+        n
     }
 }
 
@@ -1315,6 +1452,52 @@ mod tests {
             (c.copies, c.enqueued, c.sent, c.sent_bytes),
             (1000, 1000, 1000, 42_000)
         );
+    }
+
+    /// A shaped port's link use: what left over its rate, over the last
+    /// whole second of the queue's clock and over the run; none for a port
+    /// without a queue, nor before a copy is offered.
+    #[test]
+    fn link_use_is_what_left_over_the_rate() {
+        // 1 byte/us; 42-byte frames offered at twice that, then at half.
+        let egress = EgressConfig {
+            rate_bps: 8_000_000,
+            burst_bytes: 100,
+            limit: 1000,
+        };
+        let mut r = Rig::new(
+            vec![PortSet::single(1), PortSet::EMPTY],
+            &[(1, lenient(), egress)],
+        );
+        let link = |r: &Rig, now| r.egress.summaries(now)[1].link;
+        assert_eq!(link(&r, ms(0)), None, "nothing offered yet");
+        assert_eq!(r.egress.summaries(ms(0))[0].link, None, "no queue");
+        let f = frame([10, 0, 0, 2], 7, 0);
+        let mut b = Batch::new();
+        let mut offer = |r: &mut Rig, from: u64, to: u64, per_ms: usize| {
+            for t in from..to {
+                b.clear();
+                for _ in 0..per_ms {
+                    b.push_from(ms(t), f.len() as u32, LinkType::Ethernet, 0, &f);
+                }
+                r.run(&mut b, ms(t));
+                r.due(ms(t));
+            }
+        };
+        // 48 frames a ms (2016 bytes): the port is full.
+        offer(&mut r, 0, 2500, 48);
+        let l = link(&r, ms(2500)).unwrap();
+        assert_eq!(l.rate_bps, 8_000_000);
+        assert!((l.last() - 1.0).abs() < 0.005, "{l:?}");
+        assert!(l.last_ns >= LINK_WINDOW_NS, "{l:?}");
+        assert!((l.run() - 1.0).abs() < 0.005, "{l:?}");
+        // Drained, then 12 a ms (504 bytes) for two seconds: half the rate.
+        r.due(ms(20_000));
+        offer(&mut r, 20_000, 22_000, 12);
+        let l = link(&r, ms(22_000)).unwrap();
+        assert!((l.last() - 0.504).abs() < 0.005, "{l:?}");
+        assert!(l.run() < 0.3, "the idle time counts over the run: {l:?}");
+        assert!((l.last_sent_bps() - 4_032_000.0).abs() < 40_000.0, "{l:?}");
     }
 
     #[test]

@@ -349,6 +349,17 @@ impl<T> EgressQueue<T> {
         &self.stats
     }
 
+    /// When the link went idle, for an empty queue: the end of the last
+    /// departure's transmission at the shaped rate (the departure itself on
+    /// an unshaped queue; [`Timestamp::ZERO`] before any). Meaningless
+    /// while packets are queued.
+    #[inline]
+    pub fn idle_since(&self) -> Timestamp {
+        // The bucket's split is the last head's, the packet that left last
+        // once the queue is empty; its quotient is its time on the wire.
+        self.bucket.at.add_nanos(self.bucket.split.q)
+    }
+
     /// When the head packet leaves (`None` when empty). Later arrivals do
     /// not change it.
     #[inline]

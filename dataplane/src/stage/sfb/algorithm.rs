@@ -13,11 +13,19 @@ use crate::pipeline::DropReason;
 use super::config::{BinIndex, SFB_MAX_PROB, SfbConfig, SfbConfigError};
 use super::keys::{SfbKey, SfbTag, field_width, row_index, slices};
 use super::penalty::PenaltyBucket;
-use super::rate::{FairRate, FirstRow, RateVerdict};
+use super::rate::{Backlog, FairRate, FirstRow, RateVerdict};
 use super::stats::{PenalisedFlow, SfbCounters, SfbPeaks, SfbStats};
 
 /// Nanoseconds per millisecond.
 pub(super) const NS_PER_MS: u64 = 1_000_000;
+
+/// While the link is idle, the fair profile halves every bin's marking
+/// probability every this many ns of the queue's clock (the module docs'
+/// idle decay; the bare [`Sfb`] has no queue and never decays).
+pub const IDLE_HALF_LIFE_NS: u64 = 100 * NS_PER_MS;
+/// Idle time is applied to the bins in steps of at least this much (a scan
+/// of both sets per step).
+const IDLE_STEP_NS: u64 = NS_PER_MS;
 
 /// One bin: a virtual queue length and a marking probability (Q0.16).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -83,9 +91,17 @@ pub(super) struct Decision {
 pub(super) struct Traits {
     /// The packet is ECN-capable.
     pub(super) ecn_capable: bool,
-    /// The fair-share check found its flow within the share (never true
-    /// with the check off).
-    pub(super) under_share: bool,
+    /// A full bin (`max`) does not drop it (never true with the check off;
+    /// under the fair profile: its flow within the share, the queue under
+    /// the work-conserving floor, or the flow capped).
+    pub(super) keep_at_max: bool,
+    /// Blue neither drops it nor sends it to the penalty box, and marks it
+    /// if it is ECN-capable (never true with the check off; under the fair
+    /// profile: ECN-capable, the queue under the floor, or the flow
+    /// capped).
+    pub(super) marks_only: bool,
+    /// Blue's coin, when the caller drew it (`None`: Blue draws its own).
+    pub(super) coin: Option<u16>,
 }
 
 /// A multiplicative congruential generator modulo 2^64 (Lehmer) with a
@@ -114,6 +130,16 @@ impl Coins {
     fn u16(&mut self) -> u16 {
         self.state = self.state.wrapping_mul(0xD134_2543_DE82_EF95);
         (self.state >> 48) as u16
+    }
+
+    /// Two coins from one output: its top 16 bits (as [`u16`](Self::u16))
+    /// and the 16 below them (period 2^46, plenty for a coin; the fair
+    /// path draws one for the check and one for Blue per packet, and one
+    /// multiply fewer is a few instructions of its ~100).
+    #[inline]
+    fn pair(&mut self) -> (u16, u16) {
+        self.state = self.state.wrapping_mul(0xD134_2543_DE82_EF95);
+        ((self.state >> 48) as u16, (self.state >> 32) as u16)
     }
 }
 
@@ -170,14 +196,23 @@ pub struct Sfb {
     penalty: PenaltyBucket,
     /// `cfg.effective_max()`.
     max: u16,
-    /// The fair-share check (`None`: off, as in Linux).
-    pub(super) rate: Option<FairRate>,
+    /// The fair-share check, used only when `fair` (off, as in Linux, it
+    /// is a sketch of two counters that nothing touches). Not an `Option`:
+    /// the fair path (`FAIR` in `queue.rs`) reaches it several times per
+    /// packet, and each unwrap was a test and a branch.
+    pub(super) rate: FairRate,
+    /// The fair-share check is on.
+    pub(super) fair: bool,
     pub(super) counters: SfbCounters,
     penalised: Vec<PenalisedFlow>,
     /// The run's highest bin figures so far ([`SfbStats::peak`]), and when
     /// [`tick`](Sfb::tick) samples them next (ns of the clock).
     peak: SfbPeaks,
     next_peak_ns: u64,
+    /// Idle time up to here is counted ([`Sfb::idle_until`]), and the
+    /// part not yet applied to the bins.
+    idle_counted: Timestamp,
+    idle_credit: u64,
 }
 
 /// How often (at most, on the queue's clock) [`Sfb::tick`] samples the
@@ -227,19 +262,22 @@ impl Sfb {
             penalty: PenaltyBucket::new(cfg.penalty_rate, cfg.penalty_burst),
             max: cfg.effective_max(),
             rate: match cfg.effective_rate_rows() {
-                0 => None,
-                rows => Some(FairRate::new(
+                0 => FairRate::new(1, 1, cfg.rate_period_ms, cfg.rate_shift, 0),
+                rows => FairRate::new(
                     rows,
                     cfg.rate_log2_bins,
                     cfg.rate_period_ms,
                     cfg.rate_shift,
                     0,
-                )),
+                ),
             },
+            fair: cfg.effective_rate_rows() > 0,
             counters: SfbCounters::default(),
             penalised: Vec::with_capacity(cfg.penalty_flows),
             peak: SfbPeaks::default(),
             next_peak_ns: 0,
+            idle_counted: Timestamp::ZERO,
+            idle_credit: 0,
         })
     }
 
@@ -336,16 +374,24 @@ impl Sfb {
     /// starts the clock (and the penalty bucket, full). Call before hashing
     /// arrivals at `now` (hashes made before a swap are stale).
     pub fn tick(&mut self, now: Timestamp) {
+        self.tick_queue(now, None);
+    }
+
+    /// [`tick`](Self::tick), told the queue's state, which the fair-share
+    /// check's gain looks at ([`FairRate::tick_queue`]; `None`: unknown).
+    /// [`SfbQueue::tick`](super::SfbQueue::tick) passes it.
+    pub fn tick_queue(&mut self, now: Timestamp, queue: Option<Backlog>) {
         if now.as_nanos() >= self.next_peak_ns {
             self.peak = self.peak.max(self.bin_figures());
             self.next_peak_ns = now.as_nanos().saturating_add(PEAK_SAMPLE_NS);
         }
-        if let Some(r) = &mut self.rate {
+        if self.fair {
+            let r = &mut self.rate;
             // The period's sweeps over the sketch vectorise with the
             // kernel's target feature.
             self.kernel.run(
                 #[inline(always)]
-                || r.tick(now),
+                || r.tick_queue(now, queue),
             );
         }
         let start = *self.rehash_time.get_or_insert(now);
@@ -511,7 +557,9 @@ impl Sfb {
     ) -> Admit {
         let traits = Traits {
             ecn_capable,
-            under_share: false,
+            keep_at_max: false,
+            marks_only: false,
+            coin: None,
         };
         match self.decide(key, None, flow, traits, queue_len, now) {
             Ok(d) => Admit::Enqueue {
@@ -533,9 +581,9 @@ impl Sfb {
     /// are then raised with the probabilities, and lowered again here when
     /// the packet is dropped. `None`: counts are left to the caller.
     ///
-    /// `traits.under_share`: the fair-share check found the flow within its
-    /// share; a full bin (`max`) then does not drop it (the flows that fill the
-    /// queue are those over their share).
+    /// `traits`: what the fair-share check (when on) spares the packet:
+    /// a full bin (`keep_at_max`: the flows that fill the queue are those
+    /// over their share), Blue's drops (`marks_only`).
     ///
     /// [`SfbQueue`]: super::SfbQueue
     #[inline(always)]
@@ -550,11 +598,10 @@ impl Sfb {
     ) -> Result<Decision, SfbDrop> {
         let Traits {
             ecn_capable,
-            under_share,
+            keep_at_max,
+            marks_only,
+            coin,
         } = traits;
-        // An ECN-capable flow within its share is only marked (the module
-        // docs' fair profile).
-        let marks_only = ecn_capable & under_share;
         if queue_len >= self.cfg.limit {
             self.counters.queuedrop += 1;
             return Err(SfbDrop::Queue);
@@ -569,7 +616,7 @@ impl Sfb {
         let sets = (a & 1) as u8 + 1;
         // Only the active set is in `sets`: its word in both places.
         let offs = [fused.unwrap_or(0); 2];
-        if minq >= self.max && !under_share {
+        if minq >= self.max && !keep_at_max {
             self.counters.bucketdrop += 1;
             if fused.is_some() {
                 self.lower_fused(sets, offs);
@@ -588,11 +635,16 @@ impl Sfb {
         // random, so a branch per test would be mispredicted about as often
         // as it is taken.
         const HALF: u16 = SFB_MAX_PROB / 2;
-        let r = self.coins.u16();
+        let r = match coin {
+            Some(c) => c,
+            None => self.coins.u16(),
+        };
         let hit = r < minp;
         let over_half = u32::from(r) < u32::from(minp.saturating_sub(HALF)) * 2;
-        let early = hit & ((over_half & !marks_only) | !ecn_capable);
-        let mark = hit & !early;
+        let early = hit & (over_half | !ecn_capable) & !marks_only;
+        // Only an ECN-capable packet is marked (without `marks_only`, a
+        // hit on any other is an early drop).
+        let mark = hit & !early & ecn_capable;
         self.counters.marked += u64::from(mark);
         if early {
             self.counters.earlydrop += 1;
@@ -655,33 +707,76 @@ impl Sfb {
     /// The fair-share check's link rate: the shaper's, bits per second (0:
     /// unshaped, the check then takes what left the queue as the capacity).
     pub fn set_link_rate(&mut self, bps: u64) {
-        if let Some(r) = &mut self.rate {
-            r.set_link_rate(bps);
-        }
+        self.rate.set_link_rate(bps);
     }
 
     /// The fair-share check, if on.
     pub fn fair_rate(&self) -> Option<&FairRate> {
-        self.rate.as_ref()
+        self.fair.then_some(&self.rate)
     }
 
-    /// Runs an arrival through the fair-share check (when on): `word` is
-    /// the flow's packed hash word in the active set. Counts its verdict.
+    /// Runs an arrival through the fair-share check (the caller knows it is
+    /// on): `word` is the flow's packed hash word in the active set,
+    /// `backlog` the bytes queued. Counts its marks (its drops are the
+    /// caller's to count, on the drop's path). Under the work-conserving
+    /// floor ([`FairRate::floor`]) the check drops nothing of a flow near
+    /// the share ([`RateVerdict::near`]). The `bool`: Blue drops nothing of
+    /// the packet either (spared by the floor, or capped);
+    /// the `u16`: Blue's coin for it (drawn with the check's).
     #[inline(always)]
     pub(super) fn rate_check(
         &mut self,
         word: u64,
         len: u32,
         ecn_capable: bool,
-    ) -> (RateVerdict, FirstRow) {
-        let Some(r) = &mut self.rate else {
-            return (RateVerdict::OVER, FirstRow::default());
-        };
-        let coin = self.coins.u16();
-        let (v, first) = r.arrive_at(word, len, ecn_capable, coin);
+        backlog: u64,
+    ) -> (RateVerdict, FirstRow, bool, u16) {
+        debug_assert!(self.fair);
+        let r = &mut self.rate;
+        let (coin, blue) = self.coins.pair();
+        let (mut v, first) = r.arrive_at(word, len, ecn_capable, coin);
+        // Under the floor a flow near the share keeps its packet; one far
+        // over it does not (`FLOOR_OVER`).
+        let short = (backlog < r.floor()) & v.near;
+        v.drop &= !short;
         self.counters.ratemark += u64::from(v.mark);
-        self.counters.ratedrop += u64::from(v.drop);
-        (v, first)
+        (v, first, short | v.capped, blue)
+    }
+
+    /// An arrival at `now` found the queue empty: the link was idle since
+    /// `since` (the end of the last departure's transmission, on the
+    /// queue's clock; [`EgressQueue::idle_since`]). Blue's probabilities decay
+    /// while the link is idle, as the Blue paper lowers `p` on an idle
+    /// link: every bin's (both sets') halves every [`IDLE_HALF_LIFE_NS`]
+    /// of idle time, applied in steps of at least 1 ms (one scan of the
+    /// bins each), so a flow that starts after congestion has ended is
+    /// judged by bins that forgot it. (sch_sfb lowers a bin's probability
+    /// only when a packet arrives to it empty, by `decrement`; after a
+    /// flood the bins keep its probabilities for as long as no packet
+    /// comes.) The fair profile only.
+    #[inline]
+    pub(super) fn idle_until(&mut self, now: Timestamp, since: Timestamp) {
+        let from = since.max(self.idle_counted);
+        self.idle_credit = self.idle_credit.saturating_add(now.nanos_since(from));
+        self.idle_counted = from.max(now);
+        if self.idle_credit >= IDLE_STEP_NS {
+            self.apply_idle();
+        }
+    }
+
+    /// Applies the idle time counted to every bin's probability (out of
+    /// line: rare, and a loop the per-packet path need not carry).
+    #[cold]
+    #[inline(never)]
+    fn apply_idle(&mut self) {
+        let f = idle_factor(self.idle_credit);
+        self.idle_credit = 0;
+        for set in 0..2 {
+            for w in self.words_mut(set) {
+                let p = (u64::from(*w >> 16) * f) >> 16;
+                *w = (*w & 0xFFFF) | (p as u32) << 16;
+            }
+        }
     }
 
     /// The queue took the packet: count it in its bins.
@@ -776,11 +871,28 @@ impl Sfb {
     /// count, maximum and mean probability of the active set, and the flows
     /// penalised within `penalty_idle_ms` of `now`.
     pub fn stats(&self, now: Timestamp) -> SfbStats {
+        self.stats_idle(now, None)
+    }
+
+    /// [`stats`](Self::stats); `idle_since`: the link has been idle since
+    /// then, so the probabilities are shown as the idle time until `now`
+    /// has decayed them ([`IDLE_HALF_LIFE_NS`], fair profile only; the mean
+    /// scaled as a whole).
+    pub fn stats_idle(&self, now: Timestamp, idle_since: Option<Timestamp>) -> SfbStats {
         let SfbPeaks {
             maxqlen,
-            maxprob,
-            avgprob,
+            mut maxprob,
+            mut avgprob,
         } = self.bin_figures();
+        if let (Some(since), true) = (idle_since, self.fair) {
+            let since = since.max(self.idle_counted);
+            let pending = self.idle_credit.saturating_add(now.nanos_since(since));
+            if pending >= IDLE_STEP_NS {
+                let f = idle_factor(pending);
+                maxprob = ((u64::from(maxprob) * f) >> 16) as u16;
+                avgprob = ((u64::from(avgprob) * f) >> 16) as u16;
+            }
+        }
         let idle = self.cfg.penalty_idle_ms.saturating_mul(NS_PER_MS);
         let mut penalised: Vec<PenalisedFlow> = self
             .penalised
@@ -800,7 +912,7 @@ impl Sfb {
                 avgprob,
             }),
             penalised,
-            fair: self.rate.as_ref().map(FairRate::stats),
+            fair: self.fair.then(|| self.rate.stats_at(now)),
         }
     }
 }
@@ -823,6 +935,12 @@ impl Sfb {
             avgprob: (total / words.len().max(1) as u64) as u16,
         }
     }
+}
+
+/// `2^(-idle / IDLE_HALF_LIFE_NS)` in Q16 (at most 1 << 16).
+fn idle_factor(idle_ns: u64) -> u64 {
+    let halves = idle_ns as f64 / IDLE_HALF_LIFE_NS as f64;
+    ((-halves).exp2() * 65536.0) as u64
 }
 
 /// A bin word's two halves.

@@ -38,32 +38,61 @@
 //! rule, as below. `profile = "fair"`, the default, adds a *fair-share
 //! check* in front of Blue ([`FairRate`]: a count-min sketch of the flows'
 //! arrival rates and the fair share computed from it; its module docs say
-//! why and how) and changes four things:
+//! why and how) and changes these things:
 //!
 //! * an arrival whose flow sends above the fair share is refused with
 //!   probability `1 - share / rate` (`ratedrop`), or marked CE instead when
 //!   it is ECN-capable and under twice the share (`ratemark`, also
 //!   counted in `marked`), so such a flow gets the share whatever it sends;
+//! * **work conservation**: while the queue holds less than its *floor*
+//!   (2 ms of the link, at least two full frames and at most ten;
+//!   [`FairRate::floor`]) nothing is dropped, by the check or by Blue
+//!   (Blue may still mark), of a flow under four times the share
+//!   ([`FLOOR_OVER`]): a queue in front of a busy link does not drop a
+//!   packet the link would otherwise have sent idle. Without it the check's
+//!   estimates, noisy for small flows, refused packets with the queue
+//!   empty: 1000 unresponsive flows at three times a 4 Mbit/s port left it
+//!   at 92% of its rate. A flow far over the share stays held to it (in
+//!   the closed-loop model, AIMD flows with long windows leave the queue
+//!   short, and an unresponsive flow at ten times its share spared by the
+//!   floor took 6x its share of the link);
+//! * a *capped* flow (over the share and not ECN-capable: the check holds
+//!   it to the share by dropping) loses nothing to Blue: no early drop, no
+//!   penalty box, no full bin. With hundreds of flows every bin is shared
+//!   by a dozen of them, so Blue's bins say nothing about the capped flow
+//!   itself, and its drops on top of the check's held an unresponsive flow
+//!   among 200 TCP flows to half its share. What keeps the capped flows'
+//!   part of the queue short is the share: it shrinks while they hold
+//!   more than 20 ms of the link and most of the queue
+//!   ([`FairRate::tick_queue`]);
 //! * for an ECN-capable packet of a flow within its share Blue only marks,
 //!   at any probability, and never sends it to the penalty box: a drop
 //!   costs a small-window TCP flow a retransmission timeout where a mark
 //!   costs it one halving; over the share, sch_sfb's rules apply;
-//! * a full bin (`bucketdrop`) drops only flows over their share, and `max`
-//!   is 22 rather than 25, so that with hundreds of flows the flows with
-//!   more than their share of the standing queue lose packets a little
-//!   before the queue's delay passes sch_sfb's;
+//! * a full bin (`bucketdrop`) drops only flows over their share and not
+//!   capped, and `max` is 22 rather than 25, so that with hundreds of flows
+//!   the flows with more than their share of the standing queue lose
+//!   packets a little before the queue's delay passes sch_sfb's;
 //! * Blue's signals feed the check: a flow Blue marked or dropped in the
 //!   last second competes for the link whatever its rate
 //!   ([`FairRate::signal`]), so that responsive flows Blue holds back are
 //!   not taken for light ones whose unused share goes to the flows over
 //!   it; a hold ends early when the flow's rate does not fall after the
-//!   signal (an unresponsive flow is not held back by Blue).
+//!   signal (an unresponsive flow is not held back by Blue);
+//! * **idle decay**: while the link is idle, every bin's probability
+//!   halves every 100 ms of the queue's clock ([`IDLE_HALF_LIFE_NS`];
+//!   monotonic time live, capture time on replay), as the Blue paper
+//!   lowers `p` on an idle link. sch_sfb lowers a bin's probability only
+//!   when a packet arrives to it empty: after a flood of 1024 flows the
+//!   bins kept `maxprob 0.75` through 5 s of silence, and 20 new flows at
+//!   10% of the rate lost 42% of their packets. A flow that starts after
+//!   congestion has ended sees none of it.
 //!
 //! Measured with real CUBIC flows and one unresponsive UDP flow through the
 //! live router (`../shared/tools/flowmix`), the fair profile holds the UDP
-//! flow under its fair share at 8, 50 and 200 flows where sch_sfb's rules
-//! leave it up to 2.6x, with fairer TCP shares and shorter queues; the
-//! README's SFB section has the table.
+//! flow near its fair share at 8, 50 and 200 flows where sch_sfb's rules
+//! leave it up to 2.6x, with fairer TCP shares and shorter queues;
+//! `docs/BENCHMARKS.md` has the tables.
 //!
 //! The check needs the packet's length and the queue's departures, so it
 //! runs in [`SfbQueue`] (the router's path); [`Sfb::enqueue`] alone is Blue.
@@ -241,12 +270,15 @@ mod queue;
 mod rate;
 mod stats;
 
-pub use algorithm::PEAK_SAMPLE_NS;
 pub use algorithm::{Admit, Bin, Sfb, SfbDrop};
+pub use algorithm::{IDLE_HALF_LIFE_NS, PEAK_SAMPLE_NS};
 pub use config::{
     BinIndex, MAX_LEVELS, MAX_LOG2_BINS, SFB_MAX_PROB, SfbConfig, SfbConfigError, SfbProfile,
 };
 pub use keys::{KeyBatch, PortKeys, SfbKey, SfbTag, field_width, row_index, slice_index, slices};
 pub use queue::{Arrival, Enqueued, Feed, Queued, SfbQueue};
-pub use rate::{FairRate, FirstRow, MAX_RATE_LOG2_BINS, MAX_RATE_ROWS, RateVerdict};
+pub use rate::{
+    Backlog, CAPPED_NS, FLOOR_BYTES, FLOOR_NS, FLOOR_OVER, FairRate, FirstRow, MAX_RATE_LOG2_BINS,
+    MAX_RATE_ROWS, RateVerdict,
+};
 pub use stats::{FairStats, PenalisedFlow, SfbCounters, SfbPeaks, SfbStats};

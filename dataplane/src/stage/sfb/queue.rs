@@ -12,7 +12,7 @@ use crate::stage::egress::{Departure, EgressConfig, EgressQueue};
 use super::algorithm::{Sfb, Traits};
 use super::config::{SfbConfig, SfbConfigError};
 use super::keys::SfbKey;
-use super::rate::{FirstRow, RateVerdict};
+use super::rate::{Backlog, FirstRow, RateVerdict};
 
 /// How an admitted packet goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +66,34 @@ impl<T: Copy + Default> SfbQueue<T> {
         &mut self.sfb
     }
 
+    /// Advances SFB's clocks to `now` ([`Sfb::tick_queue`] with this
+    /// queue's backlog); call before hashing a batch.
+    #[inline]
+    pub fn tick(&mut self, now: Timestamp) {
+        let backlog = Backlog {
+            bytes: self.queue.backlog_bytes(),
+            bytes_in: self.queue.stats().bytes_in,
+        };
+        self.sfb.tick_queue(now, Some(backlog));
+    }
+
+    /// SFB's snapshot at `now` ([`Sfb::stats_idle`]: while the link is
+    /// idle, the probabilities as the idle time has decayed them). A queue
+    /// not drained to `now` counts as idle from when its last packet would
+    /// have left with an empty bucket (an upper bound).
+    pub fn stats(&self, now: Timestamp) -> super::SfbStats {
+        let q = &self.queue;
+        let idle_since = match (q.next_departure(), q.config().rate_bps) {
+            (None, _) => Some(q.idle_since()),
+            (Some(_), 0) => None,
+            (Some(head), rate) => {
+                let ns = u128::from(q.backlog_bytes()) * 8_000_000_000 / u128::from(rate);
+                Some(head.add_nanos(u64::try_from(ns).unwrap_or(u64::MAX)))
+            }
+        };
+        self.sfb.stats_idle(now, idle_since)
+    }
+
     /// The queue.
     pub fn queue(&self) -> &EgressQueue<Queued<T>> {
         &self.queue
@@ -93,7 +121,7 @@ impl<T: Copy + Default> SfbQueue<T> {
             now,
         };
         let (sfb, queue) = (&mut self.sfb, &mut self.queue);
-        match (sfb.fused, sfb.rate.is_some()) {
+        match (sfb.fused, sfb.fair) {
             (true, true) => offer::<T, true, true>(sfb, queue, &arrival, flow),
             (true, false) => offer::<T, true, false>(sfb, queue, &arrival, flow),
             (false, true) => offer::<T, false, true>(sfb, queue, &arrival, flow),
@@ -105,7 +133,7 @@ impl<T: Copy + Default> SfbQueue<T> {
     #[inline]
     pub fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
         let (sfb, queue) = (&mut self.sfb, &mut self.queue);
-        match (sfb.fused, sfb.rate.is_some()) {
+        match (sfb.fused, sfb.fair) {
             (true, true) => take::<T, true, true>(sfb, queue, now),
             (true, false) => take::<T, true, false>(sfb, queue, now),
             (false, true) => take::<T, false, true>(sfb, queue, now),
@@ -139,7 +167,7 @@ impl<T: Copy + Default> SfbQueue<T> {
         let kernel = self.sfb.kernel;
         kernel.run(
             #[inline(always)]
-            || match (self.sfb.fused, self.sfb.rate.is_some()) {
+            || match (self.sfb.fused, self.sfb.fair) {
                 (true, true) => self.offer_each::<true, true>(feed),
                 (true, false) => self.offer_each::<true, false>(feed),
                 (false, true) => self.offer_each::<false, true>(feed),
@@ -210,7 +238,7 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
     flow: Option<&FlowKey>,
 ) -> Result<Enqueued, DropReason> {
     debug_assert_eq!(FUSED, sfb.fused);
-    debug_assert_eq!(FAIR, sfb.rate.is_some());
+    debug_assert_eq!(FAIR, sfb.fair);
     let set = sfb.active & 1;
     // The active set's bins: offsets on the fused path (whose kernel
     // raises the counts with the update), packed indices otherwise.
@@ -220,12 +248,21 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
         a.key.packed(set)
     };
     let offs = FUSED.then_some(word);
-    let (rate, first) = if FAIR {
-        sfb.rate_check(a.key.packed(set), a.len, a.ecn_capable)
+    if FAIR && queue.is_empty() {
+        sfb.idle_until(a.now, queue.idle_since());
+    }
+    let (rate, first, no_drop, coin) = if FAIR {
+        sfb.rate_check(
+            a.key.packed(set),
+            a.len,
+            a.ecn_capable,
+            queue.backlog_bytes(),
+        )
     } else {
-        (RateVerdict::OVER, FirstRow::default())
+        (RateVerdict::OVER, FirstRow::default(), false, 0)
     };
     if rate.drop {
+        sfb.counters.ratedrop += 1;
         return Err(DropReason::SfbRate);
     }
     let (mut mark, sets, standby) = match sfb.decide(
@@ -234,23 +271,23 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
         flow,
         Traits {
             ecn_capable: a.ecn_capable,
-            under_share: rate.under,
+            keep_at_max: rate.under | no_drop,
+            marks_only: no_drop | (a.ecn_capable & rate.under),
+            coin: FAIR.then_some(coin),
         },
         queue.len(),
         a.now,
     ) {
         Ok(d) => (d.mark, d.sets, d.standby),
         Err(d) => {
-            if FAIR && let Some(r) = &mut sfb.rate {
-                r.signal_at(first, true);
+            if FAIR {
+                sfb.rate.signal_at(first, true);
             }
             return Err(d.reason());
         }
     };
     if FAIR {
-        if let Some(r) = &mut sfb.rate {
-            r.signal_at(first, mark);
-        }
+        sfb.rate.signal_at(first, mark);
         // Counted once when Blue marked it too.
         sfb.counters.marked += u64::from(rate.mark & !mark);
         mark |= rate.mark;
@@ -262,6 +299,7 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
     } else {
         [standby, word]
     };
+    let capped = FAIR & rate.capped;
     let queued = Queued {
         item: a.item,
         words,
@@ -271,6 +309,9 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
         Ok(()) => {
             if !FUSED {
                 sfb.adjust(sets, words, true);
+            }
+            if FAIR {
+                sfb.rate.enqueued(a.len, capped);
             }
             Ok(if mark {
                 Enqueued::Mark
@@ -304,8 +345,8 @@ fn take<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
             sfb.adjust(q.sets, q.words, false);
         }
     })?;
-    if FAIR && let Some(r) = &mut sfb.rate {
-        r.depart(d.len);
+    if FAIR {
+        sfb.rate.depart(d.len);
     }
     Some(Departure {
         item: d.item.item,

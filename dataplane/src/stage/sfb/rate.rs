@@ -68,10 +68,26 @@
 //!   constant-rate flows at 3x their share through a 4 Mbit/s port) the
 //!   link ran at 67% of its rate.
 //!
+//! * **Work conservation.** While the queue holds less than its floor
+//!   ([`FLOOR_NS`] of the link, between two and ten full frames) the check
+//!   refuses nothing of a flow under [`FLOOR_OVER`] times the share
+//!   ([`FairRate::floor`], [`RateVerdict::near`]; the caller applies it):
+//!   its estimates of small flows are noisy, and refusing packets with the
+//!   queue empty idled the link (1000 unresponsive flows at three times
+//!   a 4 Mbit/s port: 92% of its rate).
+//! * **Capped flows.** A flow over the share that is not ECN-capable is
+//!   *capped* ([`RateVerdict::capped`]): the check holds it to the share
+//!   and Blue drops none of its packets. Nothing else then shortens the
+//!   capped flows' part of the queue, so the share does: it shrinks while
+//!   they hold more than [`CAPPED_NS`] of the link and more than 3/4 of
+//!   the queue (a flood of unresponsive flows whose admitted shares add up
+//!   to a little more than the link), and grows back when they do not
+//!   ([`FairRate::tick_queue`]).
+//!
 //! Blue still runs on every admitted packet: it keeps the queue short; this
 //! check keeps the shares fair. The share also grows while a congested
-//! shaped port sends under its rate (see [`FairRate::tick`]), so that the
-//! check never idles the link.
+//! shaped port sends under its rate (see [`FairRate::tick_queue`]), so
+//! that responsive flows Blue holds back do not leave the link idle.
 //!
 //! The rows are indexed from the active bin set's hash word, so a rehash
 //! (every `rehash_ms`, 10 minutes by default) moves every flow to other
@@ -92,6 +108,31 @@ const SHORT_PERIODS: u32 = 8;
 /// The largest multiplier of the share, Q16 (2: a flow held to the share
 /// never gets more than twice an equal share because others idle the link).
 const MAX_GAIN: u64 = 2 << 16;
+/// The smallest multiplier of the share, Q16 (1/16), to which it falls
+/// while the capped flows fill the queue (see [`FairRate::tick`]).
+const MIN_GAIN: u64 = 1 << 12;
+
+/// The work-conserving floor spares flows under this many times the share
+/// ([`RateVerdict::near`]): a flow near the share is one whose estimate's
+/// noise can idle the link; one far over it is held to the share whatever
+/// the queue holds (else an unresponsive flow at ten times its share takes
+/// the link whenever responsive flows let the queue run short).
+pub const FLOOR_OVER: u64 = 4;
+
+/// A full Ethernet frame, bytes.
+const FULL_FRAME: u64 = 1514;
+/// The work-conserving floor: no packet is dropped while the queue holds
+/// less than this much of the link's time (2 ms), counted as at least two
+/// full Ethernet frames and at most ten (on fast links 2 ms is more
+/// packets than Blue's bins hold at `target`, whose probabilities would
+/// then climb under the floor where they cannot act).
+pub const FLOOR_NS: u64 = 2_000_000;
+/// The floor's bounds, bytes (see [`FLOOR_NS`]).
+pub const FLOOR_BYTES: (u64, u64) = (2 * FULL_FRAME, 10 * FULL_FRAME);
+/// The queue the capped flows may hold, in the link's time (20 ms, at most
+/// 100 full frames, at least the floor), before the share shrinks (see
+/// [`FairRate::tick_queue`]).
+pub const CAPPED_NS: u64 = 20_000_000;
 
 /// Periods for which a Blue signal (a mark or a drop) keeps the flows of
 /// a first-row counter competing (see [`FairRate::signal`]).
@@ -111,6 +152,15 @@ const ROW_MULT: [u64; MAX_RATE_ROWS] = [
     0xD6E8_FEB8_6659_FD93,
 ];
 
+/// A queue's state as [`FairRate::tick_queue`] needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Backlog {
+    /// Bytes queued now.
+    pub bytes: u64,
+    /// Bytes that ever entered the queue (a counter; it may wrap).
+    pub bytes_in: u64,
+}
+
 /// The rate check's verdict on one arrival: computed without branches (a
 /// branch on whether a flow is over its share is mispredicted about as
 /// often as flows sit near it).
@@ -122,6 +172,16 @@ pub struct RateVerdict {
     pub mark: bool,
     /// Over the share: drop.
     pub drop: bool,
+    /// Over the share and not ECN-capable, the share not raised by the
+    /// gain: the check holds the flow to the share by dropping, whatever
+    /// the coin said for this packet, and Blue drops nothing more of it
+    /// (see the module docs). While the gain raises the share (a link that
+    /// others leave short), Blue's rules apply to such a flow as before,
+    /// so that it does not take all of what the others leave.
+    pub capped: bool,
+    /// Under [`FLOOR_OVER`] times the share before this packet: the
+    /// work-conserving floor spares the packet ([`FairRate::floor`]).
+    pub near: bool,
 }
 
 impl RateVerdict {
@@ -130,24 +190,40 @@ impl RateVerdict {
         under: true,
         mark: false,
         drop: false,
+        capped: false,
+        near: true,
     };
-    /// Over the share, passed unmarked.
+    /// Over the share, passed unmarked (markable: not capped).
     pub const OVER: RateVerdict = RateVerdict {
         under: false,
         mark: false,
         drop: false,
+        capped: false,
+        near: true,
     };
     /// Over the share, marked.
     pub const MARK: RateVerdict = RateVerdict {
         under: false,
         mark: true,
         drop: false,
+        capped: false,
+        near: true,
     };
-    /// Over the share, dropped.
+    /// Over the share, dropped (not ECN-capable: capped).
     pub const DROP: RateVerdict = RateVerdict {
         under: false,
         mark: false,
         drop: true,
+        capped: true,
+        near: true,
+    };
+    /// Over the share, not markable, passed.
+    pub const CAPPED: RateVerdict = RateVerdict {
+        under: false,
+        mark: false,
+        drop: false,
+        capped: true,
+        near: true,
     };
 }
 
@@ -161,6 +237,9 @@ pub struct FirstRow(usize);
 pub struct FairRate {
     rows: usize,
     log2: u32,
+    /// `2^log2` (a row's counters) and `64 - log2` (the index's shift).
+    stride: usize,
+    index_shift: u32,
     shift: u32,
     period_ns: u64,
     /// `rows << log2` counters, row-major: decayed bytes.
@@ -190,11 +269,26 @@ pub struct FairRate {
     /// (1 - 2^-shift)^k` after `k` periods (a flow that started with the
     /// sketch has counted that fraction of what it will hold).
     warm: u64,
+    /// The gain is at most 1: flows over the share and not ECN-capable are
+    /// capped ([`RateVerdict::capped`]).
+    capping: bool,
     /// The share's multiplier, Q16 (1 << 16 = 1): raised while the port
     /// is congested yet sends below its rate (see [`FairRate::tick`]).
     gain: u64,
     /// The shaper's rate in bytes per second (0: unshaped, use `departed`).
     link_bytes_per_s: u64,
+    /// The work-conserving floor in bytes ([`FLOOR_NS`]; 0 on an unshaped
+    /// port).
+    floor: u64,
+    /// Bytes admitted into the queue from capped flows
+    /// ([`RateVerdict::capped`]) since the last period boundary; the
+    /// queue's bytes in, all flows, at that boundary; and how many bytes
+    /// the capped flows may hold in the queue before the share shrinks
+    /// ([`CAPPED_NS`] of the link, at least the floor; `u64::MAX` on an
+    /// unshaped port).
+    capped_in: u64,
+    bytes_in_at: u64,
+    capped_limit: u64,
     /// The next decay, packet time.
     next: Option<Timestamp>,
     /// The fair share at the last period's peak (`u32::MAX`: no congestion).
@@ -202,10 +296,11 @@ pub struct FairRate {
     /// `alpha_peak` scaled to now (see the module docs).
     alpha: u32,
     /// The verdict's thresholds from `alpha` ([`set_alpha`](Self::set_alpha)),
-    /// kept beside it so that an arrival only compares: `alpha << 16` and
-    /// `2 * alpha`.
+    /// kept beside it so that an arrival only compares: `alpha << 16`,
+    /// `2 * alpha` and `FLOOR_OVER * alpha`.
     alpha_q16: u64,
     alpha_twice: u64,
+    alpha_near: u64,
 }
 
 impl FairRate {
@@ -218,6 +313,8 @@ impl FairRate {
         let mut f = FairRate {
             rows,
             log2,
+            stride: 1 << log2,
+            index_shift: 64 - log2,
             shift: shift.clamp(1, 16),
             period_ns: period_ms.max(1).saturating_mul(NS_PER_MS),
             counts: vec![0; rows << log2],
@@ -231,15 +328,22 @@ impl FairRate {
             short_periods: 0,
             warm: 0,
             gain: 1 << 16,
-            link_bytes_per_s: link_bps / 8,
+            capping: true,
+            link_bytes_per_s: 0,
+            floor: 0,
+            capped_in: 0,
+            bytes_in_at: 0,
+            capped_limit: u64::MAX,
             next: None,
             alpha_peak: u32::MAX,
             alpha: 0,
             alpha_q16: 0,
             alpha_twice: 0,
+            alpha_near: 0,
         };
         // No congestion yet; the thresholds follow from the share.
         f.set_alpha(u32::MAX);
+        f.set_link_rate(link_bps);
         f
     }
 
@@ -247,6 +351,26 @@ impl FairRate {
     /// what left the queue).
     pub fn set_link_rate(&mut self, bps: u64) {
         self.link_bytes_per_s = bps / 8;
+        let of_link = |ns: u64| (u128::from(bps / 8) * u128::from(ns) / 1_000_000_000) as u64;
+        (self.floor, self.capped_limit) = match bps {
+            0 => (0, u64::MAX),
+            _ => {
+                let floor = of_link(FLOOR_NS).clamp(FLOOR_BYTES.0, FLOOR_BYTES.1);
+                (floor, of_link(CAPPED_NS).min(100 * FULL_FRAME).max(floor))
+            }
+        };
+    }
+
+    /// The shaper's rate, bytes per second (0: unshaped).
+    pub fn link_bytes_per_s(&self) -> u64 {
+        self.link_bytes_per_s
+    }
+
+    /// The work-conserving floor, bytes: while the queue holds less, no
+    /// packet is dropped (0: unshaped).
+    #[inline(always)]
+    pub fn floor(&self) -> u64 {
+        self.floor
     }
 
     /// The fair share now, in decayed bytes (`u32::MAX`: not congested).
@@ -260,12 +384,16 @@ impl FairRate {
         self.alpha = alpha;
         self.alpha_q16 = u64::from(alpha) << 16;
         self.alpha_twice = 2 * u64::from(alpha);
+        self.alpha_near = FLOOR_OVER * u64::from(alpha);
     }
 
     /// The flow's counter indices, one per row.
     #[inline(always)]
     fn index(&self, word: u64, row: usize) -> usize {
-        (row << self.log2) | (word.wrapping_mul(ROW_MULT[row]) >> (64 - self.log2)) as usize
+        // `row * stride`, not `row << log2`: a shift by a field's value
+        // takes the count register on x86, and the fair path is short of
+        // registers.
+        (row * self.stride) | (word.wrapping_mul(ROW_MULT[row]) >> self.index_shift) as usize
     }
 
     /// The flow's rate now (the minimum of its counters), changing nothing.
@@ -294,11 +422,15 @@ impl FairRate {
         coin: u16,
     ) -> (RateVerdict, FirstRow) {
         // The row count as a constant, so that the rows' loops unroll.
-        let (rate, first) = match self.rows {
-            1 => self.count::<1>(word, len),
-            2 => self.count::<2>(word, len),
-            3 => self.count::<3>(word, len),
-            _ => self.count::<4>(word, len),
+        // The default (two rows) first: one test on the fair path.
+        let (rate, first) = if self.rows == 2 {
+            self.count::<2>(word, len)
+        } else {
+            match self.rows {
+                1 => self.count::<1>(word, len),
+                3 => self.count::<3>(word, len),
+                _ => self.count::<4>(word, len),
+            }
         };
         let rate = u64::from(rate);
         // Refused with probability 1 - alpha / rate (never when rate <=
@@ -309,10 +441,16 @@ impl FairRate {
         // An ECN-capable flow is marked up to twice the share; beyond, it
         // is not responding to marks.
         let markable = ecn_capable & (rate < self.alpha_twice);
+        let under = rate <= u64::from(self.alpha);
         let v = RateVerdict {
-            under: rate <= u64::from(self.alpha),
+            under,
             mark: refuse & markable,
             drop: refuse & !markable,
+            capped: !under & !ecn_capable & self.capping,
+            // The flow's count before this packet: a flow sending a packet
+            // every few periods counts far over the share the moment one
+            // arrives.
+            near: rate - u64::from(len) < self.alpha_near,
         };
         (v, FirstRow(first))
     }
@@ -327,15 +465,17 @@ impl FairRate {
         // Every index is in bounds: `counts` holds `rows << log2` counters
         // and `index(word, r)` for `r < rows` (`R` is `rows`, asserted
         // above) is `r << log2` plus a value shifted right by `64 - log2`
-        // bits, so below `2^log2`.
+        // bits, so below `2^log2`. (The slice in a local: its pointer
+        // stays in a register across the stores.)
+        let counts = self.counts.as_mut_slice();
         let min = idx.iter().fold(u32::MAX, |m, &i| {
             // SAFETY: `i` is in bounds (see above).
-            m.min(unsafe { *self.counts.get_unchecked(i) })
+            m.min(unsafe { *counts.get_unchecked(i) })
         });
         let rate = min.saturating_add(len);
         for i in idx {
             // SAFETY: `i` is in bounds (see above).
-            let c = unsafe { self.counts.get_unchecked_mut(i) };
+            let c = unsafe { counts.get_unchecked_mut(i) };
             *c = (*c).max(rate);
         }
         (rate, idx[0])
@@ -357,10 +497,24 @@ impl FairRate {
     #[inline(always)]
     pub fn signal_at(&mut self, first: FirstRow, on: bool) {
         // A first-row index is below `2^log2`, the length of `held`: the
-        // bounds check is a branch never taken.
-        if on && let Some(h) = self.held.get_mut(first.0) {
-            *h = HOLD_PERIODS;
+        // bounds check is a branch never taken. No branch on `on`: a
+        // mark is a coin's outcome, which a predictor misses about as
+        // often as it comes.
+        if let Some(h) = self.held.get_mut(first.0) {
+            // Arithmetic, which the compiler leaves without a branch (a
+            // select it turned into one): `HOLD_PERIODS` when `on`, else
+            // as it was (no count is above `HOLD_PERIODS`).
+            let mask = 0u8.wrapping_sub(u8::from(on));
+            *h = h.wrapping_add(HOLD_PERIODS.wrapping_sub(*h) & mask);
         }
+    }
+
+    /// A packet of `len` bytes that the check judged `capped` entered the
+    /// queue (counted when it is).
+    #[inline(always)]
+    pub fn enqueued(&mut self, len: u32, capped: bool) {
+        // Branch-free: the mask is all ones when capped.
+        self.capped_in += u64::from(len) & 0u64.wrapping_sub(u64::from(capped));
     }
 
     /// A packet of `len` bytes left the queue.
@@ -371,55 +525,69 @@ impl FairRate {
 
     /// Advances packet time to `now`: decays the counters and recomputes the
     /// fair share at each period boundary passed, and scales the share to
-    /// where `now` is in the period.
-    ///
-    /// The share is work-conserving: on a shaped port that is congested
-    /// (the flows' demands exceed its rate) yet sent less than 98% of its
-    /// rate in each of the last 8 periods, the flows held to the share
-    /// cannot use the rest (Blue's drops come on top of the check's, say),
-    /// so the share
-    /// grows by 1/16 per period (at most to twice the equal share: the
-    /// flows that idle the link may be responsive ones that Blue holds
-    /// back, and the spare would then all go to the unresponsive flow) until
-    /// the port is full, and shrinks back by 1/64 per period while it is.
+    /// where `now` is in the period. [`tick_queue`](Self::tick_queue) with
+    /// the queue's backlog unknown.
     #[inline(always)]
     pub fn tick(&mut self, now: Timestamp) {
+        self.tick_queue(now, None);
+    }
+
+    /// [`tick`](Self::tick), told the queue's state (`None`: unknown;
+    /// the share then never shrinks).
+    ///
+    /// The share's multiplier (its *gain*) keeps the check
+    /// work-conserving and the queue short:
+    ///
+    /// * while the capped flows hold more than [`CAPPED_NS`] of the link
+    ///   in the queue, and more than 3/4 of it, the share they are held
+    ///   to is larger than the link can give them (Blue drops none of
+    ///   their packets, so nothing else shortens their part of the
+    ///   queue): the gain falls by 1/8 per period (to 1/16 at least).
+    ///   Their part of the queue is taken as their part of the bytes that
+    ///   entered it over the period (counted at enqueue only: one add per
+    ///   packet, none per departure);
+    /// * on a shaped port that is congested (the flows' demands exceed its
+    ///   rate) yet sent less than 98% of its rate in each of the last 8
+    ///   periods, the flows held to the share cannot use the rest (Blue's
+    ///   drops of responsive flows, say): the gain grows by 1/16 per
+    ///   period (at most to twice the equal share: the flows that idle the
+    ///   link may be responsive ones that Blue holds back, and the spare
+    ///   would then all go to the unresponsive flow) until the port is
+    ///   full;
+    /// * otherwise it returns to 1, by 1/64 per period from above and 1/16
+    ///   from below.
+    ///
+    /// At each boundary the share is computed from the counters as they
+    /// are there: when several boundaries passed since the last call (no
+    /// arrival in between), the counters first decay through all but the
+    /// last, so that the share after an idle gap is not the one before it.
+    #[inline(always)]
+    pub fn tick_queue(&mut self, now: Timestamp, queue: Option<Backlog>) {
         let next = *self
             .next
             .get_or_insert_with(|| now.add_nanos(self.period_ns));
         if now >= next {
             let periods = now.nanos_since(next) / self.period_ns + 1;
+            // The boundaries passed without an arrival: the counters are
+            // what they were at the first, decayed through the others.
+            let cleared = periods > 1 && self.decay(periods - 1);
             // The decayed departures at their peak, as a counter's.
             self.departed += self.departed_now;
-            for _ in 0..periods.min(64) {
+            // After a reset the sketch starts again: one period counted.
+            let warmed = if cleared { 1 } else { periods.min(64) };
+            for _ in 0..warmed {
                 self.warm += ((1 << 16) - self.warm) >> self.shift;
             }
             self.held_now = self.review_holds();
             let share = self.fair_share();
-            if share == u32::MAX || self.link_bytes_per_s == 0 {
-                self.gain = 1 << 16;
-                self.short_periods = 0;
-            } else {
-                let due = self
-                    .link_bytes_per_s
-                    .saturating_mul(self.period_ns.saturating_mul(periods))
-                    / 1_000_000_000;
-                if self.departed_now.saturating_mul(100) < due.saturating_mul(98) {
-                    self.short_periods += 1;
-                    if self.short_periods >= SHORT_PERIODS {
-                        self.gain = (self.gain + (self.gain >> 4)).min(MAX_GAIN);
-                    }
-                } else {
-                    self.short_periods = 0;
-                    self.gain = (self.gain - (self.gain >> 6)).max(1 << 16);
-                }
-            }
+            self.adjust_gain(share, periods, queue);
+            self.capping = self.gain <= 1 << 16;
             self.departed_now = 0;
             self.alpha_peak = match share {
                 u32::MAX => u32::MAX,
                 s => ((u64::from(s) * self.gain) >> 16).min(u64::from(u32::MAX - 1)) as u32,
             };
-            self.decay(periods);
+            self.decay(1);
             self.next = Some(next.add_nanos(periods.saturating_mul(self.period_ns)));
         }
         if self.alpha_peak == u32::MAX {
@@ -436,6 +604,53 @@ impl FairRate {
         let lost = (1u64 << 16) >> self.shift;
         let scale = (1u64 << 16) - lost + ((lost * frac_done) >> 16);
         self.set_alpha(((u64::from(self.alpha_peak) * scale) >> 16) as u32);
+    }
+
+    /// The gain at a period boundary (see [`tick_queue`](Self::tick_queue)):
+    /// `share` the share just computed, `periods` the periods since the
+    /// last boundary, `queue` the queue's state if known.
+    fn adjust_gain(&mut self, share: u32, periods: u64, queue: Option<Backlog>) {
+        const ONE: u64 = 1 << 16;
+        let capped_in = core::mem::take(&mut self.capped_in);
+        // The capped flows' part of the queue, as their part of what
+        // entered it since the last boundary.
+        let capped_held = queue.map_or(0, |q| {
+            let entered = q.bytes_in.wrapping_sub(self.bytes_in_at);
+            self.bytes_in_at = q.bytes_in;
+            if capped_in.saturating_mul(4) > entered.saturating_mul(3) {
+                let held = u128::from(q.bytes) * u128::from(capped_in) / u128::from(entered.max(1));
+                u64::try_from(held).unwrap_or(u64::MAX)
+            } else {
+                0
+            }
+        });
+        if share == u32::MAX || self.link_bytes_per_s == 0 {
+            self.gain = ONE;
+            self.short_periods = 0;
+            return;
+        }
+        if capped_held > self.capped_limit {
+            self.short_periods = 0;
+            self.gain = (self.gain - (self.gain >> 3)).max(MIN_GAIN);
+            return;
+        }
+        let due = self
+            .link_bytes_per_s
+            .saturating_mul(self.period_ns.saturating_mul(periods))
+            / 1_000_000_000;
+        if self.departed_now.saturating_mul(100) < due.saturating_mul(98) {
+            self.short_periods += 1;
+            if self.short_periods >= SHORT_PERIODS || self.gain < ONE {
+                self.gain = (self.gain + (self.gain >> 4)).min(MAX_GAIN);
+            }
+        } else {
+            self.short_periods = 0;
+            self.gain = if self.gain > ONE {
+                (self.gain - (self.gain >> 6)).max(ONE)
+            } else {
+                (self.gain + (self.gain >> 4)).min(ONE)
+            };
+        }
     }
 
     /// At a period boundary, before the share: ends the holds of flows that
@@ -477,9 +692,10 @@ impl FairRate {
         still
     }
 
-    /// Each counter (and the departures) loses `1/2^shift`, `periods` times.
+    /// Each counter (and the departures) loses `1/2^shift`, `periods` times;
+    /// true when that clears them all (and the holds, and the warm-up).
     #[inline(always)]
-    fn decay(&mut self, periods: u64) {
+    fn decay(&mut self, periods: u64) -> bool {
         let s = self.shift;
         if periods.saturating_mul(u64::from(s)) >= 32 {
             self.counts.fill(0);
@@ -487,7 +703,7 @@ impl FairRate {
             self.hold_base.fill(0);
             self.departed = 0;
             self.warm = 0;
-            return;
+            return true;
         }
         let p = u8::try_from(periods).unwrap_or(u8::MAX);
         for (h, b) in self.held.iter_mut().zip(&mut self.hold_base) {
@@ -502,6 +718,7 @@ impl FairRate {
             }
             self.departed -= self.departed >> s;
         }
+        false
     }
 
     /// The capacity in decayed bytes: a steady `link_bytes_per_s` counted
@@ -554,6 +771,23 @@ impl FairRate {
         }
         self.competing = competing.round() as u32;
         share.min(f64::from(u32::MAX - 1)) as u32
+    }
+
+    /// [`stats`](Self::stats) as of `now`: when enough periods passed
+    /// without an arrival for the counters to have decayed to nothing, the
+    /// next arrival finds no congestion, and so does this.
+    pub fn stats_at(&self, now: Timestamp) -> FairStats {
+        let periods = self.next.map_or(0, |n| {
+            if now >= n {
+                now.nanos_since(n) / self.period_ns + 1
+            } else {
+                0
+            }
+        });
+        if periods.saturating_mul(u64::from(self.shift)) > 32 {
+            return FairStats::default();
+        }
+        self.stats()
     }
 
     /// The check's state at the last period boundary: the share as a
@@ -643,7 +877,7 @@ mod tests {
                 // r bytes per ms as 100-byte packets.
                 for _ in 0..r / 100 {
                     let coin = (kernels::splitmix64(&mut s) >> 48) as u16;
-                    if f.arrive(words[i], 100, ecn, coin) != RateVerdict::DROP && t >= 2000 {
+                    if !f.arrive(words[i], 100, ecn, coin).drop && t >= 2000 {
                         admitted[i] += 100;
                     }
                 }
@@ -708,7 +942,7 @@ mod tests {
                 f.signal(light, light_flow != Light::Unsignalled);
                 for _ in 0..12 {
                     let coin = (kernels::splitmix64(&mut s) >> 48) as u16;
-                    if f.arrive(heavy, 100, false, coin) != RateVerdict::DROP && t >= 2000 {
+                    if !f.arrive(heavy, 100, false, coin).drop && t >= 2000 {
                         admitted += 100;
                     }
                 }
@@ -864,7 +1098,7 @@ mod tests {
                 for _ in 0..5 {
                     let coin = (kernels::splitmix64(&mut s) >> 48) as u16;
                     let keep = !kernels::splitmix64(&mut s).is_multiple_of(5);
-                    if f.arrive(w, 100, false, coin) != RateVerdict::DROP && keep {
+                    if !f.arrive(w, 100, false, coin).drop && keep {
                         credit += 100;
                     }
                 }
@@ -893,6 +1127,9 @@ mod tests {
                 under: rate <= alpha,
                 mark: refuse & markable,
                 drop: refuse & !markable,
+                capped: rate > alpha && !ecn,
+                // A fresh sketch: the count before the packet is 0.
+                near: 0 < FLOOR_OVER * alpha,
             }
         };
         let mut s = 5u64;
@@ -954,7 +1191,10 @@ mod tests {
         }
         assert_eq!(verdicts, [RateVerdict::MARK, RateVerdict::OVER]);
         let mut g = f.clone();
-        assert_eq!(g.arrive(w, 250, true, 0), RateVerdict::DROP);
+        // ECN-capable over twice the share: dropped, not capped (Blue's
+        // rules still apply to it).
+        let v = g.arrive(w, 250, true, 0);
+        assert!(v.drop && !v.mark && !v.capped, "{v:?}");
         let mut g = f.clone();
         assert_eq!(g.arrive(w, 150, false, 0), RateVerdict::DROP);
     }
