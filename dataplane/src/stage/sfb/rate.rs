@@ -71,6 +71,7 @@
 //! * **Work conservation.** While the queue holds less than its floor
 //!   ([`FLOOR_NS`] of the link, between two and ten full frames) the check
 //!   refuses nothing of a flow under [`FLOOR_OVER`] times the share
+//!   (the share before a gain under 1 shrank it: see *Capped flows*)
 //!   ([`FairRate::floor`], [`RateVerdict::near`]; the caller applies it):
 //!   its estimates of small flows are noisy, and refusing packets with the
 //!   queue empty idled the link (1000 unresponsive flows at three times
@@ -384,7 +385,15 @@ impl FairRate {
         self.alpha = alpha;
         self.alpha_q16 = u64::from(alpha) << 16;
         self.alpha_twice = 2 * u64::from(alpha);
-        self.alpha_near = FLOOR_OVER * u64::from(alpha);
+        // The floor's threshold from the share before a gain under 1:
+        // while the capped flows' share shrinks it is held low, and the
+        // flows it holds, sent at a few times the unshrunk share, must
+        // still refill a queue that ran short.
+        let base = match self.gain {
+            g if g < 1 << 16 => (u64::from(alpha) << 16) / g.max(1),
+            _ => u64::from(alpha),
+        };
+        self.alpha_near = FLOOR_OVER * base;
     }
 
     /// The flow's counter indices, one per row.
