@@ -66,3 +66,18 @@ pub mod synth_router;
 pub mod throughput;
 pub mod traceback;
 pub mod verbose;
+
+/// A command line that cannot be run as given, found by the program
+/// rather than by clap (flags that only apply together, a value out of
+/// range): the binary exits with `dataplane::cli::EXIT_USAGE` (64), as for
+/// clap's own usage errors.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}

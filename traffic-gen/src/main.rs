@@ -24,6 +24,7 @@ use dataplane::pipeline::MalformedPolicy;
 use dataplane::stage::sfb::SfbConfig;
 use dataplane::wire::icarus::FilterWidth;
 use indicatif::{ProgressBar, ProgressStyle};
+use traffic_gen::Usage;
 use traffic_gen::input::{InputError, Limits, Stop};
 use traffic_gen::live::{Endpoint, LiveConfig, run_live_with_stop};
 use traffic_gen::plot::plot_svg;
@@ -57,20 +58,6 @@ Exit status:
   141  replay -v stopped because its standard output was closed (| head),
        as tcpdump ends on SIGPIPE (128 + 13); the outputs cover what was
        sent, as at an interrupt";
-
-/// A command line that cannot be run as given, found by the program
-/// rather than by clap (flags that only apply together, a value out of
-/// range): exit status [`EXIT_USAGE`], as clap's own usage errors.
-#[derive(Debug)]
-struct Usage(String);
-
-impl std::fmt::Display for Usage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Usage {}
 
 /// Returns a [`Usage`] error from the enclosing function.
 macro_rules! usage {

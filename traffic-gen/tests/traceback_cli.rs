@@ -196,3 +196,40 @@ fn bad_input_names_what_is_wrong() {
         "{e}"
     );
 }
+
+/// Flags that do not go together, or a `--time` no clock reads, are usage
+/// errors (exit 64, as clap's own); a file that cannot be read is not (1).
+#[test]
+fn usage_errors_exit_64() {
+    let hex = "4500001c12344000401100000a0909090a08080803e807d000080000";
+    let topo = scratch("usage").join("t.toml");
+    std::fs::write(
+        &topo,
+        "[[routers]]\nname = \"a\"\nquery = \"127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let topo = topo.to_str().unwrap();
+    let code = |args: &[&str]| {
+        let out = bin().arg("traceback").args(args).output().unwrap();
+        let e = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), e)
+    };
+    for (args, says) in [
+        (vec!["--hex", hex], "the routers: give --topology FILE"),
+        (
+            vec!["--digests", "x"],
+            "the packet: give --capture FILE --frame N",
+        ),
+        (vec!["--topology", topo, "--hex", hex], "--from <ROUTER>"),
+        (
+            vec!["--digests", "x", "--hex", hex, "--time", "yesterday"],
+            "--time: \"yesterday\" is neither seconds",
+        ),
+    ] {
+        let (c, e) = code(&args);
+        assert_eq!(c, Some(64), "{args:?}: {e}");
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
+    let (c, e) = code(&["--digests", "/nonexistent/kept", "--hex", hex]);
+    assert_eq!(c, Some(1), "{e}");
+}

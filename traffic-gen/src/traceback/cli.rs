@@ -3,13 +3,14 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 
 use super::packet::Packet;
 use super::source::TopologySource;
 use super::topology::{Ask, Topology};
 use super::trace;
+use crate::Usage;
 
 /// `traffic-gen traceback`'s arguments.
 #[derive(Debug, Args)]
@@ -66,12 +67,14 @@ fn parse_time(s: &str) -> Result<u64> {
         return Ok(ns);
     }
     let t = humantime::parse_rfc3339_weak(s).map_err(|e| {
-        anyhow!("--time: \"{s}\" is neither seconds since the Unix epoch nor RFC 3339 ({e})")
+        Usage(format!(
+            "--time: \"{s}\" is neither seconds since the Unix epoch nor RFC 3339 ({e})"
+        ))
     })?;
     let d = t
         .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|_| anyhow!("--time: \"{s}\" is before 1970"))?;
-    u64::try_from(d.as_nanos()).context("--time: too far ahead")
+        .map_err(|_| Usage(format!("--time: \"{s}\" is before 1970")))?;
+    u64::try_from(d.as_nanos()).map_err(|_| Usage("--time: too far ahead".into()).into())
 }
 
 /// Runs `traffic-gen traceback`.
@@ -83,7 +86,11 @@ pub fn run(a: &TracebackArgs) -> Result<()> {
     let mut packet = match (&a.capture, a.frame, &a.hex) {
         (Some(c), Some(n), None) => Packet::from_capture(c, n)?,
         (None, None, Some(h)) => Packet::from_hex(h, None)?,
-        _ => bail!("the packet: give --capture FILE --frame N, or --hex HEX"),
+        _ => {
+            return Err(
+                Usage("the packet: give --capture FILE --frame N, or --hex HEX".into()).into(),
+            );
+        }
     };
     if let Some(t) = &a.time {
         packet.seen_unix_ns = Some(parse_time(t)?);
@@ -97,7 +104,7 @@ pub fn run(a: &TracebackArgs) -> Result<()> {
             let start = a
                 .from
                 .clone()
-                .ok_or_else(|| anyhow!("--topology needs --from ROUTER"))?;
+                .ok_or_else(|| Usage("--topology needs --from ROUTER".into()))?;
             (t, start)
         }
         (None, Some(addr), None) => (
@@ -115,7 +122,11 @@ pub fn run(a: &TracebackArgs) -> Result<()> {
             "router".to_string(),
         ),
         _ => {
-            bail!("the routers: give --topology FILE --from ROUTER, --query ADDR or --digests DIR")
+            return Err(Usage(
+                "the routers: give --topology FILE --from ROUTER, --query ADDR or --digests DIR"
+                    .into(),
+            )
+            .into());
         }
     };
     let mut source = TopologySource::new(&topology);
