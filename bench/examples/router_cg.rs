@@ -1,12 +1,13 @@
 //! Runs `pipeline/router/<case>` passes for a profiler:
-//! `cargo run --release -p bench --example router_cg -- [default|core] [passes] [links] [linux]`
+//! `cargo run --release -p bench --example router_cg -- [default|core|digest] [passes] [links] [linux]`
 //! (e.g. under `valgrind --tool=callgrind` or `perf record`).
 //!
 //! Built with `--features step-timing` it also prints the time of each
 //! step of the chain per packet ([`dataplane::timing`]); with `links` it
 //! prints, per pass, what the shaped SFB port r-b was offered and sent and
 //! the rate it sent at in capture time; `linux` runs r-b's SFB with
-//! sch_sfb's rules (`profile = "linux"`) instead of the default.
+//! sch_sfb's rules (`profile = "linux"`) instead of the default; `digest`
+//! is `default` with the digest stage on ([`bench::router::router_digest`]).
 
 use dataplane::clock::Timestamp;
 use dataplane::stage::sfb::SfbProfile;
@@ -18,7 +19,10 @@ fn main() {
     let passes: u64 = args.get(1).and_then(|p| p.parse().ok()).unwrap_or(50);
     let links = args.iter().any(|a| a == "links");
     let frames = bench::router::mix64();
-    let mut cfg = bench::router::router(core);
+    let mut cfg = match args.first().map(String::as_str) {
+        Some("digest") => bench::router::router_digest(),
+        _ => bench::router::router(core),
+    };
     if args.iter().any(|a| a == "linux") {
         for i in &mut cfg.interfaces {
             if let Some(s) = &mut i.sfb {

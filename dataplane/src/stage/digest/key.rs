@@ -215,20 +215,27 @@ pub(crate) fn v4_parsed_into(
     w: &mut [u32; V4_WORDS],
 ) -> bool {
     let end = hlen + PAYLOAD_BYTES;
-    match ip.get(..end) {
-        Some(b) if hlen >= 20 && total_len >= end => {
-            let r = |a: usize| u32::from_be_bytes([b[a], b[a + 1], b[a + 2], b[a + 3]]);
+    // The header's first 20 bytes and the payload's first 8 as arrays:
+    // one length check each, none per byte.
+    let parts = ip
+        .get(..end)
+        .filter(|_| hlen >= 20 && total_len >= end)
+        .and_then(|b| Some((b.first_chunk::<20>()?, b.last_chunk::<PAYLOAD_BYTES>()?)));
+    match parts {
+        Some((h, p)) => {
+            let r =
+                |a: &[u8], at: usize| u32::from_be_bytes([a[at], a[at + 1], a[at + 2], a[at + 3]]);
             *w = [
-                (u32::from(b[9]) << 16) | ((total_len - hlen) as u32 & 0xffff),
-                r(4),
-                r(12),
-                r(16),
-                r(hlen),
-                r(hlen + 4),
+                (u32::from(h[9]) << 16) | ((total_len - hlen) as u32 & 0xffff),
+                r(h, 4),
+                r(h, 12),
+                r(h, 16),
+                r(p, 0),
+                r(p, 4),
             ];
             true
         }
-        _ => v4_into(ip, Completeness::AsCaptured, w).is_ok(),
+        None => v4_into(ip, Completeness::AsCaptured, w).is_ok(),
     }
 }
 
