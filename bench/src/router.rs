@@ -55,9 +55,9 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use traffic_gen::frames::{Addrs, IpHeader, push_eth, push_udp, udp_checksum};
 use traffic_gen::replay::default_router;
+use traffic_gen::synth::icarus::{IcarusSynth, IcarusSynthConfig};
+use traffic_gen::synth::mcast::{Ctl, control_frame};
 use traffic_gen::synth::{SYNTH_START_NS, ZipfFlows};
-use traffic_gen::synth_icarus::{IcarusSynth, IcarusSynthConfig};
-use traffic_gen::synth_mcast::{Ctl, control_frame};
 
 use crate::measure::{Figure, figure};
 

@@ -327,7 +327,7 @@ node_id = 42
 /// multicast to the static group and to a group nobody joined (both
 /// heavy). 50 us apart.
 fn write_mixed(path: &Path) -> u64 {
-    use traffic_gen::synth_icarus::{IcarusSynth, IcarusSynthConfig};
+    use traffic_gen::synth::icarus::{IcarusSynth, IcarusSynthConfig};
     let mut w = CaptureWriter::create(path, LinkType::Ethernet, 65_535).expect("create pcap");
     let mut icarus = IcarusSynth::new(IcarusSynthConfig {
         node_id: 42,

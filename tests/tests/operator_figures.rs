@@ -25,8 +25,8 @@ use dataplane::io::capture::CaptureWriter;
 use dataplane::wire::{LinkType, checksum};
 use tests::corpus_file;
 use traffic_gen::replay::{Input, ReplayConfig, Report, default_router, replay};
+use traffic_gen::synth::router::RouterSynthConfig;
 use traffic_gen::synth::{SynthConfig, write_pcap};
-use traffic_gen::synth_router::RouterSynthConfig;
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("bp-figures-{}-{name}", std::process::id()));

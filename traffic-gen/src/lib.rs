@@ -18,14 +18,14 @@
 //!   workloads share.
 //! * [`synth`] — Zipf workloads with known ground truth, written as pcaps,
 //!   and streams of unique fixed-size frames made as they are sent.
-//! * [`synth_mcast`] — multicast joins, leaves, expiries and data over
-//!   several interfaces, with exact egress sets.
-//! * [`synth_icarus`] — packets carrying Icarus loop-detection filters as
-//!   they look after h hops, with each one's exact verdict at the checking
-//!   node.
-//! * [`synth_router`] — the built-in router's workload: every stage busy,
-//!   ingress ports as pcapng interfaces, exact truth per class, packet and
-//!   heavy-flow epoch.
+//!   * [`synth::mcast`] — multicast joins, leaves, expiries and data over
+//!     several interfaces, with exact egress sets.
+//!   * [`synth::icarus`] — packets carrying Icarus loop-detection filters as
+//!     they look after h hops, with each one's exact verdict at the checking
+//!     node.
+//!   * [`synth::router`] — the built-in router's workload: every stage busy,
+//!     ingress ports as pcapng interfaces, exact truth per class, packet and
+//!     heavy-flow epoch.
 //! * [`verbose`] — `replay -v`: a line per packet as tcpdump prints it.
 //! * [`scenario`] — closed-loop AIMD and unresponsive senders against SFB
 //!   and drop-tail in virtual time.
@@ -38,7 +38,7 @@
 //!
 //! ```
 //! use traffic_gen::replay::{Input, ReplayConfig, replay};
-//! use traffic_gen::synth_router::RouterSynthConfig;
+//! use traffic_gen::synth::router::RouterSynthConfig;
 //!
 //! let input = Input::Synth(RouterSynthConfig {
 //!     packets: 5_000,
@@ -60,9 +60,6 @@ pub mod plot;
 pub mod replay;
 pub mod scenario;
 pub mod synth;
-pub mod synth_icarus;
-pub mod synth_mcast;
-pub mod synth_router;
 pub mod throughput;
 pub mod traceback;
 pub mod verbose;

@@ -91,7 +91,7 @@ pub use dataplane::runtime::Latency;
 pub use dataplane::runtime::worker::new_histogram;
 
 use crate::input::{InputError, InputErrors, LimitReached, Limits, RunNotes, Stop, check_headers};
-use crate::synth_router::{RouterSynth, RouterSynthConfig};
+use crate::synth::router::{RouterSynth, RouterSynthConfig};
 
 /// The built-in router `replay` runs without `--config` (printed by
 /// `--print-config`).
@@ -110,7 +110,7 @@ pub fn default_router() -> RouterConfig {
 pub enum Input {
     /// Capture files, in order.
     Files(Vec<PathBuf>),
-    /// The built-in router's synthetic workload ([`crate::synth_router`]),
+    /// The built-in router's synthetic workload ([`crate::synth::router`]),
     /// generated on the fly, each frame on its own port (by name).
     Synth(RouterSynthConfig),
 }

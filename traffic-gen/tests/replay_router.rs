@@ -18,7 +18,7 @@ use dataplane::config::RouterConfig;
 use dataplane::io::capture::{CaptureReader, CaptureWriter};
 use dataplane::wire::{LinkType, checksum, parse};
 use traffic_gen::replay::{Input, ReplayConfig, Report, replay};
-use traffic_gen::synth_icarus::{IcarusSynthConfig, write_pcap};
+use traffic_gen::synth::icarus::{IcarusSynthConfig, write_pcap};
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("traffic-gen-router-{}-{name}", std::process::id()));
@@ -247,7 +247,7 @@ fn shaped_port_keeps_its_rate_and_marks_what_it_counts() {
 /// captures by its sequence number), control messages by none.
 #[test]
 fn multicast_egress_sets_equal_the_truth() {
-    use traffic_gen::synth_mcast::{McastConfig, write_pcapng};
+    use traffic_gen::synth::mcast::{McastConfig, write_pcapng};
     let dir = scratch("mcast");
     let pcap = dir.join("mcast.pcapng");
     let cfg = McastConfig {
@@ -473,7 +473,7 @@ fn r_b(r: &Report) -> &dataplane::runtime::stats::InterfaceReport {
 /// what one worker's run sends.)
 #[test]
 fn workers_share_a_shaped_port_as_one_worker_does() {
-    use traffic_gen::synth_router::RouterSynthConfig;
+    use traffic_gen::synth::router::RouterSynthConfig;
     let input = Input::Synth(RouterSynthConfig {
         packets: 100_000,
         ..RouterSynthConfig::default()

@@ -12,7 +12,7 @@ use dataplane::io::capture::CaptureReader;
 use dataplane::pipeline::{Batch, DropReason, Pipeline, PipelineConfig, Verdict};
 use dataplane::stage::icarus::{FilterParams, IcarusConfig, IcarusStage};
 use dataplane::wire::icarus::FilterWidth;
-use traffic_gen::synth_icarus::{
+use traffic_gen::synth::icarus::{
     HopRange, IcarusSynthConfig, IcarusTruth, L3_OFFSET, truth_path, write_pcap,
 };
 

@@ -18,7 +18,7 @@ use dataplane::stage::icarus::{FilterParams, node_mask};
 use dataplane::wire::icarus::find;
 use dataplane::wire::{Ecn, LinkType, parse};
 use traffic_gen::synth::SYNTH_START_NS;
-use traffic_gen::synth_router::{
+use traffic_gen::synth::router::{
     Class, RouterSynth, RouterSynthConfig, RouterTruth, generate, truth_path, write_pcapng,
 };
 

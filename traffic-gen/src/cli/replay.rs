@@ -19,7 +19,7 @@ use traffic_gen::replay::{
     default_router, hgrm_paths, replay_with_stop,
 };
 use traffic_gen::scenario::{self};
-use traffic_gen::synth_router::RouterSynthConfig;
+use traffic_gen::synth::router::RouterSynthConfig;
 
 use super::output::{
     Output, check_writable, create_file, print_written, quiet_on_closed_pipe, write_json,

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use dataplane::wire::icarus::FilterWidth;
+use traffic_gen::synth::icarus::{self, HopRange, IcarusSynthConfig};
+use traffic_gen::synth::mcast::McastConfig;
+use traffic_gen::synth::router::{self, RouterSynthConfig};
 use traffic_gen::synth::{SynthConfig, write_pcap};
-use traffic_gen::synth_icarus::{self, HopRange, IcarusSynthConfig};
-use traffic_gen::synth_mcast::McastConfig;
-use traffic_gen::synth_router::{self, RouterSynthConfig};
 
 #[derive(Debug, Args)]
 pub(crate) struct SynthArgs {
@@ -96,7 +96,7 @@ pub(crate) struct SynthCmd {
 #[derive(Debug, Args)]
 pub(crate) struct IcarusArgs {
     /// Icarus: filter bits m (64, 128 or 256).
-    #[arg(long, default_value = "128", value_name = "BITS", value_parser = synth_icarus::parse_width)]
+    #[arg(long, default_value = "128", value_name = "BITS", value_parser = icarus::parse_width)]
     pub(crate) width: FilterWidth,
     /// Icarus: mask bits k (default: the dataplane's default for the width:
     /// 5, 10, 19 for m = 64, 128, 256).
@@ -107,17 +107,17 @@ pub(crate) struct IcarusArgs {
     pub(crate) node_id: u64,
     /// Icarus: the domain seed turning node ids into masks (`icarus.seed`;
     /// default: the built-in one).
-    #[arg(long, value_name = "SEED", value_parser = synth_icarus::parse_seed)]
+    #[arg(long, value_name = "SEED", value_parser = icarus::parse_seed)]
     pub(crate) domain_seed: Option<u64>,
     /// Icarus: hops before the checking node, H or a range A..=B (A..B is
     /// half-open), drawn uniformly; at most 64.
-    #[arg(long, default_value = "1..=10", value_parser = synth_icarus::parse_hops)]
+    #[arg(long, default_value = "1..=10", value_parser = icarus::parse_hops)]
     pub(crate) hops: HopRange,
     /// Icarus: share of packets on a looping path (through the checking node before).
-    #[arg(long, default_value_t = 0.1, value_name = "F", value_parser = synth_icarus::parse_fraction)]
+    #[arg(long, default_value_t = 0.1, value_name = "F", value_parser = icarus::parse_fraction)]
     pub(crate) loop_fraction: f64,
     /// Icarus: share of IPv6 packets.
-    #[arg(long, default_value_t = 0.3, value_name = "F", value_parser = synth_icarus::parse_fraction)]
+    #[arg(long, default_value_t = 0.3, value_name = "F", value_parser = icarus::parse_fraction)]
     pub(crate) v6_fraction: f64,
 }
 
@@ -129,11 +129,11 @@ pub(crate) fn run_synth_router(s: &SynthCmd) -> Result<()> {
         seed: s.synth.seed,
         ..RouterSynthConfig::default()
     };
-    let truth = synth_router::write_pcapng(cfg, &s.output)?;
+    let truth = router::write_pcapng(cfg, &s.output)?;
     println!(
         "wrote {} (truth in {}); {}",
         s.output.display(),
-        synth_router::truth_path(&s.output).display(),
+        router::truth_path(&s.output).display(),
         truth.summary()
     );
     Ok(())
@@ -154,14 +154,14 @@ pub(crate) fn run_synth_icarus(s: &SynthCmd) -> Result<()> {
         packets: s.synth.packets,
         seed: s.synth.seed,
     };
-    let truth = synth_icarus::write_pcap(cfg, &s.output)?;
+    let truth = icarus::write_pcap(cfg, &s.output)?;
     println!(
         "wrote {} packets ({} IPv4, {} IPv6) to {} (truth in {})",
         truth.packets,
         truth.packets - truth.v6_packets,
         truth.v6_packets,
         s.output.display(),
-        synth_icarus::truth_path(&s.output).display()
+        icarus::truth_path(&s.output).display()
     );
     println!("{}", truth.summary());
     Ok(())
@@ -180,7 +180,7 @@ pub(crate) fn run_synth(s: &SynthCmd) -> Result<()> {
                 seed: s.synth.seed,
                 ..McastConfig::default()
             };
-            let truth = traffic_gen::synth_mcast::write_pcapng(cfg, &s.output)?;
+            let truth = traffic_gen::synth::mcast::write_pcapng(cfg, &s.output)?;
             let data = truth.expected.iter().flatten().count();
             println!(
                 "wrote {} packets ({} data, {} control) over {} interfaces (p0..p{}) to {} (truth in {}.mcast.json)",

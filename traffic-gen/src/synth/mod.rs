@@ -9,6 +9,14 @@
 //! [`UniqueFrames`] streams unique frames of one size over many IPv4 flows
 //! round robin, made as they are sent: the input of `traffic-gen
 //! throughput`'s trials.
+//!
+//! The other workloads are submodules: [`icarus`] (Icarus filters after h
+//! hops, looping paths), [`mcast`] (groups, joins, leaves and data with
+//! exact egress sets) and [`router`] (the built-in router's workload).
+
+pub mod icarus;
+pub mod mcast;
+pub mod router;
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};

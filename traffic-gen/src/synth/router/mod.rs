@@ -95,7 +95,7 @@
 //! (computed with the dataplane's mask function and an exact subset test);
 //! per multicast data packet the exact egress ports (those with a current
 //! member of the group, less the ingress; data never goes to a group whose
-//! membership changes within [`SLOP_NS`] of it, as in `synth_mcast.rs`);
+//! membership changes within [`SLOP_NS`] of it, as in `synth/mcast.rs`);
 //! and per heavy-flow epoch (`[k s, (k + 1) s)` of capture time, aligned
 //! as `stage/heavy.rs` aligns them) every flow's exact bytes and packets.
 
@@ -112,9 +112,9 @@ use crate::frames::{
     Addrs, ECT0, ETH_LEN, IpHeader, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_LEN, TCP_PSH_ACK, UDP_LEN,
     push_eth, push_tcp, push_udp, tcp_checksum, udp_checksum,
 };
+use crate::synth::icarus::{HopRange, IcarusSynth, IcarusSynthConfig};
+use crate::synth::mcast::{Ctl, Model, write_control_frame, write_data_frame};
 use crate::synth::{SYNTH_START_NS, ZipfFlows};
-use crate::synth_icarus::{HopRange, IcarusSynth, IcarusSynthConfig};
-use crate::synth_mcast::{Ctl, Model, write_control_frame, write_data_frame};
 
 mod truth;
 
@@ -124,7 +124,7 @@ pub use truth::{
 };
 
 /// The built-in router's configuration.
-const ROUTER_TOML: &str = include_str!("../default-router.toml");
+const ROUTER_TOML: &str = include_str!("../../default-router.toml");
 
 /// The most Zipf flows (their addresses must stay distinct).
 pub const MAX_FLOWS: u32 = 1 << 19;
@@ -665,7 +665,7 @@ impl RouterSynth {
     }
 
     /// The next packet, `None` after `packets`. An error only if no Icarus
-    /// path survives its hops in a thousand draws (see `synth_icarus.rs`).
+    /// path survives its hops in a thousand draws (see `synth/icarus.rs`).
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<RouterPacket<'_>>> {
         if self.n >= self.cfg.packets {
