@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use dataplane::config::RouterConfig;
-use traffic_gen::replay::{Input, ReplayConfig, replay};
+use traffic_gen::replay::{Input, Playback, ReplayConfig, replay};
 
 /// Two ports, one wire, heavy flows at 0.1% of the bytes over one epoch:
 /// the router the heavy-flow truth is judged on (no Icarus edge, which
@@ -81,7 +81,10 @@ fn real_capture_replays_and_balances() {
         &ReplayConfig {
             workers: 2,
             pin: false,
-            loops: 2,
+            play: Playback {
+                loops: 2,
+                ..Playback::default()
+            },
             ..ReplayConfig::default()
         },
         None,

@@ -132,7 +132,7 @@ use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 use crate::filter::BpfFilter;
 use crate::input::{InputError, InputErrors, LimitReached, Limits, RunNotes, Stop, check_headers};
 use crate::replay::{
-    Latency, Pacing, PassClock, Schedule, new_histogram, wait_until_or_stop, write_hgrm,
+    Latency, Pacing, PassClock, Playback, Schedule, new_histogram, wait_until_or_stop, write_hgrm,
 };
 use crate::synth::{UniqueConfig, UniqueFrames};
 
@@ -163,10 +163,8 @@ pub struct LiveConfig {
     pub tx: Endpoint,
     /// Where they are captured; `None`: send only.
     pub rx: Option<Endpoint>,
-    /// Pacing.
-    pub pacing: Pacing,
-    /// Times to send the input (at least 1).
-    pub loops: u32,
+    /// Pacing, passes, limits and filter (shared with offline replay).
+    pub play: Playback,
     /// Read every packet into memory before sending (tcpreplay's
     /// `--preload-pcap`).
     pub preload: bool,
@@ -177,11 +175,6 @@ pub struct LiveConfig {
     pub rx_buffer_bytes: usize,
     /// The sender's and receiver's packet I/O.
     pub io: IoBackend,
-    /// `--limit`, `--duration`: stop sending short of the input's end.
-    pub limits: Limits,
-    /// `--filter`: a BPF expression (libpcap's); only matching records
-    /// are sent.
-    pub filter: Option<String>,
     /// `--hlog`: an HdrHistogram interval log of the send-to-receive
     /// latency, one histogram per [`HLOG_INTERVAL`] of receive time
     /// (values in microseconds), with `--rx`.
@@ -211,10 +204,10 @@ impl LiveConfig {
                 "--tx-threads {n}: more than one sender needs --preload (each sends a share of the frames in memory)"
             );
         }
-        if n > 1 && !matches!(self.pacing, Pacing::TopSpeed | Pacing::Pps(_)) {
+        if n > 1 && !matches!(self.play.pacing, Pacing::TopSpeed | Pacing::Pps(_)) {
             bail!(
                 "--tx-threads {n}: more than one sender needs --pps or --topspeed, not {} (capture timing cannot be split between senders)",
-                self.pacing.describe()
+                self.play.pacing.describe()
             );
         }
         Ok(())
@@ -281,14 +274,11 @@ impl Default for LiveConfig {
                 netns: None,
             },
             rx: None,
-            pacing: Pacing::TopSpeed,
-            loops: 1,
+            play: Playback::default(),
             preload: false,
             grace: Duration::from_millis(200),
             rx_buffer_bytes: 32 << 20,
             io: IoBackend::Pnet,
-            limits: Limits::default(),
-            filter: None,
             hlog: None,
             tx_threads: 1,
         }
@@ -1422,7 +1412,7 @@ fn transmit(tx: &mut Transmitter<'_>, sh: Shared<'_>) -> Result<InputErrors> {
             transmit_generated(tx, g, sh.stop)?;
             InputErrors::default()
         }
-        None => transmit_files(tx, sh.files, sh.loaded, sh.cfg.loops, sh.stop)?,
+        None => transmit_files(tx, sh.files, sh.loaded, sh.cfg.play.loops, sh.stop)?,
     };
     tx.finish()?;
     Ok(errors)
@@ -1654,9 +1644,9 @@ fn sender_thread(
         (true, _, Some(g)) => {
             Some(usize::try_from(shard.limit(g.frames.packets)).map_or(1 << 20, |n| n.min(1 << 26)))
         }
-        (true, Some(p), None) => {
-            Some((p.frames.len() / shard.count as usize + 1).saturating_mul(cfg.loops as usize))
-        }
+        (true, Some(p), None) => Some(
+            (p.frames.len() / shard.count as usize + 1).saturating_mul(cfg.play.loops as usize),
+        ),
         (true, None, None) => Some(1 << 16),
     };
     let start = Instant::now();
@@ -1665,7 +1655,7 @@ fn sender_thread(
         ep: &cfg.tx,
         origin: sh.origin,
         start,
-        schedule: Schedule::new(shard.pacing(cfg.pacing)),
+        schedule: Schedule::new(shard.pacing(cfg.play.pacing)),
         stats: TxStats::default(),
         errnos: BTreeMap::new(),
         stamps: capacity.map(Vec::with_capacity),
@@ -1676,13 +1666,13 @@ fn sender_thread(
         stopped: false,
         lengths_fixed: 0,
         limits: Limits {
-            packets: cfg.limits.packets.map(|n| shard.limit(n)),
-            ..cfg.limits
+            packets: cfg.play.limits.packets.map(|n| shard.limit(n)),
+            ..cfg.play.limits
         },
         limit_reached: None,
         // Compiled here (checked once before the run): the program stays
         // with the thread that runs it.
-        filter: match (sh.loaded, &cfg.filter) {
+        filter: match (sh.loaded, &cfg.play.filter) {
             (None, Some(expr)) if sh.generated.is_none() => Some(BpfFilter::new(expr)?),
             _ => None,
         },
@@ -1981,7 +1971,7 @@ pub fn run_live_generated(
     cfg: &LiveConfig,
     progress: Option<&ProgressBar>,
 ) -> Result<LiveReport> {
-    cfg.pacing.validate()?;
+    cfg.play.pacing.validate()?;
     cfg.check_tx_threads(true)?;
     // A bad size or flow count fails here, before any socket is opened.
     UniqueFrames::new(generated.frames)?;
@@ -2029,19 +2019,19 @@ pub fn run_live_with_stop(
     if files.is_empty() {
         bail!("--tx needs at least one capture file");
     }
-    if cfg.loops == 0 {
+    if cfg.play.loops == 0 {
         bail!("--loop must be at least 1");
     }
-    cfg.pacing.validate()?;
+    cfg.play.pacing.validate()?;
     cfg.check_tx_threads(cfg.preload)?;
     // Open every file first, so a bad name or header fails before any work.
     check_headers(files)?;
     // Compiled first: an expression libpcap refuses fails before any work.
-    let mut filter = cfg.filter.as_deref().map(BpfFilter::new).transpose()?;
+    let mut filter = cfg.play.filter.as_deref().map(BpfFilter::new).transpose()?;
     let loaded = if cfg.preload {
         let p = preload(files, cfg.rx.is_some(), interrupt, filter.as_mut())?;
         if let Some(pb) = progress {
-            pb.set_length((p.frames.len() as u64).saturating_mul(u64::from(cfg.loops)));
+            pb.set_length((p.frames.len() as u64).saturating_mul(u64::from(cfg.play.loops)));
         }
         Some(p)
     } else {
@@ -2192,8 +2182,8 @@ fn run(
         tx: cfg.tx.clone(),
         qdisc_bypass: tx_run.qdisc_bypass,
         io: cfg.io,
-        pacing: cfg.pacing.describe(),
-        loops: cfg.loops,
+        pacing: cfg.play.pacing.describe(),
+        loops: cfg.play.loops,
         preload: cfg.preload,
         sent: st.packets,
         bytes: st.bytes,
@@ -2207,7 +2197,7 @@ fn run(
         capture_gaps: tx_run.gaps,
         limit_reached: tx_run.limit_reached,
         rate_reached: tx_run.rate_reached,
-        filter: cfg.filter.clone(),
+        filter: cfg.play.filter.clone(),
         filtered_out: tx_run.filtered_out,
         rx,
     })
@@ -2284,7 +2274,10 @@ mod tests {
     fn several_senders_need_frames_in_memory_and_a_rate() {
         let cfg = |tx_threads, pacing| LiveConfig {
             tx_threads,
-            pacing,
+            play: Playback {
+                pacing,
+                ..Playback::default()
+            },
             ..LiveConfig::default()
         };
         assert!(

@@ -7,7 +7,37 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use crate::input::Stop;
+use crate::input::{Limits, Stop};
+
+/// How the input is played, the settings offline replay
+/// ([`crate::replay::ReplayConfig`]) and live replay
+/// ([`crate::live::LiveConfig`]) share: the pacing, the passes, where to
+/// stop and which records to send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Playback {
+    /// Pacing.
+    pub pacing: Pacing,
+    /// Times to send the input (at least 1); offline, each pass is shifted
+    /// in capture time to follow the previous one.
+    pub loops: u32,
+    /// `--limit`, `--duration`: stop sending short of the input's end.
+    pub limits: Limits,
+    /// `--filter`: a BPF expression (libpcap's); only matching records
+    /// are sent.
+    pub filter: Option<String>,
+}
+
+impl Default for Playback {
+    /// At top speed, once, the whole input.
+    fn default() -> Self {
+        Playback {
+            pacing: Pacing::TopSpeed,
+            loops: 1,
+            limits: Limits::default(),
+            filter: None,
+        }
+    }
+}
 
 /// How fast to send, as tcpreplay's options.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -83,7 +83,9 @@ use indicatif::ProgressBar;
 use serde::Serialize;
 
 use crate::filter::BpfFilter;
-pub use crate::pacing::{LongGaps, Pacing, PassClock, Schedule, wait_until, wait_until_or_stop};
+pub use crate::pacing::{
+    LongGaps, Pacing, PassClock, Playback, Schedule, wait_until, wait_until_or_stop,
+};
 use crate::plot::QueueSample;
 pub use crate::verbose::{TimeFormat, packet_log};
 use dataplane::ipfix::Exporter;
@@ -124,11 +126,8 @@ pub struct ReplayConfig {
     pub workers: usize,
     /// Pin workers to cores.
     pub pin: bool,
-    /// Pacing.
-    pub pacing: Pacing,
-    /// Times to send the input (at least 1); each pass is shifted in
-    /// capture time to follow the previous one.
-    pub loops: u32,
+    /// Pacing, passes, limits and filter (shared with live replay).
+    pub play: Playback,
     /// Malformed frames: dropped (default) or passed to no port, counted
     /// either way.
     pub malformed: MalformedPolicy,
@@ -142,11 +141,6 @@ pub struct ReplayConfig {
     pub digests: Option<PathBuf>,
     /// Seeds the hash keys the config leaves to chance.
     pub seed: u64,
-    /// `--limit`, `--duration`: stop short of the input's end.
-    pub limits: Limits,
-    /// `--filter`: a BPF expression (libpcap's); only matching records
-    /// are sent.
-    pub filter: Option<String>,
     /// `--verbose`: a line per packet on standard output
     /// ([`crate::verbose`]); the replay stops when standard output closes.
     pub verbose: bool,
@@ -167,15 +161,12 @@ impl ReplayConfig {
             router,
             workers: 1,
             pin: true,
-            pacing: Pacing::TopSpeed,
-            loops: 1,
+            play: Playback::default(),
             malformed: MalformedPolicy::Drop,
             ingress: None,
             write: None,
             digests: None,
             seed: 1,
-            limits: Limits::default(),
-            filter: None,
             verbose: false,
             time_format: TimeFormat::Relative,
             rewrite: MacRewrite::default(),
@@ -1319,17 +1310,17 @@ pub fn replay_with_stop(
     if cfg.workers == 0 {
         bail!("--workers must be at least 1");
     }
-    if cfg.loops == 0 {
+    if cfg.play.loops == 0 {
         bail!("--loop must be at least 1");
     }
     if cfg.verbose && cfg.workers > 1 {
         bail!("--verbose prints the packets in order: it takes one worker (--workers 1)");
     }
-    cfg.pacing.validate()?;
+    cfg.play.pacing.validate()?;
     let ingress = default_ingress(cfg)?;
     let rewrite = Rewriter::new(cfg.rewrite, &cfg.router)?;
     // Compiled first: an expression libpcap refuses fails before any work.
-    let filter = cfg.filter.as_deref().map(BpfFilter::new).transpose()?;
+    let filter = cfg.play.filter.as_deref().map(BpfFilter::new).transpose()?;
     // Open every file first, so a bad name or header fails before any work.
     if let Input::Files(files) = input {
         check_headers(files)?;
@@ -1431,7 +1422,7 @@ pub fn replay_with_stop(
         txs,
         free: free_rx,
         start: Instant::now(),
-        schedule: Schedule::new(cfg.pacing),
+        schedule: Schedule::new(cfg.play.pacing),
         sent: 0,
         bytes: 0,
         first_ts: None,
@@ -1440,7 +1431,7 @@ pub fn replay_with_stop(
         output_closed: Arc::clone(&output_closed),
         rewrite,
         stopped: false,
-        limits: cfg.limits,
+        limits: cfg.play.limits,
         limit_reached: None,
         lengths_fixed: 0,
         filter,
@@ -1565,8 +1556,8 @@ pub fn replay_with_stop(
     Ok(Report {
         inputs,
         workers: cfg.workers,
-        loops: cfg.loops,
-        pacing: cfg.pacing.describe(),
+        loops: cfg.play.loops,
+        pacing: cfg.play.pacing.describe(),
         packets: sent,
         bytes,
         capture_span_s: span as f64 / 1e9,
@@ -1583,7 +1574,7 @@ pub fn replay_with_stop(
         output_closed,
         limit_reached,
         rate_reached,
-        filter: cfg.filter.clone(),
+        filter: cfg.play.filter.clone(),
         filtered_out,
         ipfix,
         enet_rewrite,
@@ -1658,7 +1649,7 @@ fn feed(
     // A record borrows the reader; its interface's name is looked up after
     // the record's bytes are copied out.
     let mut buf = Vec::with_capacity(65_536);
-    for _ in 0..cfg.loops {
+    for _ in 0..cfg.play.loops {
         clock.start_pass();
         match input {
             Input::Files(files) => {
@@ -1793,8 +1784,11 @@ mod tests {
             ..RouterSynthConfig::default()
         });
         let cfg = ReplayConfig {
-            loops: 2,
-            pacing: Pacing::Pps(50_000.0),
+            play: Playback {
+                loops: 2,
+                pacing: Pacing::Pps(50_000.0),
+                ..Playback::default()
+            },
             pin: false,
             ..ReplayConfig::default()
         };
@@ -1860,7 +1854,10 @@ mod tests {
         w.finish().unwrap();
         let cfg = ReplayConfig {
             pin: false,
-            pacing: Pacing::Multiplier(1000.0),
+            play: Playback {
+                pacing: Pacing::Multiplier(1000.0),
+                ..Playback::default()
+            },
             ..ReplayConfig::default()
         };
         let r = replay(&Input::Files(vec![bad]), &cfg, None).unwrap();
@@ -1923,7 +1920,10 @@ mod tests {
         std::fs::write(&bogus, &b).unwrap();
         let cfg = ReplayConfig {
             pin: false,
-            loops: 2,
+            play: Playback {
+                loops: 2,
+                ..Playback::default()
+            },
             ..ReplayConfig::default()
         };
         let files = vec![cut.clone(), whole.clone(), bogus.clone()];
@@ -1978,7 +1978,10 @@ mod tests {
         let cfg = ReplayConfig {
             pin: false,
             // 200,000 packets at 20,000 pps would take 10 s.
-            pacing: Pacing::Pps(20_000.0),
+            play: Playback {
+                pacing: Pacing::Pps(20_000.0),
+                ..Playback::default()
+            },
             ..ReplayConfig::default()
         };
         let input = Input::Synth(RouterSynthConfig::default());

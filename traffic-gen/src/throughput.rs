@@ -36,7 +36,7 @@ use dataplane::config::IoBackend;
 use serde::Serialize;
 
 use crate::live::{Endpoint, Generated, LiveConfig, check_fits, endpoint_mtu, run_live_generated};
-use crate::pacing::Pacing;
+use crate::pacing::{Pacing, Playback};
 use crate::replay::Latency;
 use crate::synth::{UNIQUE_SIZES, UniqueConfig};
 
@@ -254,7 +254,10 @@ impl ThroughputConfig {
         // frames, `--pps`).
         LiveConfig {
             tx_threads: self.tx_threads,
-            pacing: Pacing::Pps(1.0),
+            play: Playback {
+                pacing: Pacing::Pps(1.0),
+                ..Playback::default()
+            },
             ..LiveConfig::default()
         }
         .check_tx_threads(true)
@@ -498,8 +501,10 @@ fn run_trial(
     let live = LiveConfig {
         tx: cfg.tx.clone(),
         rx: Some(cfg.rx.clone()),
-        pacing,
-        loops: 1,
+        play: Playback {
+            pacing,
+            ..Playback::default()
+        },
         preload: false,
         grace: cfg.grace,
         rx_buffer_bytes: cfg.rx_buffer_bytes,

@@ -15,7 +15,7 @@ use traffic_gen::input::{InputError, Limits, Stop};
 use traffic_gen::live::{Endpoint, LiveConfig, run_live_with_stop};
 use traffic_gen::plot::plot_svg;
 use traffic_gen::replay::{
-    DEFAULT_ROUTER, DmacRewrite, Input, MacRewrite, Pacing, ReplayConfig, TimeFormat,
+    DEFAULT_ROUTER, DmacRewrite, Input, MacRewrite, Pacing, Playback, ReplayConfig, TimeFormat,
     default_router, hgrm_paths, replay_with_stop,
 };
 use traffic_gen::scenario::{self};
@@ -318,6 +318,17 @@ impl ReplayArgs {
             _ => Pacing::TopSpeed,
         }
     }
+
+    /// The pacing, passes, limits and filter, as offline and live replay
+    /// take them.
+    pub(crate) fn playback(&self) -> Playback {
+        Playback {
+            pacing: self.pacing(),
+            loops: self.loops,
+            limits: self.limits(),
+            filter: self.filter.clone(),
+        }
+    }
 }
 
 /// A progress bar on standard error when it is a terminal (none when it
@@ -477,8 +488,7 @@ pub(crate) fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome
         router,
         workers: a.workers,
         pin: !a.no_pin,
-        pacing: a.pacing(),
-        loops: a.loops,
+        play: a.playback(),
         malformed: if a.pass_malformed {
             MalformedPolicy::Pass
         } else {
@@ -488,8 +498,6 @@ pub(crate) fn run_replay(a: &ReplayArgs, synth_flags: &[&str]) -> Result<Outcome
         write: a.write.clone(),
         digests: a.digests.clone(),
         seed: a.synth.seed,
-        limits: a.limits(),
-        filter: a.filter.clone(),
         verbose,
         time_format: time_format.unwrap_or_default(),
         rewrite: MacRewrite {
@@ -622,14 +630,11 @@ pub(crate) fn run_live_replay(
             interface: rx.clone(),
             netns: a.rx_netns.clone(),
         }),
-        pacing: a.pacing(),
-        loops: a.loops,
+        play: a.playback(),
         preload: a.preload,
         grace: std::time::Duration::from_millis(a.rx_grace),
         rx_buffer_bytes: a.rx_buffer,
         io: a.io,
-        limits: a.limits(),
-        filter: a.filter.clone(),
         hlog: a.hlog.clone(),
         tx_threads: a.tx_threads,
     };
