@@ -535,6 +535,11 @@ struct XdpPort {
     tx: HeapSlab,
     /// The longest frame a UMEM frame holds.
     max_frame: usize,
+    /// The longest untagged frame the interface takes: its MTU and the
+    /// Ethernet header (a VLAN-tagged frame may be 4 bytes longer), as a
+    /// packet socket checks before `EMSGSIZE`. Longer ones the device
+    /// would drop without a word; the router refuses them and counts them.
+    mtu_frame: usize,
     /// The program's per-CPU counts of frames left to the kernel (worker 0
     /// only) and their sum last read.
     passed: Option<(PerCpuArray<MapData, u64>, u64)>,
@@ -939,6 +944,7 @@ impl XdpSetup {
                     socks,
                     tx: HeapSlab::with_capacity(TX_BATCH),
                     max_frame,
+                    mtu_frame: mtu as usize + 14,
                     passed: passed.take().map(|m| (m, 0)),
                 });
             }
@@ -1026,9 +1032,14 @@ impl Transmit for XdpPorts {
         let (Some(p), Some(counters)) = (self.ports.get_mut(i), self.rx.get_mut(i)) else {
             return false;
         };
-        if f.frame.len() > p.max_frame {
+        // A VLAN tag's 4 bytes are allowed beyond the MTU, as a packet
+        // socket allows them.
+        let tagged = matches!(f.frame.get(12..14), Some([0x81, 0x00] | [0x88, 0xa8]));
+        let takes = p.mtu_frame + if tagged { 4 } else { 0 };
+        if f.frame.len() > p.max_frame.min(takes) {
             counters.tx_dropped += 1;
-            // Longer than a UMEM frame holds: as send(2)'s EMSGSIZE.
+            // Longer than the interface or a UMEM frame takes: as send(2)'s
+            // EMSGSIZE.
             counters.tx_errors.record(libc::EMSGSIZE, f.frame.len(), 1);
             return true;
         }
