@@ -27,146 +27,17 @@
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod lab_common;
 
-use lab_common::{
-    binaries, in_netns, packet_socket, run_bounded, skip_reason, spawn_in_netns, u, wait_for,
-    workspace,
-};
+use lab_common::l3::{L3Lab, ROUTERS};
+use lab_common::{binaries, in_netns, packet_socket, run_bounded, skip_reason, spawn_in_netns, u};
 
-const ROUTERS: [&str; 3] = ["r1", "r2", "r3"];
 const LISTEN: &str = "127.0.0.1:9464";
-
-struct Lab {
-    prefix: String,
-    dir: PathBuf,
-    routers: Vec<Child>,
-}
-
-impl Lab {
-    fn script(&self, args: &[&str]) -> String {
-        let out = run_bounded(
-            Command::new("bash")
-                .arg(workspace().join("scripts/lab-l3.sh"))
-                .args(args)
-                .env("LAB_PREFIX", &self.prefix),
-            Duration::from_secs(120),
-            "lab-l3.sh",
-        );
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "lab-l3.sh {args:?} failed:\n{text}");
-        text
-    }
-
-    fn ns(&self, n: &str) -> String {
-        format!("{}-{n}", self.prefix)
-    }
-
-    fn start(&mut self) {
-        let dir = self.dir.to_str().unwrap().to_string();
-        self.script(&["configs", &dir, "icarus", "digest"]);
-        let bin = binaries().join("dataplane");
-        for r in ROUTERS {
-            let err = self.dir.join(format!("{r}.err"));
-            let mut child = Command::new("ip")
-                .args(["netns", "exec", &self.ns(r)])
-                .arg(&bin)
-                .arg("run")
-                .arg("--config")
-                .arg(self.dir.join(format!("{r}.toml")))
-                .args(["--stats-interval", "0", "--final-report"])
-                .arg(self.dir.join(format!("{r}.json")))
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&err).unwrap())
-                .spawn()
-                .expect("start a router");
-            wait_for(&err, "running", Duration::from_secs(10), &mut child);
-            self.routers.push(child);
-        }
-    }
-
-    fn stop(&mut self) -> Vec<serde_json::Value> {
-        for c in &self.routers {
-            // SAFETY: kill(2) on the pid of our own child, not yet waited
-            // for, so the pid is not reused.
-            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
-        }
-        let mut out = Vec::new();
-        for (r, mut c) in ROUTERS.iter().zip(self.routers.drain(..)) {
-            let start = Instant::now();
-            let st = loop {
-                if let Some(st) = c.try_wait().unwrap() {
-                    break st;
-                }
-                assert!(
-                    start.elapsed() < Duration::from_secs(15),
-                    "{r} did not stop"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            let err = std::fs::read_to_string(self.dir.join(format!("{r}.err"))).unwrap();
-            assert!(st.success(), "{r}: {st}\n{err}");
-            let rep: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(self.dir.join(format!("{r}.json"))).unwrap())
-                    .unwrap();
-            let pl = &rep["total"]["pipeline"];
-            assert_eq!(
-                u(&pl["received"]),
-                u(&pl["forwarded"]) + u(&pl["consumed"]) + u(&pl["dropped"]) + u(&pl["held"]),
-                "{r}: {pl}"
-            );
-            out.push(rep);
-        }
-        out
-    }
-
-    /// Runs `cmd` in `ns` (60 s at most): (success, output).
-    fn on(&self, ns: &str, cmd: &[&str]) -> (bool, String) {
-        let out = run_bounded(
-            Command::new("ip")
-                .args(["netns", "exec", &self.ns(ns)])
-                .args(cmd),
-            Duration::from_secs(60),
-            cmd[0],
-        );
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for c in &mut self.routers {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = run_bounded(
-            Command::new("bash")
-                .arg(workspace().join("scripts/lab-l3.sh"))
-                .arg("down")
-                .env("LAB_PREFIX", &self.prefix),
-            Duration::from_secs(60),
-            "lab-l3.sh down",
-        );
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn now_ns() -> u64 {
     SystemTime::now()
@@ -178,7 +49,7 @@ fn now_ns() -> u64 {
 /// Frames B's eth0 receives for `secs` whose payload holds one of
 /// `markers`: (marker, IP datagram, time received).
 fn capture_at_b(
-    lab: &Lab,
+    lab: &L3Lab,
     markers: &'static [&'static str],
     secs: u64,
 ) -> std::thread::JoinHandle<Vec<(String, Vec<u8>, u64)>> {
@@ -314,17 +185,8 @@ fn packets_are_traced_back_to_their_entry() {
         let _ = writeln!(std::io::stderr(), "live_traceback: skipped: {why}");
         return;
     }
-    let prefix = format!("bpt{}", std::process::id() % 10_000);
-    let dir = std::env::temp_dir().join(format!("{prefix}-traceback"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut lab = Lab {
-        prefix: prefix.clone(),
-        dir: dir.clone(),
-        routers: Vec::new(),
-    };
-    lab.script(&["up"]);
-    lab.start();
+    let mut lab = L3Lab::up(&format!("bpt{}", std::process::id() % 10_000));
+    let dir = lab.start("traceback", &["icarus", "digest"]);
     // Gateways resolved both ways.
     let (ok, text) = lab.on("ha", &["ping", "-c", "2", "-W", "2", "10.81.2.2"]);
     assert!(ok, "{text}");
@@ -463,7 +325,7 @@ fn packets_are_traced_back_to_their_entry() {
 
     // 3. Hostile queries on R2.
     let ip_hex = hex(&got[0].1);
-    let r2_pid = lab.routers[1].id();
+    let r2_pid = lab.pid("r2").expect("r2 runs");
     let q = format!("/digest?ip={ip_hex}");
     let (refused, malformed) = in_netns(&lab.ns("r2"), move || {
         (
@@ -545,7 +407,7 @@ fn packets_are_traced_back_to_their_entry() {
     let (ok, text) = lab.on("ha", &["ping", "-c", "3", "-W", "2", "10.81.2.2"]);
     assert!(ok, "{text}");
 
-    let reports = lab.stop();
+    let reports = lab.stop(&dir);
     for (r, rep) in ROUTERS.iter().zip(&reports) {
         let d = &rep["total"]["digest"];
         assert!(u(&d["recorded"]) > 0 || *r == "r3", "{r}: {d}");

@@ -1,5 +1,5 @@
 //! The routed lab of `scripts/lab-l3.sh` for the live tests that run three
-//! routers (`live_triangle.rs`, `live_peering.rs`): the namespaces, a
+//! routers (`live_triangle.rs`, `live_peering.rs`, `live_traceback.rs`): the namespaces, a
 //! scratch directory, the routers started from the script's configs and
 //! stopped with their final reports checked.
 
@@ -104,6 +104,14 @@ impl L3Lab {
         dir
     }
 
+    /// The process id of router `r`, while it runs.
+    pub fn pid(&self, r: &str) -> Option<u32> {
+        self.routers
+            .iter()
+            .find(|(n, _)| *n == r)
+            .map(|(_, c)| c.id())
+    }
+
     /// SIGKILL to router `r` (as a crash would): it leaves no report, and
     /// [`stop`](Self::stop) no longer waits for it.
     pub fn kill(&mut self, r: &str) {
@@ -154,13 +162,13 @@ impl L3Lab {
         reports
     }
 
-    /// Runs `cmd` in host `h`'s namespace (30 s at most).
+    /// Runs `cmd` in host `h`'s namespace (60 s at most).
     pub fn on(&self, h: &str, cmd: &[&str]) -> (bool, String) {
         let out = run_bounded(
             Command::new("ip")
                 .args(["netns", "exec", &self.ns(h)])
                 .args(cmd),
-            Duration::from_secs(30),
+            Duration::from_secs(60),
             cmd[0],
         );
         let text = format!(
