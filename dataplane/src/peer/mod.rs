@@ -81,8 +81,8 @@ use kernels::Hasher;
 use kernels::bloom::{Bloom, Params};
 use serde::Serialize;
 
+use crate::addr::GroupKey;
 use crate::flow::FlowKey;
-use crate::stage::multicast::GroupKey;
 use crate::wire::peer::{
     Delta, Header, Kind, MAX_LEN, Message, PeerError, Segment, TagKey, delta_capacity, emit,
 };
@@ -196,8 +196,8 @@ pub struct PeerTap {
 #[allow(clippy::too_many_arguments)]
 pub fn udp_frame(
     out: &mut Vec<u8>,
-    from: crate::config::MacAddr,
-    to: crate::config::MacAddr,
+    from: crate::addr::MacAddr,
+    to: crate::addr::MacAddr,
     src: IpAddr,
     dst: IpAddr,
     sport: u16,

@@ -255,7 +255,7 @@ impl Router {
                 let mut all = Vec::with_capacity(n);
                 for _ in 0..n {
                     let mut ports = Vec::new();
-                    for (ifc, g) in cfg.interfaces.iter().zip(&groups) {
+                    for (ifc, g) in cfg.port_settings().iter().zip(&groups) {
                         ports.push(socket::open_port(ifc, *g)?);
                     }
                     all.push(ports);
@@ -274,7 +274,7 @@ impl Router {
                 )
             }
             IoBackend::Ring => open_ring(cfg, &groups, n, clock)?,
-            IoBackend::Xdp => match XdpSetup::open(&cfg.interfaces, n, &cfg.io.xdp, clock) {
+            IoBackend::Xdp => match XdpSetup::open(&cfg.port_settings(), n, &cfg.io.xdp, clock) {
                 Ok(setup) => {
                     for p in &setup.programs {
                         say!(
@@ -525,9 +525,10 @@ fn open_ring(
     clock: MonotonicClock,
 ) -> anyhow::Result<Opened> {
     let rc = cfg.io.ring;
+    let settings = cfg.port_settings();
     let mut all = Vec::with_capacity(n);
     for _ in 0..n {
-        all.push(RingPorts::open(&cfg.interfaces, groups, &rc, clock)?);
+        all.push(RingPorts::open(&settings, groups, &rc, clock)?);
     }
     for (ifc, g) in cfg.interfaces.iter().zip(groups) {
         say!(
@@ -765,7 +766,7 @@ impl HeavyReporter {
 mod tests {
     use super::*;
     use crate::io::memory::MemoryPorts;
-    use crate::pipeline::PortSet;
+    use crate::packet::PortSet;
     use crate::wire::LinkType;
 
     #[test]

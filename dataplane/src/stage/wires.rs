@@ -13,7 +13,8 @@
 use std::any::Any;
 
 use crate::clock::Timestamp;
-use crate::pipeline::{Batch, DropReason, PortSet, Stage, Verdict};
+use crate::packet::{Batch, DropReason, PortSet, Verdict};
+use crate::pipeline::Stage;
 
 /// Counters of the [`Wires`] stage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

@@ -13,8 +13,8 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::addr::MacAddr;
 use crate::clock::Timestamp;
-use crate::config::MacAddr;
 use crate::wire::{Parsed, checksum, icmpv6};
 
 /// IPv4: errors carry the original datagram up to a 576-byte message

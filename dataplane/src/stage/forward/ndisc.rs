@@ -8,7 +8,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::icmp::{icmpv6_checksum, ipv6_header, link_back, pad};
-use crate::config::MacAddr;
+use crate::addr::MacAddr;
 use crate::wire::{IpProtocol, Parsed};
 
 /// ARP operation: request.
