@@ -368,14 +368,24 @@ mod tests {
 
     /// Ethernet + IPv4 + UDP 10.0.0.1:1000 -> 10.0.0.2:2000, 4 payload bytes.
     fn udp_frame() -> Vec<u8> {
-        let mut f = vec![
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00, // Ethernet
-            0x45, 0x00, 0x00, 32, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, // IPv4
-            0x03, 0xe8, 0x07, 0xd0, 0, 12, 0, 0, // UDP
-            1, 2, 3, 4,
-        ];
-        let sum = !crate::wire::checksum::sum(&f[14..34]);
-        f[24..26].copy_from_slice(&sum.to_be_bytes());
+        use crate::wire::build::{self, Addrs, IpHeader};
+        let ip = IpHeader::new(
+            Addrs::V4 {
+                src: [10, 0, 0, 1].into(),
+                dst: [10, 0, 0, 2].into(),
+            },
+            build::PROTO_UDP,
+        );
+        let mut f = Vec::new();
+        build::ethernet(
+            &mut f,
+            [0, 1, 2, 3, 4, 5],
+            [6, 7, 8, 9, 10, 11],
+            ip.ethertype(),
+        );
+        ip.push(&mut f, build::UDP_LEN + 4);
+        build::udp(&mut f, 1000, 2000, 4);
+        f.extend_from_slice(&[1, 2, 3, 4]);
         f
     }
 
