@@ -215,7 +215,7 @@ pub const COALESCE_RANGE: std::ops::RangeInclusive<u32> = 0..=10_000;
 
 impl XdpConfig {
     /// Checks the keys; each error is the key and what is wrong.
-    pub fn validate(&self, errs: &mut Vec<(String, String)>) {
+    pub(crate) fn validate(&self, errs: &mut Vec<(String, String)>) {
         if !FRAMES_RANGE.contains(&self.frames) || !self.frames.is_power_of_two() {
             errs.push((
                 "io.xdp.frames".into(),
