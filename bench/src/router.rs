@@ -51,9 +51,9 @@ use dataplane::config::{DigestSection, RouterConfig};
 use dataplane::io::memory::MemoryPorts;
 use dataplane::runtime::Worker;
 use dataplane::wire::LinkType;
+use dataplane::wire::build::{self, Addrs, IpHeader, udp_checksum};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use traffic_gen::frames::{Addrs, IpHeader, push_eth, push_udp, udp_checksum};
 use traffic_gen::replay::default_router;
 use traffic_gen::synth::icarus::{IcarusSynth, IcarusSynthConfig};
 use traffic_gen::synth::mcast::{Ctl, control_frame};
@@ -82,7 +82,7 @@ fn udp64(addrs: Addrs, tos: u8, sport: u16, dport: u16) -> Vec<u8> {
         ..IpHeader::new(addrs, 17)
     };
     let mut f = Vec::with_capacity(64);
-    push_eth(
+    build::ethernet(
         &mut f,
         [2, 0, 0, 0, 0, 2],
         [2, 0, 0, 0, 0, 1],
@@ -91,7 +91,7 @@ fn udp64(addrs: Addrs, tos: u8, sport: u16, dport: u16) -> Vec<u8> {
     let payload = 60usize.saturating_sub(14 + ip.len() + 8).max(8);
     ip.push(&mut f, 8 + payload);
     let l4 = f.len();
-    push_udp(&mut f, sport, dport, payload);
+    build::udp(&mut f, sport, dport, payload);
     f.resize(l4 + 8 + payload, 0);
     udp_checksum(&mut f, l4, &ip);
     f

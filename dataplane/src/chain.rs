@@ -44,12 +44,11 @@ use std::fmt;
 
 use crate::clock::Timestamp;
 use crate::config::RouterConfig;
-use crate::pipeline::{
-    Batch, DropReason, PipelineConfig, PipelineCounters, PortSet, Stage, Verdict, count_verdicts,
-    parse_batch,
-};
+use crate::packet::Transmit;
+use crate::packet::{Batch, DropReason, PortSet, Verdict};
+use crate::pipeline::{PipelineConfig, PipelineCounters, Stage, count_verdicts, parse_batch};
 use crate::stage::digest::DigestStage;
-use crate::stage::egress::{Egress, PortConfigError, PortSpec, Transmit};
+use crate::stage::egress::{Egress, PortConfigError, PortSpec};
 use crate::stage::forward::{Forward, Originated};
 use crate::stage::heavy::HeavyStage;
 use crate::stage::icarus::IcarusStage;
@@ -182,7 +181,7 @@ impl Chain {
             .interfaces
             .iter()
             .any(|i| i.is_routed())
-            .then(|| Forward::new(cfg, strip, multicast.is_some()));
+            .then(|| Forward::new(&cfg.forward_config(), strip, multicast.is_some()));
         let routed = forward
             .as_ref()
             .map_or(PortSet::EMPTY, Forward::routed_ports);

@@ -113,7 +113,7 @@ impl ManArgs {
     ///
     /// # Errors
     /// An unknown subcommand, or writing fails.
-    pub fn write(&self, cmd: Command, out: &mut dyn Write) -> anyhow::Result<()> {
+    pub fn write(&self, cmd: Command, out: &mut dyn Write) -> Result<(), ManError> {
         let mut cmd = cmd.disable_help_subcommand(true);
         // Gives subcommands their display names (`tool-sub`), as their
         // pages are titled and named.
@@ -138,11 +138,14 @@ impl ManArgs {
                     .filter(|s| !s.is_hide_set())
                     .map(Command::get_name)
                     .collect();
-                anyhow::anyhow!(
-                    "man: no subcommand \"{name}\" of {} (known: {})",
-                    page.get_display_name().unwrap_or(page.get_name()),
-                    known.join(", ")
-                )
+                ManError::UnknownSubcommand {
+                    name: name.clone(),
+                    of: page
+                        .get_display_name()
+                        .unwrap_or(page.get_name())
+                        .to_string(),
+                    known: known.join(", "),
+                }
             })?;
         }
         clap_mangen::Man::new(page.clone())
@@ -153,11 +156,40 @@ impl ManArgs {
     }
 }
 
+/// Why `man` could not write a page.
+#[derive(Debug, thiserror::Error)]
+pub enum ManError {
+    /// A subcommand the tool does not have.
+    #[error("man: no subcommand \"{name}\" of {of} (known: {known})")]
+    UnknownSubcommand {
+        /// The name asked for.
+        name: String,
+        /// The command it was looked up in.
+        of: String,
+        /// Its visible subcommands, comma-separated.
+        known: String,
+    },
+    /// The directory of `--dir`, or a page in it, could not be written.
+    #[error("man --dir {}: {err}", dir.display())]
+    Dir {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        err: std::io::Error,
+    },
+    /// Writing the page failed.
+    #[error(transparent)]
+    Write(#[from] std::io::Error),
+}
+
 /// Writes `cmd`'s page and each visible subcommand's into `dir`, created
 /// if absent, each naming `source`; returns the files written, sorted.
-fn write_pages(cmd: &Command, dir: &Path, source: &str) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| anyhow::anyhow!("man --dir {}: {e}", dir.display()))?;
+fn write_pages(cmd: &Command, dir: &Path, source: &str) -> Result<Vec<PathBuf>, ManError> {
+    let in_dir = |err| ManError::Dir {
+        dir: dir.to_path_buf(),
+        err,
+    };
+    std::fs::create_dir_all(dir).map_err(in_dir)?;
     let mut written = Vec::new();
     let mut stack = vec![cmd.clone()];
     while let Some(c) = stack.pop() {
@@ -165,7 +197,7 @@ fn write_pages(cmd: &Command, dir: &Path, source: &str) -> anyhow::Result<Vec<Pa
         let path = clap_mangen::Man::new(c)
             .source(source)
             .generate_to(dir)
-            .map_err(|e| anyhow::anyhow!("man --dir {}: {e}", dir.display()))?;
+            .map_err(in_dir)?;
         written.push(path);
     }
     written.sort();

@@ -47,10 +47,12 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::io::port::PortSettings;
 use crate::io::ring::RingConfig;
 use crate::io::xdp::XdpConfig;
-use crate::pipeline::PortSet;
+use crate::packet::PortSet;
 use crate::stage::egress::EgressConfig;
+use crate::stage::forward::{ForwardConfig, ForwardPort, RouteVia, StaticRoute};
 use crate::stage::heavy::{HeavyConfig, Threshold};
 use crate::stage::icarus::{FilterParams, IcarusConfig, LoopAction, default_k};
 use crate::stage::multicast::{self, MulticastConfig, MulticastStage};
@@ -461,6 +463,16 @@ impl InterfaceConfig {
     /// Whether the port is routed (it has addresses).
     pub fn is_routed(&self) -> bool {
         !self.addresses.is_empty()
+    }
+
+    /// What a live port backend needs to open this interface.
+    pub fn port_settings(&self) -> PortSettings {
+        PortSettings {
+            name: self.name.clone(),
+            promiscuous: self.promiscuous,
+            recv_buffer_bytes: self.recv_buffer_bytes,
+            routed: self.is_routed(),
+        }
     }
 }
 
@@ -1110,6 +1122,63 @@ impl RouterConfig {
         // Last, so the other stages' seeds do not depend on it.
         if let Some(d) = &mut self.digest {
             d.seed.get_or_insert_with(&mut next);
+        }
+    }
+
+    /// What the live port backends need to open the interfaces, in port
+    /// order.
+    pub fn port_settings(&self) -> Vec<PortSettings> {
+        self.interfaces
+            .iter()
+            .map(InterfaceConfig::port_settings)
+            .collect()
+    }
+
+    /// The forwarding stage's settings: each port's MAC (its `mac`, else
+    /// [`MacAddr::default_for_port`]), MTU (its `mtu`, else
+    /// [`DEFAULT_MTU`]) and addresses, the static routes with their
+    /// interfaces resolved to ports (a route naming an unknown interface,
+    /// or both a gateway and an interface, is left out), the static
+    /// neighbours and `[router]`.
+    pub fn forward_config(&self) -> ForwardConfig {
+        let ports = self
+            .interfaces
+            .iter()
+            .enumerate()
+            .map(|(i, ifc)| ForwardPort {
+                mac: ifc
+                    .mac
+                    .unwrap_or_else(|| MacAddr::default_for_port(i as u8)),
+                mtu: ifc.mtu.unwrap_or(DEFAULT_MTU),
+                addresses: ifc.addresses.clone(),
+            })
+            .collect();
+        let routes = self
+            .routes
+            .iter()
+            .filter_map(|r| {
+                let via = match (&r.via, &r.interface) {
+                    (Some(via), None) => RouteVia::Gateway(*via),
+                    (None, Some(name)) => RouteVia::Port(self.port_of(name)?),
+                    _ => return None,
+                };
+                Some(StaticRoute {
+                    prefix: r.prefix,
+                    via,
+                })
+            })
+            .collect();
+        let r = &self.router;
+        ForwardConfig {
+            ports,
+            routes,
+            neighbours: self.neighbours.iter().map(|n| (n.address, n.mac)).collect(),
+            icmp_rate: r.icmp_rate,
+            icmp_burst: r.icmp_burst,
+            neighbour_queue: r.neighbour_queue,
+            resolve_tries: r.resolve_tries,
+            resolve_interval_ms: r.resolve_interval_ms,
+            reachable_ms: r.reachable_ms,
         }
     }
 

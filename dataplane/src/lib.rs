@@ -117,6 +117,7 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map.
 
+pub mod addr;
 pub mod chain;
 pub mod cli;
 pub mod clock;
@@ -124,6 +125,7 @@ pub mod config;
 pub mod flow;
 pub mod io;
 pub mod ipfix;
+pub mod packet;
 pub mod peer;
 pub mod pipeline;
 pub mod route;

@@ -25,11 +25,11 @@
 //! The invariant `received == forwarded + consumed + dropped + held` holds
 //! after every call ([`PipelineCounters::is_consistent`]).
 //!
-//! A frame that fails to parse is counted by its [`Malformed`] reason in
+//! A frame that fails to parse is counted by its [`Malformed`](crate::wire::Malformed) reason in
 //! [`PipelineCounters::malformed`] whatever the [`MalformedPolicy`]; with
 //! [`MalformedPolicy::Drop`] (the default) it is dropped with
 //! [`DropReason::Malformed`], with [`MalformedPolicy::Pass`] it is forwarded
-//! to the default ports with no [`Parsed`] summary, and stages leave it alone.
+//! to the default ports with no [`Parsed`](crate::wire::Parsed) summary, and stages leave it alone.
 //!
 //! ```
 //! use dataplane::clock::Timestamp;
@@ -50,501 +50,13 @@ use core::fmt;
 
 use crate::clock::Timestamp;
 use crate::io::capture::{CaptureError, CaptureReader};
-use crate::wire::{LinkType, Malformed, MalformedCounters, Parsed, parse_into};
+use crate::wire::MalformedCounters;
 
-/// The most packets a [`Batch`] holds.
-pub const BATCH_SIZE: usize = 32;
-
-/// The ingress port of a frame the router itself made (an ICMP error, an
-/// ARP request): no port, so the egress stage sends it out of any port of
-/// its verdict, the one a reply came in on included, while a forwarded
-/// packet never goes back out of its ingress port (counted `hairpin`).
-pub const NO_INGRESS: u8 = u8::MAX;
-
-/// Initial capacity of each slot's buffer (a full Ethernet frame with tags).
-const SLOT_CAPACITY: usize = 2048;
-
-/// A set of egress ports (0..64) as a bit mask.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct PortSet(u64);
-
-impl PortSet {
-    /// No port.
-    pub const EMPTY: PortSet = PortSet(0);
-
-    /// The most ports a set can name.
-    pub const MAX_PORTS: u8 = 64;
-
-    /// The set holding only `port` (`port < 64`; larger values give the empty set).
-    #[inline]
-    pub const fn single(port: u8) -> PortSet {
-        if port < Self::MAX_PORTS {
-            PortSet(1 << port)
-        } else {
-            PortSet(0)
-        }
-    }
-
-    /// The set whose bit `i` is bit `i` of `mask`.
-    #[inline]
-    pub const fn from_mask(mask: u64) -> PortSet {
-        PortSet(mask)
-    }
-
-    /// The bit mask.
-    #[inline]
-    pub const fn mask(self) -> u64 {
-        self.0
-    }
-
-    /// Whether `port` is in the set.
-    #[inline]
-    pub const fn contains(self, port: u8) -> bool {
-        port < Self::MAX_PORTS && self.0 & (1 << port) != 0
-    }
-
-    /// Whether the set is empty.
-    #[inline]
-    pub const fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-
-    /// Number of ports.
-    #[inline]
-    pub const fn len(self) -> u32 {
-        self.0.count_ones()
-    }
-
-    /// Both sets.
-    #[inline]
-    pub const fn union(self, other: PortSet) -> PortSet {
-        PortSet(self.0 | other.0)
-    }
-
-    /// The ports in increasing order.
-    pub fn iter(self) -> impl Iterator<Item = u8> {
-        (0..Self::MAX_PORTS).filter(move |&p| self.contains(p))
-    }
-}
-
-macro_rules! drop_reasons {
-    ($( $(#[$doc:meta])* $variant:ident => $name:literal, )+) => {
-        /// Why a packet was dropped.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum DropReason {
-            /// The frame did not parse (with [`MalformedPolicy::Drop`]).
-            Malformed(Malformed),
-            $( $(#[$doc])* $variant, )+
-        }
-
-        impl DropReason {
-            const OTHERS: [DropReason; [$($name,)+].len()] = [$(DropReason::$variant,)+];
-
-            /// Number of distinct reasons (every malformed reason counts as one).
-            pub const COUNT: usize = Malformed::COUNT + Self::OTHERS.len();
-
-            /// Stable snake_case name: the [`Malformed::name`] of a malformed
-            /// frame, e.g. `truncated_l2`, or the stage's reason, e.g. `loop`.
-            pub fn name(self) -> &'static str {
-                match self {
-                    DropReason::Malformed(m) => m.name(),
-                    $( DropReason::$variant => $name, )+
-                }
-            }
-
-            /// Dense index in `0..COUNT`: malformed reasons first, in
-            /// [`Malformed::ALL`] order.
-            #[inline]
-            pub fn index(self) -> usize {
-                match self {
-                    DropReason::Malformed(m) => m.index(),
-                    other => {
-                        Malformed::COUNT
-                            + Self::OTHERS.iter().position(|r| *r == other).unwrap_or(0)
-                    }
-                }
-            }
-
-            /// Every reason, in [`index`](Self::index) order.
-            pub fn all() -> impl Iterator<Item = DropReason> {
-                Malformed::ALL
-                    .iter()
-                    .map(|m| DropReason::Malformed(*m))
-                    .chain(Self::OTHERS.iter().copied())
-            }
-        }
-    };
-}
-
-drop_reasons! {
-    /// No route: the forwarding stage found no egress port.
-    NoRoute => "no_route",
-    /// The packet is on a forwarding loop (icarus).
-    Loop => "loop",
-    /// Policed as part of a heavy flow.
-    HeavyFlow => "heavy_flow",
-    /// SFB dropped a non-ECN-capable packet it would have marked.
-    SfbEarly => "sfb_early",
-    /// SFB dropped a packet of a flow in the penalty box.
-    SfbPenalty => "sfb_penalty",
-    /// SFB dropped a packet because one of its bins was full.
-    SfbBucket => "sfb_bucket",
-    /// SFB's fair-share check dropped a packet of a flow over its share.
-    SfbRate => "sfb_rate",
-    /// The egress queue was full.
-    QueueFull => "queue_full",
-    /// Still queued when a live router's stop deadline passed.
-    EgressShutdown => "egress_shutdown",
-    /// The TTL / hop limit would reach 0 at this hop (routed ports).
-    TtlExpired => "ttl_expired",
-    /// The next hop's MAC is unknown and could not be resolved, or its
-    /// hold queue was full (routed ports).
-    NoNeighbour => "no_neighbour",
-    /// Larger than the egress port's MTU (routed ports; the router does
-    /// not fragment).
-    TooBig => "too_big",
-    /// Addressed at layer 2 to another host: a routed port takes frames
-    /// to its MAC and to group addresses only.
-    OtherHost => "other_host",
-    /// Neither IPv4, IPv6 nor ARP over Ethernet, on a routed port.
-    NotRoutable => "not_routable",
-    /// Multicast on a routed port that did not come in by the port of the
-    /// route back to its source (the reverse-path check).
-    RpfFailed => "rpf_failed",
-}
-
-impl DropReason {
-    /// Decided by the egress stage on a port's copy (SFB, the queue, a live
-    /// shutdown): the port's counters count the copies, and the packet is
-    /// dropped for it only when no copy was left.
-    pub fn at_egress(self) -> bool {
-        matches!(
-            self,
-            DropReason::SfbEarly
-                | DropReason::SfbPenalty
-                | DropReason::SfbBucket
-                | DropReason::SfbRate
-                | DropReason::QueueFull
-                | DropReason::EgressShutdown
-        )
-    }
-}
-
-impl fmt::Display for DropReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// What happens to a packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Verdict {
-    /// Send out of these ports.
-    Forward(PortSet),
-    /// Set ECN CE and send out of these ports (counted as forwarded and marked).
-    Mark(PortSet),
-    /// Discard.
-    Drop(DropReason),
-    /// Taken in by the router as its own input: addressed to it (ARP,
-    /// neighbour discovery, pings), or an IGMP/MLD message the multicast
-    /// stage learned from. Not forwarded, not dropped. Whatever the
-    /// router answers leaves as a frame it originates.
-    Consumed,
-    /// Held by the forwarding stage until its next hop's MAC is known; it
-    /// leaves later (forwarded) or is dropped with
-    /// [`DropReason::NoNeighbour`].
-    Held,
-}
-
-impl Verdict {
-    /// Forwarded (possibly marked): still on its way out, so stages after
-    /// the one that decided may look at it.
-    #[inline]
-    pub fn is_forwarded(self) -> bool {
-        matches!(self, Verdict::Forward(_) | Verdict::Mark(_))
-    }
-
-    /// The egress ports of a forwarded packet (empty for any other).
-    #[inline]
-    pub fn ports(self) -> PortSet {
-        match self {
-            Verdict::Forward(p) | Verdict::Mark(p) => p,
-            _ => PortSet::EMPTY,
-        }
-    }
-}
-
-/// One packet slot of a [`Batch`]: the frame (in a reused buffer), what the
-/// capture or interface said about it, the parse summary and the verdict.
-#[derive(Debug, Clone)]
-pub struct Packet {
-    data: Vec<u8>,
-    /// Arrival time (capture time on replay).
-    pub ts: Timestamp,
-    /// Length on the wire (may exceed the captured bytes).
-    pub orig_len: u32,
-    /// Link type the frame starts with.
-    pub link_type: LinkType,
-    /// Ingress port.
-    pub ingress: u8,
-    /// Parse summary; `None` before parsing and for malformed frames.
-    pub parsed: Option<Parsed>,
-    /// Why the frame did not parse, if it did not.
-    pub malformed: Option<Malformed>,
-    /// Current verdict.
-    pub verdict: Verdict,
-    /// The packet may leave by its ingress port: a routed packet whose
-    /// next hop is on the port it came in on (the forwarding stage sets
-    /// it). Any other copy back out of its ingress port is a hairpin, not
-    /// sent.
-    pub to_ingress: bool,
-    /// Bytes of an Icarus option still to be inserted (0: none). The
-    /// Icarus stage checks an insertion edge's packets but leaves their
-    /// frames as they came; the egress stage inserts the option into each
-    /// copy that leaves by a port that keeps it, and a copy leaving by a
-    /// stripping port goes out as it came (see [`crate::stage::icarus`]).
-    /// The MTU check adds these bytes (the packet as it leaves); stages
-    /// that count a flow's bytes (heavy flows) count what arrived.
-    pub icarus_pending: u8,
-}
-
-impl Packet {
-    fn empty() -> Self {
-        Packet {
-            data: Vec::with_capacity(SLOT_CAPACITY),
-            ts: Timestamp::ZERO,
-            orig_len: 0,
-            link_type: LinkType::Ethernet,
-            ingress: 0,
-            parsed: None,
-            malformed: None,
-            verdict: Verdict::Forward(PortSet::EMPTY),
-            to_ingress: false,
-            icarus_pending: 0,
-        }
-    }
-
-    /// The ingress port as a mask of the ports a copy may not leave by:
-    /// empty when [`Packet::to_ingress`] is set or the frame has no ingress
-    /// port ([`NO_INGRESS`]).
-    #[inline]
-    pub fn ingress_mask(&self) -> u64 {
-        if self.to_ingress {
-            0
-        } else {
-            PortSet::single(self.ingress).mask()
-        }
-    }
-
-    /// The captured bytes.
-    #[inline]
-    pub fn data(&self) -> &[u8] {
-        &self.data
-    }
-
-    /// The captured bytes, writable (ECN marking, in-packet filters).
-    #[inline]
-    pub fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.data
-    }
-
-    /// Exchanges the frame's buffer with `buf`: the egress stage moves the
-    /// frame of a packet's last copy into its port's queue instead of
-    /// copying it, and leaves the queue's empty buffer in the slot.
-    #[inline]
-    pub(crate) fn swap_data(&mut self, buf: &mut Vec<u8>) {
-        core::mem::swap(&mut self.data, buf);
-    }
-
-    /// Whether the packet is still to be forwarded (stages skip dropped ones).
-    #[inline]
-    pub fn is_live(&self) -> bool {
-        self.verdict.is_forwarded()
-    }
-
-    /// Drops the packet for `reason` (the first drop wins).
-    #[inline]
-    pub fn drop_for(&mut self, reason: DropReason) {
-        if self.is_live() {
-            self.verdict = Verdict::Drop(reason);
-        }
-    }
-
-    /// Takes `port` out of the packet's egress ports (an egress queue
-    /// refused it there); drops the packet for `reason` when no port is
-    /// left. A mark stays a mark.
-    #[inline]
-    pub fn drop_port(&mut self, port: u8, reason: DropReason) {
-        let rest = match self.verdict {
-            Verdict::Forward(ps) | Verdict::Mark(ps) => {
-                PortSet::from_mask(ps.mask() & !PortSet::single(port).mask())
-            }
-            _ => return,
-        };
-        self.verdict = match self.verdict {
-            _ if rest.is_empty() => Verdict::Drop(reason),
-            Verdict::Mark(_) => Verdict::Mark(rest),
-            _ => Verdict::Forward(rest),
-        };
-    }
-
-    /// Turns a forward into a mark to the same ports (no effect on a drop).
-    #[inline]
-    pub fn mark(&mut self) {
-        if let Verdict::Forward(p) = self.verdict {
-            self.verdict = Verdict::Mark(p);
-        }
-    }
-}
-
-/// Up to [`BATCH_SIZE`] packets with reusable buffers.
-#[derive(Debug, Clone)]
-pub struct Batch {
-    slots: Vec<Packet>,
-    len: usize,
-}
-
-impl Default for Batch {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Batch {
-    /// An empty batch with all its buffers allocated.
-    pub fn new() -> Self {
-        Batch {
-            slots: (0..BATCH_SIZE).map(|_| Packet::empty()).collect(),
-            len: 0,
-        }
-    }
-
-    /// Number of packets.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the batch holds no packet.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Whether the batch holds [`BATCH_SIZE`] packets.
-    #[inline]
-    pub fn is_full(&self) -> bool {
-        self.len == BATCH_SIZE
-    }
-
-    /// Empties the batch, keeping its buffers.
-    #[inline]
-    pub fn clear(&mut self) {
-        self.len = 0;
-    }
-
-    /// Copies a frame into the next slot; `false` (and nothing copied) when
-    /// the batch is full. Ingress port 0.
-    #[inline]
-    pub fn push(&mut self, ts: Timestamp, orig_len: u32, link_type: LinkType, data: &[u8]) -> bool {
-        self.push_from(ts, orig_len, link_type, 0, data)
-    }
-
-    /// Like [`push`](Self::push) with an ingress port.
-    #[inline]
-    pub fn push_from(
-        &mut self,
-        ts: Timestamp,
-        orig_len: u32,
-        link_type: LinkType,
-        ingress: u8,
-        data: &[u8],
-    ) -> bool {
-        let Some(slot) = self.slots.get_mut(self.len) else {
-            return false;
-        };
-        slot.data.clear();
-        slot.data.extend_from_slice(data);
-        slot.ts = ts;
-        slot.orig_len = orig_len;
-        slot.link_type = link_type;
-        slot.ingress = ingress;
-        slot.parsed = None;
-        slot.malformed = None;
-        slot.verdict = Verdict::Forward(PortSet::EMPTY);
-        slot.to_ingress = false;
-        slot.icarus_pending = 0;
-        self.len += 1;
-        true
-    }
-
-    /// Builds a frame in the next slot: `build` writes it into the slot's
-    /// (cleared) buffer and says whether it made one. The frame is then
-    /// parsed and given the verdict `Forward(to)`. `false` (nothing added)
-    /// when the batch is full or `build` made nothing.
-    pub fn push_with(
-        &mut self,
-        ts: Timestamp,
-        ingress: u8,
-        to: PortSet,
-        build: impl FnOnce(&mut Vec<u8>) -> bool,
-    ) -> bool {
-        let Some(slot) = self.slots.get_mut(self.len) else {
-            return false;
-        };
-        slot.data.clear();
-        if !build(&mut slot.data) {
-            return false;
-        }
-        slot.ts = ts;
-        slot.orig_len = u32::try_from(slot.data.len()).unwrap_or(u32::MAX);
-        slot.link_type = LinkType::Ethernet;
-        slot.ingress = ingress;
-        slot.malformed = parse_into(LinkType::Ethernet, &slot.data, None, &mut slot.parsed).err();
-        slot.verdict = Verdict::Forward(to);
-        slot.to_ingress = false;
-        slot.icarus_pending = 0;
-        self.len += 1;
-        true
-    }
-
-    /// The packets.
-    #[inline]
-    pub fn packets(&self) -> &[Packet] {
-        &self.slots[..self.len]
-    }
-
-    /// The packets, writable.
-    #[inline]
-    pub fn packets_mut(&mut self) -> &mut [Packet] {
-        &mut self.slots[..self.len]
-    }
-
-    /// Time of the latest packet (`None` when empty).
-    pub fn latest_ts(&self) -> Option<Timestamp> {
-        self.packets().iter().map(|p| p.ts).max()
-    }
-
-    /// Fills the batch from `reader` until it is full or the capture ends;
-    /// returns the number of packets added.
-    pub fn fill_from(&mut self, reader: &mut CaptureReader) -> Result<usize, CaptureError> {
-        let before = self.len;
-        while !self.is_full() {
-            match reader.next_record()? {
-                Some(r) => {
-                    self.push(
-                        Timestamp::from_nanos(r.ts_ns),
-                        r.orig_len,
-                        r.link_type,
-                        r.data,
-                    );
-                }
-                None => break,
-            }
-        }
-        Ok(self.len - before)
-    }
-}
+// The batch and verdict types live in the leaf [`crate::packet`]; they are
+// re-exported here, where the harness and its users have always found them.
+pub use crate::packet::{
+    BATCH_SIZE, Batch, DropCounters, DropReason, NO_INGRESS, Packet, PortSet, Verdict,
+};
 
 /// A processing step over a whole batch. One stage, one file, one struct
 /// with its own counters (see `stage/`).
@@ -594,69 +106,6 @@ impl Default for PipelineConfig {
             malformed: MalformedPolicy::Drop,
             default_egress: PortSet::single(1),
         }
-    }
-}
-
-/// Drops per [`DropReason`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DropCounters {
-    counts: [u64; DropReason::COUNT],
-}
-
-impl Default for DropCounters {
-    fn default() -> Self {
-        DropCounters {
-            counts: [0; DropReason::COUNT],
-        }
-    }
-}
-
-impl DropCounters {
-    /// Counts one drop.
-    #[inline]
-    pub fn record(&mut self, reason: DropReason) {
-        let c = &mut self.counts[reason.index()];
-        *c = c.saturating_add(1);
-    }
-
-    /// Counts `n` drops.
-    #[inline]
-    pub fn record_n(&mut self, reason: DropReason, n: u64) {
-        let c = &mut self.counts[reason.index()];
-        *c = c.saturating_add(n);
-    }
-
-    /// Adds drops counted per reason in [`DropReason::index`] order;
-    /// entries past the last reason (a tally's spare) are left out.
-    #[inline]
-    fn add_counts(&mut self, n: &[u32]) {
-        for (c, &n) in self.counts.iter_mut().zip(n) {
-            *c = c.saturating_add(u64::from(n));
-        }
-    }
-
-    /// Drops for `reason`.
-    pub fn get(&self, reason: DropReason) -> u64 {
-        self.counts[reason.index()]
-    }
-
-    /// All drops.
-    pub fn total(&self) -> u64 {
-        self.counts.iter().fold(0u64, |a, &c| a.saturating_add(c))
-    }
-
-    /// Adds another set (merging per-worker shards).
-    pub fn merge(&mut self, other: &DropCounters) {
-        for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
-            *a = a.saturating_add(*b);
-        }
-    }
-
-    /// `(reason, count)` for every reason with a non-zero count.
-    pub fn nonzero(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
-        DropReason::all()
-            .map(|r| (r, self.get(r)))
-            .filter(|&(_, c)| c != 0)
     }
 }
 
@@ -736,12 +185,10 @@ impl PipelineCounters {
 pub fn parse_batch(cfg: &PipelineConfig, batch: &mut Batch, c: &mut PipelineCounters) {
     c.received = c.received.saturating_add(batch.len() as u64);
     for p in batch.packets_mut() {
-        // In place: the summary is written into the slot, not copied there.
-        // With the length on the wire: an IP length past a frame the
-        // capture did not cut is a lie, malformed; past one it cut
+        // In place, with the length on the wire: an IP length past a frame
+        // the capture did not cut is a lie, malformed; past one it cut
         // (`caplen < len`), the datagram is counted `cut_by_capture`.
-        let orig_len = Some(p.orig_len as usize);
-        match parse_into(p.link_type, &p.data, orig_len, &mut p.parsed) {
+        match p.parse_in_place() {
             Ok(()) => {
                 match p.parsed.as_ref() {
                     Some(x) if x.is_ip() => {
@@ -898,7 +345,7 @@ impl Pipeline {
         let mut latest: Option<Timestamp> = None;
         loop {
             batch.clear();
-            let filled = batch.fill_from(reader);
+            let filled = reader.fill_batch(batch);
             if !batch.is_empty() {
                 let now = batch.latest_ts().unwrap_or_default();
                 let now = latest.map_or(now, |l| l.max(now));
@@ -917,17 +364,28 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::{LinkType, Malformed};
 
     /// Ethernet + IPv4 + UDP 10.0.0.1:1000 -> 10.0.0.2:2000, 4 payload bytes.
     fn udp_frame() -> Vec<u8> {
-        let mut f = vec![
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00, // Ethernet
-            0x45, 0x00, 0x00, 32, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, // IPv4
-            0x03, 0xe8, 0x07, 0xd0, 0, 12, 0, 0, // UDP
-            1, 2, 3, 4,
-        ];
-        let sum = !crate::wire::checksum::sum(&f[14..34]);
-        f[24..26].copy_from_slice(&sum.to_be_bytes());
+        use crate::wire::build::{self, Addrs, IpHeader};
+        let ip = IpHeader::new(
+            Addrs::V4 {
+                src: [10, 0, 0, 1].into(),
+                dst: [10, 0, 0, 2].into(),
+            },
+            build::PROTO_UDP,
+        );
+        let mut f = Vec::new();
+        build::ethernet(
+            &mut f,
+            [0, 1, 2, 3, 4, 5],
+            [6, 7, 8, 9, 10, 11],
+            ip.ethertype(),
+        );
+        ip.push(&mut f, build::UDP_LEN + 4);
+        build::udp(&mut f, 1000, 2000, 4);
+        f.extend_from_slice(&[1, 2, 3, 4]);
         f
     }
 

@@ -16,8 +16,8 @@ use dataplane::clock::{MonotonicClock, Timestamp};
 use dataplane::config::RouterConfig;
 use dataplane::io::port::Ports;
 use dataplane::io::ring::{RingConfig, RingPorts, RxRing, TxRefused, TxRing};
+use dataplane::packet::{Transmit, TxFrame};
 use dataplane::pipeline::Batch;
-use dataplane::stage::egress::{Transmit, TxFrame};
 
 /// A namespace holding veth `t0` <-> `t1` (MTU 1500, up), removed on drop.
 struct Pair {
@@ -209,7 +209,7 @@ fn ring_ports_send_on_both_transmit_paths() {
                     ..small_rx()
                 };
                 let mut ports = RingPorts::open(
-                    &cfg.interfaces,
+                    &cfg.port_settings(),
                     &[0x7a01, 0x7a02],
                     &rc,
                     MonotonicClock::new(),

@@ -73,7 +73,7 @@ fn replay(file: &str) -> Option<(BTreeSet<String>, BTreeSet<String>, MulticastCo
     let mut last = Timestamp::ZERO;
     loop {
         batch.clear();
-        let n = batch.fill_from(&mut reader).unwrap();
+        let n = reader.fill_batch(&mut batch).unwrap();
         if n == 0 {
             break;
         }

@@ -556,27 +556,27 @@ fn queue_limit_and_child_limit() {
 
 /// Ethernet + IPv4 (ECN `ecn`) + UDP `sport` -> 10.0.0.2:2000, `len` payload bytes.
 fn udp_frame(sport: u16, ecn: u8, payload: usize) -> Vec<u8> {
-    let total = (20 + 8 + payload) as u16;
-    let mut f = vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00];
-    f.extend_from_slice(&[
-        0x45,
-        ecn,
-        (total >> 8) as u8,
-        total as u8,
-        0,
-        0,
-        0,
-        0,
-        64,
-        17,
-    ]);
-    f.extend_from_slice(&[0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
-    let ulen = 8 + payload as u16;
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&[0x07, 0xd0, (ulen >> 8) as u8, ulen as u8, 0, 0]);
+    use dataplane::wire::build::{self, Addrs, IpHeader};
+    let ip = IpHeader {
+        tos: ecn,
+        ..IpHeader::new(
+            Addrs::V4 {
+                src: [10, 0, 0, 1].into(),
+                dst: [10, 0, 0, 2].into(),
+            },
+            build::PROTO_UDP,
+        )
+    };
+    let mut f = Vec::new();
+    build::ethernet(
+        &mut f,
+        [0, 1, 2, 3, 4, 5],
+        [6, 7, 8, 9, 10, 11],
+        ip.ethertype(),
+    );
+    ip.push(&mut f, build::UDP_LEN + payload);
+    build::udp(&mut f, sport, 2000, payload);
     f.resize(f.len() + payload, 0xab);
-    let sum = !dataplane::wire::checksum::sum(&f[14..34]);
-    f[24..26].copy_from_slice(&sum.to_be_bytes());
     f
 }
 

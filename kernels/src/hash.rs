@@ -239,24 +239,28 @@ impl Hasher {
                 // SAFETY: `Path::of` chose AES-NI (or `one` mapped a VAES
                 // path to it) only on a CPU with AES-NI (struct invariant;
                 // every CPU with VAES has AES-NI).
-                unsafe { arch::x86_64::aes::hash_aesni(&self.key, keys, out) }
+                let aesni = unsafe { arch::x86_64::aes::AesNi::new_unchecked() };
+                aesni.hash(&self.key, keys, out)
             }
             #[cfg(target_arch = "x86_64")]
             Path::Vaes256 => {
                 // SAFETY: chosen only for the AVX2 backend (AVX2 present)
                 // on a CPU where VAES was detected.
-                unsafe { arch::x86_64::aes::hash_vaes256(&self.key, keys, out) }
+                let vaes = unsafe { arch::x86_64::aes::Vaes256::new_unchecked() };
+                vaes.hash(&self.key, keys, out)
             }
             #[cfg(target_arch = "x86_64")]
             Path::Vaes512 => {
                 // SAFETY: chosen only for the AVX-512 backend, whose
                 // availability includes AVX-512F/BW/VL, VAES and AES.
-                unsafe { arch::x86_64::aes::hash_vaes512(&self.key, keys, out) }
+                let vaes = unsafe { arch::x86_64::aes::Vaes512::new_unchecked() };
+                vaes.hash(&self.key, keys, out)
             }
             #[cfg(target_arch = "aarch64")]
             Path::NeonAes => {
                 // SAFETY: chosen only after detecting the AES extension.
-                unsafe { arch::aarch64::neon::hash_aes(&self.key, keys, out) }
+                let aes = unsafe { arch::aarch64::neon::NeonAes::new_unchecked() };
+                aes.hash(&self.key, keys, out)
             }
         }
     }

@@ -33,6 +33,10 @@
 //! prefetching wants.
 
 use crate::arch;
+#[cfg(target_arch = "aarch64")]
+use crate::arch::aarch64::neon::Neon;
+#[cfg(target_arch = "x86_64")]
+use crate::arch::x86_64::{avx2::Avx2, avx512::Avx512};
 use crate::backend::Backend;
 use crate::hash::HashPair;
 
@@ -214,25 +218,21 @@ pub(crate) unsafe fn partitioned_on(
     layout: Partitioned,
     out: &mut [u32],
 ) {
-    let need = layout.rows * pairs.len();
-    if out.len() < need {
-        too_short("partitioned: output holds", out.len(), "indices", need);
-    }
     match backend {
         #[cfg(target_arch = "x86_64")]
         Backend::Avx2 => {
-            // SAFETY: the caller promises AVX2 is available; `out` is long
-            // enough.
-            unsafe { arch::x86_64::avx2::partitioned(pairs, layout, out) }
+            // SAFETY: the caller promises AVX2 is available.
+            let avx2 = unsafe { Avx2::new_unchecked() };
+            avx2.partitioned(pairs, layout, out)
         }
         #[cfg(target_arch = "x86_64")]
         Backend::Avx512 => {
-            // SAFETY: the caller promises AVX-512F is available; `out` is
-            // long enough.
-            unsafe { arch::x86_64::avx512::partitioned(pairs, layout, out) }
+            // SAFETY: the caller promises the AVX-512 backend is available.
+            let avx512 = unsafe { Avx512::new_unchecked() };
+            avx512.partitioned(pairs, layout, out)
         }
         #[cfg(target_arch = "aarch64")]
-        Backend::Neon => arch::aarch64::neon::partitioned(pairs, layout, out),
+        Backend::Neon => Neon::baseline().partitioned(pairs, layout, out),
         _ => arch::scalar::partitioned(pairs, layout, out),
     }
 }
@@ -270,33 +270,21 @@ pub(crate) unsafe fn blocked_on(
     blocks: &mut [u32],
     bits: &mut [u32],
 ) {
-    let n = pairs.len();
-    if blocks.len() < n {
-        too_short("blocked: output holds", blocks.len(), "block slots", n);
-    }
-    if bits.len() < layout.k * n {
-        too_short(
-            "blocked: output holds",
-            bits.len(),
-            "bit positions",
-            layout.k * n,
-        );
-    }
     match backend {
         #[cfg(target_arch = "x86_64")]
         Backend::Avx2 => {
-            // SAFETY: the caller promises AVX2 is available; lengths checked
-            // above.
-            unsafe { arch::x86_64::avx2::blocked(pairs, layout, blocks, bits) }
+            // SAFETY: the caller promises AVX2 is available.
+            let avx2 = unsafe { Avx2::new_unchecked() };
+            avx2.blocked(pairs, layout, blocks, bits)
         }
         #[cfg(target_arch = "x86_64")]
         Backend::Avx512 => {
-            // SAFETY: the caller promises AVX-512F is available; lengths
-            // checked above.
-            unsafe { arch::x86_64::avx512::blocked(pairs, layout, blocks, bits) }
+            // SAFETY: the caller promises the AVX-512 backend is available.
+            let avx512 = unsafe { Avx512::new_unchecked() };
+            avx512.blocked(pairs, layout, blocks, bits)
         }
         #[cfg(target_arch = "aarch64")]
-        Backend::Neon => arch::aarch64::neon::blocked(pairs, layout, blocks, bits),
+        Backend::Neon => Neon::baseline().blocked(pairs, layout, blocks, bits),
         _ => arch::scalar::blocked(pairs, layout, blocks, bits),
     }
 }
@@ -319,11 +307,12 @@ pub fn split_block_contains(
         #[cfg(target_arch = "x86_64")]
         Backend::Avx2 | Backend::Avx512 => {
             // SAFETY: `checked` proved AVX2 is available (the AVX-512
-            // backend requires it too); the callee checks the lengths.
-            unsafe { arch::x86_64::avx2::split_block_contains(pairs, layout, blocks, out) }
+            // backend requires it too).
+            let avx2 = unsafe { Avx2::new_unchecked() };
+            avx2.split_block_contains(pairs, layout, blocks, out)
         }
         #[cfg(target_arch = "aarch64")]
-        Backend::Neon => arch::aarch64::neon::split_block_contains(pairs, layout, blocks, out),
+        Backend::Neon => Neon::baseline().split_block_contains(pairs, layout, blocks, out),
         _ => arch::scalar::split_block_contains(pairs, layout, blocks, out),
     }
 }
@@ -344,11 +333,12 @@ pub fn split_block_insert(
         #[cfg(target_arch = "x86_64")]
         Backend::Avx2 | Backend::Avx512 => {
             // SAFETY: `checked` proved AVX2 is available (the AVX-512
-            // backend requires it too); the callee checks the length.
-            unsafe { arch::x86_64::avx2::split_block_insert(pairs, layout, blocks) }
+            // backend requires it too).
+            let avx2 = unsafe { Avx2::new_unchecked() };
+            avx2.split_block_insert(pairs, layout, blocks)
         }
         #[cfg(target_arch = "aarch64")]
-        Backend::Neon => arch::aarch64::neon::split_block_insert(pairs, layout, blocks),
+        Backend::Neon => Neon::baseline().split_block_insert(pairs, layout, blocks),
         _ => arch::scalar::split_block_insert(pairs, layout, blocks),
     }
 }
@@ -362,19 +352,13 @@ fn checked(backend: Backend) -> Backend {
     }
 }
 
-// The panics live out of line, so the dispatchers above stay a few
+// The panic lives out of line, so the dispatchers above stay a few
 // instructions with no stack frame of their own: they run once per batch
 // of 32-64 keys, where a frame's saves and restores were a measurable part
-// of the call.
+// of the call. (The length checks are the backends', in `crate::arch`.)
 
 #[cold]
 #[inline(never)]
 fn unavailable(e: crate::backend::BackendError) -> ! {
     panic!("{e}")
-}
-
-#[cold]
-#[inline(never)]
-fn too_short(what: &str, have: usize, unit: &str, need: usize) -> ! {
-    panic!("{what} {have} {unit}, need {need}")
 }

@@ -208,7 +208,8 @@ impl Kernel {
             Backend::Avx2 | Backend::Avx512 => {
                 // SAFETY: `Kernel::new` found AVX2 on this CPU (the AVX-512
                 // backend requires it too).
-                unsafe { arch::x86_64::avx2::with_avx2(f) }
+                let avx2 = unsafe { arch::x86_64::avx2::Avx2::new_unchecked() };
+                avx2.run(f)
             }
             _ => f(),
         }
@@ -225,10 +226,11 @@ impl Kernel {
             Backend::Avx2 | Backend::Avx512 => {
                 // SAFETY: `Kernel::new` found AVX2 on this CPU (the AVX-512
                 // backend requires it too).
-                unsafe { arch::x86_64::avx2::sfb_update_raise(bins, offs, s) }
+                let avx2 = unsafe { arch::x86_64::avx2::Avx2::new_unchecked() };
+                avx2.sfb_update_raise(bins, offs, s)
             }
             #[cfg(target_arch = "aarch64")]
-            Backend::Neon => arch::aarch64::neon::sfb_update_raise(bins, offs, s),
+            Backend::Neon => arch::aarch64::neon::Neon::baseline().sfb_update_raise(bins, offs, s),
             _ => update_raise_scalar(bins, offs, s),
         }
     }

@@ -74,7 +74,7 @@ fn check_hash_width<const W: usize>() {
 #[cfg(target_arch = "x86_64")]
 fn check_kernel<const W: usize>(
     name: &str,
-    f: unsafe fn(&kernels::HashKey, &[[u32; W]], &mut [HashPair]),
+    f: impl Fn(&kernels::HashKey, &[[u32; W]], &mut [HashPair]),
 ) {
     let mut rng = StdRng::seed_from_u64(100 + W as u64);
     let all = random_keys::<W>(&mut rng, 67);
@@ -82,26 +82,22 @@ fn check_kernel<const W: usize>(
     for len in 0..=67 {
         let keys = &all[..len];
         let mut got = vec![HashPair::default(); len];
-        // SAFETY: the caller checked the kernel's CPU features.
-        unsafe { f(h.key(), keys, &mut got) };
+        f(h.key(), keys, &mut got);
         assert_eq!(got, reference(9, keys), "{name} W={W} len={len}");
     }
 }
 
+/// One x86 AES kernel (a proof token) at widths 1, 4, 7, 10 and 16.
 #[cfg(target_arch = "x86_64")]
-fn check_kernel_widths(
-    name: &str,
-    f1: unsafe fn(&kernels::HashKey, &[[u32; 1]], &mut [HashPair]),
-    f4: unsafe fn(&kernels::HashKey, &[[u32; 4]], &mut [HashPair]),
-    f7: unsafe fn(&kernels::HashKey, &[[u32; 7]], &mut [HashPair]),
-    f10: unsafe fn(&kernels::HashKey, &[[u32; 10]], &mut [HashPair]),
-    f16: unsafe fn(&kernels::HashKey, &[[u32; 16]], &mut [HashPair]),
-) {
-    check_kernel::<1>(name, f1);
-    check_kernel::<4>(name, f4);
-    check_kernel::<7>(name, f7);
-    check_kernel::<10>(name, f10);
-    check_kernel::<16>(name, f16);
+macro_rules! check_kernel_widths {
+    ($name:expr, $kernel:expr) => {{
+        let k = $kernel;
+        check_kernel::<1>($name, |key, keys, out| k.hash(key, keys, out));
+        check_kernel::<4>($name, |key, keys, out| k.hash(key, keys, out));
+        check_kernel::<7>($name, |key, keys, out| k.hash(key, keys, out));
+        check_kernel::<10>($name, |key, keys, out| k.hash(key, keys, out));
+        check_kernel::<16>($name, |key, keys, out| k.hash(key, keys, out));
+    }};
 }
 
 /// Says why a check is skipped, past the test harness's capture.
@@ -114,51 +110,21 @@ fn skip(why: &str) {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn x86_aes_kernels_match_scalar() {
-    use kernels::arch::x86_64::aes;
-    let has = |f: &str| match f {
-        "aes" => std::arch::is_x86_feature_detected!("aes"),
-        "vaes" => std::arch::is_x86_feature_detected!("vaes"),
-        "avx2" => std::arch::is_x86_feature_detected!("avx2"),
-        _ => unreachable!(),
-    };
-    if has("aes") {
-        check_kernel_widths(
-            "aes-ni",
-            aes::hash_aesni::<1>,
-            aes::hash_aesni::<4>,
-            aes::hash_aesni::<7>,
-            aes::hash_aesni::<10>,
-            aes::hash_aesni::<16>,
-        );
-    } else {
-        skip("skipping the AES-NI kernel: this CPU has no AES-NI");
+    use kernels::arch::x86_64::aes::{AesNi, Vaes256, Vaes512};
+    match AesNi::new() {
+        Some(k) => check_kernel_widths!("aes-ni", k),
+        None => skip("skipping the AES-NI kernel: this CPU has no AES-NI"),
     }
-    if has("aes") && has("vaes") && has("avx2") {
-        check_kernel_widths(
-            "vaes-256",
-            aes::hash_vaes256::<1>,
-            aes::hash_vaes256::<4>,
-            aes::hash_vaes256::<7>,
-            aes::hash_vaes256::<10>,
-            aes::hash_vaes256::<16>,
-        );
-    } else {
-        skip("skipping the VAES 256-bit kernel: this CPU lacks VAES or AVX2");
+    match Vaes256::new() {
+        Some(k) => check_kernel_widths!("vaes-256", k),
+        None => skip("skipping the VAES 256-bit kernel: this CPU lacks VAES or AVX2"),
     }
-    if Backend::Avx512.is_available() {
-        check_kernel_widths(
-            "vaes-512",
-            aes::hash_vaes512::<1>,
-            aes::hash_vaes512::<4>,
-            aes::hash_vaes512::<7>,
-            aes::hash_vaes512::<10>,
-            aes::hash_vaes512::<16>,
-        );
-    } else {
-        skip(
+    match Vaes512::new() {
+        Some(k) => check_kernel_widths!("vaes-512", k),
+        None => skip(
             "skipping the VAES 512-bit kernel and the AVX-512 backend: this CPU lacks \
              AVX-512F/BW/VL or VAES",
-        );
+        ),
     }
 }
 
@@ -328,4 +294,23 @@ fn neon_hashes_with_the_aes_extension_where_present() {
         );
         assert_eq!(h.hash_instructions(), "aes-crate");
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn x86_tokens_exist_exactly_where_their_backend_is_available() {
+    use kernels::arch::x86_64::{avx2::Avx2, avx512::Avx512};
+    assert_eq!(Avx2::new().is_some(), Backend::Avx2.is_available());
+    assert_eq!(Avx512::new().is_some(), Backend::Avx512.is_available());
+    if let Some(t) = Avx512::new() {
+        assert_eq!(Some(t.avx2()), Avx2::new());
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn neon_token_is_always_there() {
+    use kernels::arch::aarch64::neon::Neon;
+    assert_eq!(Neon::new(), Some(Neon::baseline()));
+    assert!(Backend::Neon.is_available());
 }

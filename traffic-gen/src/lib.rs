@@ -14,8 +14,6 @@
 //!   sockets, or packet rings and `sendmmsg`).
 //! * [`throughput`] — RFC 2544's zero-loss rate of what sits between two
 //!   interfaces: a binary search of live runs of generated frames.
-//! * [`frames`] — the Ethernet, IP, UDP and TCP builders the synthetic
-//!   workloads share.
 //! * [`synth`] — Zipf workloads with known ground truth, written as pcaps,
 //!   and streams of unique fixed-size frames made as they are sent.
 //!   * [`synth::mcast`] — multicast joins, leaves, expiries and data over
@@ -52,7 +50,6 @@
 //! ```
 
 pub mod filter;
-pub mod frames;
 pub mod input;
 pub mod live;
 pub mod pacing;

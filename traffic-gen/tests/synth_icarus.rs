@@ -130,7 +130,7 @@ fn replay_through_stage(cfg: IcarusSynthConfig, dir: &Path) -> (IcarusTruth, Rep
     let mut r = Replayed::default();
     loop {
         batch.clear();
-        let n = batch.fill_from(&mut reader).unwrap();
+        let n = reader.fill_batch(&mut batch).unwrap();
         if n == 0 {
             break;
         }

@@ -43,7 +43,7 @@ use dataplane::clock::Timestamp;
 use dataplane::pipeline::{Batch, PipelineConfig, PipelineCounters, Stage, parse_batch};
 use dataplane::stage::digest::{DigestConfig, DigestStage, Digests, Sizing, TimeBase};
 use dataplane::wire::LinkType;
-use traffic_gen::frames::{Addrs, IpHeader, push_eth, push_udp};
+use dataplane::wire::build::{self, Addrs, IpHeader};
 use traffic_gen::traceback::packet::Packet;
 use traffic_gen::traceback::source::MemorySource;
 use traffic_gen::traceback::topology::{Ask, Topology};
@@ -222,14 +222,14 @@ fn frame(rng: &mut Rng) -> (Vec<u8>, Vec<u8>) {
         )
     };
     let mut f = Vec::with_capacity(64);
-    push_eth(
+    build::ethernet(
         &mut f,
         [2, 0, 0, 0, 0, 2],
         [2, 0, 0, 0, 0, 1],
         ip.ethertype(),
     );
     ip.push(&mut f, 8 + 8);
-    push_udp(&mut f, (a >> 16) as u16, (a >> 24) as u16, 8);
+    build::udp(&mut f, (a >> 16) as u16, (a >> 24) as u16, 8);
     f.extend_from_slice(&rng.next().to_be_bytes());
     let l3 = 14;
     (f.clone(), f[l3..].to_vec())

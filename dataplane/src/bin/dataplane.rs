@@ -118,7 +118,10 @@ fn main() -> ExitCode {
             a.write(Cli::command(), &mut std::io::stdout().lock())
                 .map_err(anyhow::Error::from),
         ),
-        Command::Man(a) => Some(a.write(Cli::command(), &mut std::io::stdout().lock())),
+        Command::Man(a) => Some(
+            a.write(Cli::command(), &mut std::io::stdout().lock())
+                .map_err(anyhow::Error::from),
+        ),
         _ => None,
     };
     if let Some(res) = generated {
@@ -305,7 +308,7 @@ fn run(
             .map_err(|e| anyhow::anyhow!("--final-report {}: {e}", path.display()))?;
     }
     if let Some(e) = failed {
-        return Err(e);
+        return Err(e.into());
     }
     if !done.failures.is_empty() {
         anyhow::bail!("{}", done.failures.join("; "));

@@ -6,8 +6,8 @@
 
 use crate::clock::Timestamp;
 use crate::io::port::{Ports, RxCounters};
-use crate::pipeline::Batch;
-use crate::stage::egress::{Transmit, TxFrame};
+use crate::packet::Batch;
+use crate::packet::{Transmit, TxFrame};
 use crate::wire::LinkType;
 
 /// One frame waiting to be read.

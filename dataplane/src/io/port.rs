@@ -4,8 +4,23 @@ use serde::Serialize;
 
 use crate::clock::Timestamp;
 use crate::io::xdp::PortMode;
-use crate::pipeline::Batch;
-use crate::stage::egress::Transmit;
+use crate::packet::{Batch, Transmit};
+
+/// What a live backend needs to know to open one interface. The router's
+/// configuration builds these (`RouterConfig::port_settings`); the
+/// backends take nothing else from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortSettings {
+    /// The Linux interface name.
+    pub name: String,
+    /// Receive frames for every MAC address.
+    pub promiscuous: bool,
+    /// Socket receive buffer in bytes (`SO_RCVBUFFORCE`; pnet backend).
+    pub recv_buffer_bytes: u64,
+    /// The port has addresses of the router's: on the xdp backend its
+    /// program passes the frames that are not the router's to the kernel.
+    pub routed: bool,
+}
 
 /// What a backend counts per port on the way in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -66,13 +66,12 @@ use std::sync::atomic::{Ordering, fence};
 use std::time::Duration;
 
 use crate::clock::{MonotonicClock, Timestamp};
-use crate::config::InterfaceConfig;
-use crate::io::port::{Ports, RxCounters};
+use crate::io::port::{PortSettings, Ports, RxCounters};
 use crate::io::socket::{
     PortError, find_interface, interface_mtu, poll_readable, setsockopt_int, wait_writable,
 };
-use crate::pipeline::Batch;
-use crate::stage::egress::{Transmit, TxFrame};
+use crate::packet::Batch;
+use crate::packet::{Transmit, TxFrame};
 use crate::wire::LinkType;
 
 /// The size of a receive ring (see the module docs): `[io.ring]` in the
@@ -923,7 +922,7 @@ impl RingPorts {
     /// # Errors
     /// As [`RxRing::open`]: the first port that could not be opened.
     pub fn open(
-        interfaces: &[InterfaceConfig],
+        interfaces: &[PortSettings],
         groups: &[u16],
         rc: &RingConfig,
         clock: MonotonicClock,

@@ -44,10 +44,9 @@ use std::time::Duration;
 use pnet::datalink::{self, Channel, DataLinkReceiver, DataLinkSender, FanoutOption, FanoutType};
 
 use crate::clock::{MonotonicClock, Timestamp};
-use crate::config::InterfaceConfig;
-use crate::io::port::{Ports, RxCounters};
-use crate::pipeline::Batch;
-use crate::stage::egress::{Transmit, TxFrame};
+use crate::io::port::{PortSettings, Ports, RxCounters};
+use crate::packet::Batch;
+use crate::packet::{Transmit, TxFrame};
 use crate::wire::LinkType;
 
 /// The largest frame read (a veth may hand over 64 KiB GRO frames when
@@ -348,7 +347,7 @@ pub fn getsockopt_int(
 }
 
 /// Opens `cfg`'s interface for one worker, in fanout group `group` (hash mode).
-pub fn open_port(cfg: &InterfaceConfig, group: u16) -> Result<Port, PortError> {
+pub fn open_port(cfg: &PortSettings, group: u16) -> Result<Port, PortError> {
     let name = cfg.name.clone();
     let ifc = find_interface(&name)?;
     let os = |what: &'static str| {

@@ -76,11 +76,10 @@ use xdp::umem::{FrameSize, UmemCfgBuilder};
 use xdp::{CompletionRing, FillRing, RingConfigBuilder, RxRing, TxRing, Umem};
 
 use crate::clock::{MonotonicClock, Timestamp};
-use crate::config::InterfaceConfig;
-use crate::io::port::{Ports, RxCounters};
+use crate::io::port::{PortSettings, Ports, RxCounters};
 use crate::io::socket::poll_readable;
-use crate::pipeline::{BATCH_SIZE, Batch};
-use crate::stage::egress::{Transmit, TxFrame};
+use crate::packet::{BATCH_SIZE, Batch};
+use crate::packet::{Transmit, TxFrame};
 use crate::wire::LinkType;
 
 /// The XDP program (`dataplane/bpf/bloomplane_xdp.o`, built from the `.c`
@@ -216,7 +215,7 @@ pub const COALESCE_RANGE: std::ops::RangeInclusive<u32> = 0..=10_000;
 
 impl XdpConfig {
     /// Checks the keys; each error is the key and what is wrong.
-    pub fn validate(&self, errs: &mut Vec<(String, String)>) {
+    pub(crate) fn validate(&self, errs: &mut Vec<(String, String)>) {
         if !FRAMES_RANGE.contains(&self.frames) || !self.frames.is_power_of_two() {
             errs.push((
                 "io.xdp.frames".into(),
@@ -843,7 +842,7 @@ impl XdpSetup {
     /// The first interface the kernel or driver refused, naming why; what
     /// was attached before it is detached again.
     pub fn open(
-        interfaces: &[InterfaceConfig],
+        interfaces: &[PortSettings],
         workers: usize,
         cfg: &XdpConfig,
         clock: MonotonicClock,
@@ -893,7 +892,7 @@ impl XdpSetup {
                 FrameSize::TwoK => 2048 - HEADROOM,
                 FrameSize::FourK => 4096 - HEADROOM,
             } as usize;
-            let mut ebpf = load(index, name, ifc.is_routed())?;
+            let mut ebpf = load(index, name, ifc.routed)?;
             let mut xsks: XskMap<MapData> = ebpf
                 .take_map("xsks")
                 .ok_or_else(|| XdpError::Program {

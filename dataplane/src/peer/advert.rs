@@ -4,7 +4,7 @@
 
 use kernels::bloom::{Bloom, HEADER_LEN, Params};
 
-use crate::stage::multicast::GroupKey;
+use crate::addr::GroupKey;
 use crate::wire::peer::{MAX_SEGMENTS, Segment, segment_capacity};
 
 /// The geometry of every membership filter: the classic filter with the

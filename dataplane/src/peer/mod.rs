@@ -81,8 +81,8 @@ use kernels::Hasher;
 use kernels::bloom::{Bloom, Params};
 use serde::Serialize;
 
+use crate::addr::GroupKey;
 use crate::flow::FlowKey;
-use crate::stage::multicast::GroupKey;
 use crate::wire::peer::{
     Delta, Header, Kind, MAX_LEN, Message, PeerError, Segment, TagKey, delta_capacity, emit,
 };
@@ -196,64 +196,36 @@ pub struct PeerTap {
 #[allow(clippy::too_many_arguments)]
 pub fn udp_frame(
     out: &mut Vec<u8>,
-    from: crate::config::MacAddr,
-    to: crate::config::MacAddr,
+    from: crate::addr::MacAddr,
+    to: crate::addr::MacAddr,
     src: IpAddr,
     dst: IpAddr,
     sport: u16,
     dport: u16,
     payload: &[u8],
 ) -> bool {
-    use crate::wire::checksum;
-    let udp_len = 8 + payload.len();
-    out.extend_from_slice(&to.0);
-    out.extend_from_slice(&from.0);
-    let (l4, pseudo) = match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            out.extend_from_slice(&[0x08, 0x00]);
-            let h = out.len();
-            out.extend_from_slice(&[0x45, 0]);
-            out.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());
-            // Identification 0, don't fragment, TTL 255, UDP.
-            out.extend_from_slice(&[0, 0, 0x40, 0, 255, 17, 0, 0]);
-            out.extend_from_slice(&s.octets());
-            out.extend_from_slice(&d.octets());
-            let sum = !checksum::sum(&out[h..h + 20]);
-            out[h + 10..h + 12].copy_from_slice(&sum.to_be_bytes());
-            let mut p = Vec::with_capacity(12);
-            p.extend_from_slice(&s.octets());
-            p.extend_from_slice(&d.octets());
-            p.extend_from_slice(&[0, 17]);
-            p.extend_from_slice(&(udp_len as u16).to_be_bytes());
-            (out.len(), p)
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            out.extend_from_slice(&[0x86, 0xdd]);
-            out.extend_from_slice(&[0x60, 0, 0, 0]);
-            out.extend_from_slice(&(udp_len as u16).to_be_bytes());
-            out.extend_from_slice(&[17, 255]);
-            out.extend_from_slice(&s.octets());
-            out.extend_from_slice(&d.octets());
-            let mut p = Vec::with_capacity(40);
-            p.extend_from_slice(&s.octets());
-            p.extend_from_slice(&d.octets());
-            p.extend_from_slice(&(udp_len as u32).to_be_bytes());
-            p.extend_from_slice(&[0, 0, 0, 17]);
-            (out.len(), p)
-        }
+    use crate::wire::build::{self, Addrs, IpHeader, UDP_LEN};
+    let addrs = match (src, dst) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => Addrs::V4 { src, dst },
+        (IpAddr::V6(src), IpAddr::V6(dst)) => Addrs::V6 { src, dst },
         _ => return false,
     };
-    out.extend_from_slice(&sport.to_be_bytes());
-    out.extend_from_slice(&dport.to_be_bytes());
-    out.extend_from_slice(&(udp_len as u16).to_be_bytes());
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(payload);
-    let acc = u64::from(checksum::sum(&pseudo)) + u64::from(checksum::sum(&out[l4..]));
-    let sum = match !checksum::fold(acc) {
-        0 => 0xffff,
-        s => s,
+    // Identification 0, don't fragment, TTL / hop limit 255.
+    let ip = IpHeader {
+        ttl: 255,
+        dont_fragment: true,
+        ..IpHeader::new(addrs, build::PROTO_UDP)
     };
-    out[l4 + 6..l4 + 8].copy_from_slice(&sum.to_be_bytes());
+    let start = out.len();
+    build::ethernet(out, to.0, from.0, ip.ethertype());
+    if !ip.try_push(out, UDP_LEN + payload.len()) {
+        out.truncate(start);
+        return false;
+    }
+    let l4 = out.len();
+    build::udp(out, sport, dport, payload.len());
+    out.extend_from_slice(payload);
+    build::udp_checksum(out, l4, &ip);
     true
 }
 

@@ -50,7 +50,7 @@ use prometheus_client::registry::{Registry, Unit};
 use super::digest::DigestRoute;
 use super::http::{Handler, HttpListener, Limits, Request, Response, ServerThread};
 use super::stats::{LATENCY_BUCKETS_NS, LatencyBuckets, Stats};
-use crate::pipeline::DropReason;
+use crate::packet::DropReason;
 use crate::stage::sfb::SFB_MAX_PROB;
 use crate::wire::Malformed;
 

@@ -81,6 +81,7 @@ macro_rules! say {
 }
 
 pub mod digest;
+mod error;
 pub mod http;
 pub mod lock;
 pub mod metrics;
@@ -90,12 +91,12 @@ pub mod share;
 pub mod stats;
 pub mod worker;
 
+pub use error::RouterError;
+
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-
-use anyhow::Context as _;
 
 use crate::chain::{Chain, ChainError};
 use crate::clock::MonotonicClock;
@@ -218,24 +219,19 @@ impl Router {
     /// Opens every socket, then starts the workers. Errors (an interface
     /// another router holds, a missing or down interface, no `CAP_NET_RAW`,
     /// an unknown core) come back before any worker runs.
-    pub fn start(cfg: &RouterConfig, opts: &RunOptions) -> anyhow::Result<Router> {
+    pub fn start(cfg: &RouterConfig, opts: &RunOptions) -> Result<Router, RouterError> {
         let n = cfg.workers.resolved_count();
         let available = core_affinity::get_core_ids().unwrap_or_default();
         let mut cores = Vec::with_capacity(n);
         for i in 0..n {
             cores.push(match cfg.workers.cores.get(i) {
-                Some(&c) => Some(
-                    available
-                        .iter()
-                        .copied()
-                        .find(|x| x.id == c)
-                        .ok_or_else(|| {
-                            anyhow::anyhow!(
-                                "workers.cores[{i}]: core {c} is not available to this process (have {:?})",
-                                available.iter().map(|x| x.id).collect::<Vec<_>>()
-                            )
-                        })?,
-                ),
+                Some(&c) => Some(available.iter().copied().find(|x| x.id == c).ok_or_else(
+                    || RouterError::Core {
+                        index: i,
+                        core: c,
+                        available: available.iter().map(|x| x.id).collect(),
+                    },
+                )?),
                 None => None,
             });
         }
@@ -245,7 +241,7 @@ impl Router {
         let mut groups = Vec::new();
         for (i, ifc) in cfg.interfaces.iter().enumerate() {
             let sys = socket::find_interface(&ifc.name)
-                .with_context(|| format!("interfaces[{i}].name"))?;
+                .map_err(|err| RouterError::Interface { index: i, err })?;
             groups.push(socket::fanout_group(sys.index));
         }
         let clock = MonotonicClock::new();
@@ -255,7 +251,7 @@ impl Router {
                 let mut all = Vec::with_capacity(n);
                 for _ in 0..n {
                     let mut ports = Vec::new();
-                    for (ifc, g) in cfg.interfaces.iter().zip(&groups) {
+                    for (ifc, g) in cfg.port_settings().iter().zip(&groups) {
                         ports.push(socket::open_port(ifc, *g)?);
                     }
                     all.push(ports);
@@ -274,7 +270,7 @@ impl Router {
                 )
             }
             IoBackend::Ring => open_ring(cfg, &groups, n, clock)?,
-            IoBackend::Xdp => match XdpSetup::open(&cfg.interfaces, n, &cfg.io.xdp, clock) {
+            IoBackend::Xdp => match XdpSetup::open(&cfg.port_settings(), n, &cfg.io.xdp, clock) {
                 Ok(setup) => {
                     for p in &setup.programs {
                         say!(
@@ -404,7 +400,7 @@ impl Router {
     }
 
     /// Writes the heavy-flow epochs every worker has closed.
-    pub fn pump_reports(&mut self) -> anyhow::Result<()> {
+    pub fn pump_reports(&mut self) -> Result<(), RouterError> {
         if let Some(r) = &mut self.reporter {
             while let Ok(m) = self.epochs.try_recv() {
                 r.add(m);
@@ -422,7 +418,7 @@ impl Router {
     ///
     /// # Errors
     /// Writing the heavy-flow reports.
-    pub fn shutdown(mut self) -> anyhow::Result<Shutdown> {
+    pub fn shutdown(mut self) -> Result<Shutdown, RouterError> {
         self.stop.store(true, Ordering::SeqCst);
         let mut out = Vec::new();
         let mut latency = Latencies::default();
@@ -523,11 +519,12 @@ fn open_ring(
     groups: &[u16],
     n: usize,
     clock: MonotonicClock,
-) -> anyhow::Result<Opened> {
+) -> Result<Opened, RouterError> {
     let rc = cfg.io.ring;
+    let settings = cfg.port_settings();
     let mut all = Vec::with_capacity(n);
     for _ in 0..n {
-        all.push(RingPorts::open(&cfg.interfaces, groups, &rc, clock)?);
+        all.push(RingPorts::open(&settings, groups, &rc, clock)?);
     }
     for (ifc, g) in cfg.interfaces.iter().zip(groups) {
         say!(
@@ -686,19 +683,21 @@ impl HeavyReporter {
         workers: usize,
         ipfix: Option<&str>,
         clock: MonotonicClock,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, RouterError> {
         let out: Box<dyn Write + Send> = if dest == "-" {
             Box::new(std::io::stdout())
         } else {
-            Box::new(
-                std::fs::File::create(&dest)
-                    .map_err(|e| anyhow::anyhow!("heavy.report: cannot create {dest}: {e}"))?,
-            )
+            match std::fs::File::create(&dest) {
+                Ok(f) => Box::new(f),
+                Err(err) => return Err(RouterError::HeavyReport { dest, err }),
+            }
         };
         let ipfix = ipfix
             .map(|a| {
-                crate::ipfix::Exporter::new(a)
-                    .map_err(|e| anyhow::anyhow!("heavy.ipfix: cannot export to {a}: {e}"))
+                crate::ipfix::Exporter::new(a).map_err(|err| RouterError::Ipfix {
+                    to: a.to_string(),
+                    err,
+                })
             })
             .transpose()?;
         Ok(HeavyReporter {
@@ -719,7 +718,7 @@ impl HeavyReporter {
         self.closed_before[m.worker] = self.closed_before[m.worker].max(m.closed_before);
     }
 
-    fn flush(&mut self, all: bool) -> anyhow::Result<()> {
+    fn flush(&mut self, all: bool) -> Result<(), RouterError> {
         let limit = if all {
             u64::MAX
         } else {
@@ -765,7 +764,7 @@ impl HeavyReporter {
 mod tests {
     use super::*;
     use crate::io::memory::MemoryPorts;
-    use crate::pipeline::PortSet;
+    use crate::packet::PortSet;
     use crate::wire::LinkType;
 
     #[test]

@@ -67,7 +67,7 @@ impl Peering {
         cfg: PeeringConfig,
         ports: usize,
         workers: usize,
-    ) -> anyhow::Result<(Peering, Vec<WorkerEnds>)> {
+    ) -> Result<(Peering, Vec<WorkerEnds>), super::RouterError> {
         let udp_port = cfg.udp_port;
         let peer_ports = cfg.peers.iter().fold(0u64, |m, p| {
             m | 1u64.checked_shl(u32::from(p.port)).unwrap_or(0)
@@ -138,6 +138,10 @@ impl Peering {
                     if let Ok(mut r) = report.lock() {
                         *r = Some(control.report(wall_ns()));
                     }
+                })
+                .map_err(|err| super::RouterError::Thread {
+                    name: "bp-peering",
+                    err,
                 })?
         };
         Ok((

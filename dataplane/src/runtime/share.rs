@@ -34,8 +34,8 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::chain::Chain;
 use crate::clock::Timestamp;
-use crate::pipeline::Batch;
-use crate::stage::egress::Transmit;
+use crate::packet::Batch;
+use crate::packet::Transmit;
 use crate::stage::forward::NeighbourEvent;
 use crate::stage::multicast::MembershipEvent;
 
@@ -274,7 +274,7 @@ mod tests {
         process(&mut p[0], Some(&links[0]), &mut b, t, &mut tx);
         assert_eq!(links[1].receive(&mut p[1]), 1);
         let a = "10.0.0.9".parse().unwrap();
-        let mac = crate::config::MacAddr([2, 0, 0, 0, 0, 9]);
+        let mac = crate::addr::MacAddr([2, 0, 0, 0, 0, 9]);
         for c in &p {
             assert_eq!(c.forward().unwrap().neighbours().get(a, t), Some(mac));
         }

@@ -46,8 +46,8 @@ use super::share::{self, MembershipLink};
 use crate::chain::Chain;
 use crate::clock::Timestamp;
 use crate::io::port::Ports;
-use crate::pipeline::{Batch, DropReason};
-use crate::stage::egress::{Transmit, TxFrame};
+use crate::packet::{Batch, DropReason};
+use crate::packet::{Transmit, TxFrame};
 
 /// How often (on the backend's clock) a worker ticks its chain and runs
 /// its owner's hook.

@@ -114,7 +114,8 @@ const NO_FLOW: FlowKey = FlowKey::V4(Flow4 {
     dst_port: 0,
     protocol: IpProtocol::HopByHop,
 });
-use crate::pipeline::{BATCH_SIZE, Batch, Stage};
+use crate::packet::{BATCH_SIZE, Batch};
+use crate::pipeline::Stage;
 
 /// When a flow is heavy, per epoch.
 #[derive(Debug, Clone, Copy, PartialEq)]

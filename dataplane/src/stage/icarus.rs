@@ -102,7 +102,7 @@
 //! a stripping port as it came (`stripped`, as if inserted and stripped):
 //! every copy's bytes and every counter are those of inserting at ingress.
 //!
-//! [`Packet::icarus_pending`]: crate::pipeline::Packet::icarus_pending
+//! [`Packet::icarus_pending`]: crate::packet::Packet::icarus_pending
 //!
 //! # Cost per packet
 //!
@@ -131,7 +131,8 @@ use kernels::Hasher;
 use serde::Serialize;
 
 use crate::clock::Timestamp;
-use crate::pipeline::{Batch, DropReason, Stage};
+use crate::packet::{Batch, DropReason};
+use crate::pipeline::Stage;
 use crate::wire::icarus::{
     self, Filter, FilterWidth, Hop, IcarusError, Location, Stripped, WireMask,
 };
@@ -830,7 +831,7 @@ impl Icarus {
 /// edge (a [`Pipeline`](crate::pipeline::Pipeline) of single stages,
 /// having no egress stage, inserts nothing).
 ///
-/// [`Packet::icarus_pending`]: crate::pipeline::Packet::icarus_pending
+/// [`Packet::icarus_pending`]: crate::packet::Packet::icarus_pending
 #[derive(Debug, Clone)]
 pub struct IcarusStage {
     core: Icarus,

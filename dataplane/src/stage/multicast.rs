@@ -209,7 +209,7 @@
 use core::any::Any;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use kernels::Hasher;
@@ -217,14 +217,13 @@ use kernels::bloom::{Bloom, CountingBloom, ParamError, Params, PortError, PortFi
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
-use crate::pipeline::{Batch, DropReason, PortSet, Stage, Verdict};
+use crate::packet::{Batch, DropReason, PortSet, Verdict};
+use crate::pipeline::Stage;
 use crate::wire::icmpv6::{self, Message as Icmpv6Message};
 use crate::wire::igmp::{self, RecordType};
 use crate::wire::{IpProtocol, Parsed, mld};
 
-/// A group as hashed: four big-endian words of the 128-bit address (IPv4 as
-/// `::ffff:a.b.c.d`).
-pub type GroupKey = [u32; 4];
+pub use crate::addr::{GroupKey, group_addr, group_key, group_key_v4, group_key_v6};
 
 /// Robustness variable (RFC 3376 §8.1).
 pub const ROBUSTNESS: u64 = 2;
@@ -239,43 +238,6 @@ pub const GROUP_MEMBERSHIP_INTERVAL_NS: u64 =
 
 /// Group-record chunk answered by one kernel call (the kernels' batch).
 const QUERY_CHUNK: usize = 64;
-
-/// The key of an IPv4 group: `[0, 0, 0xffff, group]`.
-pub fn group_key_v4(group: Ipv4Addr) -> GroupKey {
-    [0, 0, 0xffff, group.to_bits()]
-}
-
-/// The key of an IPv6 group: the address's four big-endian words.
-pub fn group_key_v6(group: Ipv6Addr) -> GroupKey {
-    let b = group.to_bits();
-    [
-        (b >> 96) as u32,
-        (b >> 64) as u32,
-        (b >> 32) as u32,
-        b as u32,
-    ]
-}
-
-/// The key of a group of either family.
-pub fn group_key(group: IpAddr) -> GroupKey {
-    match group {
-        IpAddr::V4(a) => group_key_v4(a),
-        IpAddr::V6(a) => group_key_v6(a),
-    }
-}
-
-/// The address a key was made from (inverse of [`group_key`]).
-pub fn group_addr(key: &GroupKey) -> IpAddr {
-    let b = (u128::from(key[0]) << 96)
-        | (u128::from(key[1]) << 64)
-        | (u128::from(key[2]) << 32)
-        | u128::from(key[3]);
-    let a = Ipv6Addr::from_bits(b);
-    match a.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(a),
-    }
-}
 
 /// Whether `group` is of link-local scope, never routed by default:
 /// 224.0.0.0/24 (RFC 5771), or an IPv6 multicast address of scope 0, 1

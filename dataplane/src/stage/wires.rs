@@ -13,7 +13,8 @@
 use std::any::Any;
 
 use crate::clock::Timestamp;
-use crate::pipeline::{Batch, DropReason, PortSet, Stage, Verdict};
+use crate::packet::{Batch, DropReason, PortSet, Verdict};
+use crate::pipeline::Stage;
 
 /// Counters of the [`Wires`] stage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -125,14 +126,23 @@ mod tests {
     use crate::wire::LinkType;
 
     fn frame(dst: [u8; 4]) -> Vec<u8> {
-        let mut f = vec![
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00, // Ethernet
-            0x45, 0x00, 0x00, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 0, 0, 0, 0, // IPv4
-            0x03, 0xe8, 0x07, 0xd0, 0, 8, 0, 0, // UDP
-        ];
-        f[30..34].copy_from_slice(&dst);
-        let sum = !crate::wire::checksum::sum(&f[14..34]);
-        f[24..26].copy_from_slice(&sum.to_be_bytes());
+        use crate::wire::build::{self, Addrs, IpHeader};
+        let ip = IpHeader::new(
+            Addrs::V4 {
+                src: [10, 0, 0, 1].into(),
+                dst: dst.into(),
+            },
+            build::PROTO_UDP,
+        );
+        let mut f = Vec::new();
+        build::ethernet(
+            &mut f,
+            [0, 1, 2, 3, 4, 5],
+            [6, 7, 8, 9, 10, 11],
+            ip.ethertype(),
+        );
+        ip.push(&mut f, build::UDP_LEN);
+        build::udp(&mut f, 1000, 2000, 0);
         f
     }
 

@@ -36,6 +36,7 @@
 
 use core::ops::{Range, RangeFrom};
 
+pub mod build;
 pub mod ethernet;
 pub mod icarus;
 pub mod icmpv4;

@@ -53,13 +53,7 @@ impl Lanes for u32 {
 /// # Panics
 /// If `out` is shorter than `keys`.
 pub fn hash<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
-    const {
-        assert!(
-            W >= 1 && W <= crate::MAX_WORDS,
-            "key width must be 1..=MAX_WORDS"
-        )
-    };
-    assert!(out.len() >= keys.len(), "hash: output shorter than input");
+    super::check_hash::<W>(keys.len(), out.len());
     let mut rk = [aes::Block8::default(); crate::seed::ROUND_KEYS];
     for (wide, k) in rk.iter_mut().zip(&key.rk) {
         wide.fill(aes::Block::from(*k));
@@ -95,10 +89,7 @@ pub fn hash<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPai
 /// # Panics
 /// If `out` is shorter than `rows * pairs.len()`.
 pub fn partitioned(pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
-    assert!(
-        out.len() >= layout.rows() * pairs.len(),
-        "partitioned: output too short"
-    );
+    super::check_partitioned(pairs, layout, out);
     // SAFETY: no CPU feature needed; length checked above.
     unsafe { lanes::partitioned::<u32>(pairs, layout.rows(), layout.log2_width(), out) }
 }
@@ -108,14 +99,7 @@ pub fn partitioned(pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
 /// # Panics
 /// If `blocks` is shorter than `pairs` or `bits` than `k * pairs.len()`.
 pub fn blocked(pairs: &[HashPair], layout: Blocked, blocks: &mut [u32], bits: &mut [u32]) {
-    assert!(
-        blocks.len() >= pairs.len(),
-        "blocked: block output too short"
-    );
-    assert!(
-        bits.len() >= layout.k() * pairs.len(),
-        "blocked: bit output too short"
-    );
+    super::check_blocked(pairs, layout, blocks, bits);
     // SAFETY: no CPU feature needed; lengths checked above.
     unsafe {
         lanes::blocked::<u32>(
@@ -179,14 +163,11 @@ pub fn split_block_contains(
     blocks: &[SplitBlockWords],
     out: &mut [bool],
 ) {
-    assert_eq!(
-        blocks.len() as u64,
-        layout.blocks(),
-        "split_block_contains: wrong number of blocks"
-    );
-    assert!(
-        out.len() >= pairs.len(),
-        "split_block_contains: output too short"
+    super::check_split_block(
+        "split_block_contains",
+        layout,
+        blocks,
+        Some((pairs.len(), out.len())),
     );
     // SAFETY: no CPU feature needed; lengths checked above.
     unsafe { lanes::split_block_contains::<u32>(pairs, layout.log2_blocks(), blocks, out) }
@@ -198,11 +179,7 @@ pub fn split_block_contains(
 /// # Panics
 /// If `blocks.len()` is not `layout.blocks()`.
 pub fn split_block_insert(pairs: &[HashPair], layout: SplitBlock, blocks: &mut [SplitBlockWords]) {
-    assert_eq!(
-        blocks.len() as u64,
-        layout.blocks(),
-        "split_block_insert: wrong number of blocks"
-    );
+    super::check_split_block("split_block_insert", layout, blocks, None);
     // SAFETY: no CPU feature needed; length checked above.
     unsafe { lanes::split_block_insert::<u32>(pairs, layout.log2_blocks(), blocks) }
 }

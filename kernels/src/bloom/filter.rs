@@ -253,12 +253,12 @@ impl Bloom {
                 // requires AVX2 too) only if
                 // `Backend::require` or `Backend::active` found AVX2 on
                 // this CPU when it was built (its invariant).
-                unsafe { arch::x86_64::avx2::split_block_contains(pairs, layout, blocks, out) }
+                let avx2 = unsafe { arch::x86_64::avx2::Avx2::new_unchecked() };
+                avx2.split_block_contains(pairs, layout, blocks, out)
             }
             #[cfg(target_arch = "aarch64")]
-            crate::Backend::Neon => {
-                arch::aarch64::neon::split_block_contains(pairs, layout, blocks, out)
-            }
+            crate::Backend::Neon => arch::aarch64::neon::Neon::baseline()
+                .split_block_contains(pairs, layout, blocks, out),
             _ => arch::scalar::split_block_contains(pairs, layout, blocks, out),
         }
     }
@@ -285,10 +285,13 @@ impl Bloom {
             crate::Backend::Avx2 | crate::Backend::Avx512 => {
                 // SAFETY: as in `contains_split_pairs`: the hasher's backend
                 // was found on this CPU when the hasher was built.
-                unsafe { arch::x86_64::avx2::split_block_insert(pairs, layout, blocks) }
+                let avx2 = unsafe { arch::x86_64::avx2::Avx2::new_unchecked() };
+                avx2.split_block_insert(pairs, layout, blocks)
             }
             #[cfg(target_arch = "aarch64")]
-            crate::Backend::Neon => arch::aarch64::neon::split_block_insert(pairs, layout, blocks),
+            crate::Backend::Neon => {
+                arch::aarch64::neon::Neon::baseline().split_block_insert(pairs, layout, blocks)
+            }
             _ => arch::scalar::split_block_insert(pairs, layout, blocks),
         }
     }

@@ -77,8 +77,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use crate::frames::{Addrs, IpHeader, PROTO_UDP, UDP_LEN, push_eth, push_udp, udp_checksum};
 use crate::synth::{SYNTH_GAP_NS, SYNTH_START_NS, sidecar_path, write_sidecar};
+use dataplane::wire::build::{self, Addrs, IpHeader, PROTO_UDP, UDP_LEN, udp_checksum};
 
 /// The longest path accepted, in hops.
 pub const MAX_HOPS: usize = 64;
@@ -653,7 +653,7 @@ fn udp_frame(out: &mut Vec<u8>, seq: u64, v6: bool, hops: usize, looping: bool) 
         dont_fragment: true,
         ..IpHeader::new(addrs, PROTO_UDP)
     };
-    push_eth(
+    build::ethernet(
         out,
         [0x02, 0, 0, 0, 0, 2],
         [0x02, 0, 0, 0, 0, 1],
@@ -661,7 +661,7 @@ fn udp_frame(out: &mut Vec<u8>, seq: u64, v6: bool, hops: usize, looping: bool) 
     );
     ip.push(out, UDP_LEN + PAYLOAD);
     let l4 = out.len();
-    push_udp(out, 1024 + (seq % 60_000) as u16, 9, PAYLOAD);
+    build::udp(out, 1024 + (seq % 60_000) as u16, 9, PAYLOAD);
     out.extend_from_slice(&seq.to_be_bytes());
     out.extend_from_slice(&[hops.min(255) as u8, u8::from(looping), 0, 0, 0, 0, 0, 0]);
     udp_checksum(out, l4, &ip);

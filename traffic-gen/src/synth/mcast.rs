@@ -29,13 +29,12 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use dataplane::stage::multicast::GROUP_MEMBERSHIP_INTERVAL_NS;
-use dataplane::wire::checksum;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use crate::frames::{Addrs, IpHeader, PROTO_UDP, UDP_LEN, push_eth, push_udp};
 use crate::synth::{SYNTH_START_NS, create_pcapng, write_sidecar};
+use dataplane::wire::build::{self, Addrs, IpHeader, PROTO_UDP, UDP_LEN};
 
 /// Settings of a multicast workload.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -311,18 +310,17 @@ pub fn write_pcapng(cfg: McastConfig, path: &Path) -> Result<McastTruth> {
     Ok(truth)
 }
 
-/// Appends the Ethernet header, `ip` and `payload` of a frame from a host
-/// behind `port` (source MAC `02:00:00:00:PORT:01`) to the multicast MAC
-/// `01:00:5e:00:00:01`.
-fn push_ip(out: &mut Vec<u8>, ip: &IpHeader, payload: &[u8], port: u8) {
-    push_eth(
+/// Appends the Ethernet header and `ip` of a frame from a host behind
+/// `port` (source MAC `02:00:00:00:PORT:01`) to the multicast MAC
+/// `01:00:5e:00:00:01`, carrying `payload_len` bytes.
+fn push_headers(out: &mut Vec<u8>, ip: &IpHeader, payload_len: usize, port: u8) {
+    build::ethernet(
         out,
         [0x01, 0x00, 0x5e, 0, 0, 1],
         [0x02, 0, 0, 0, port, 1],
         ip.ethertype(),
     );
-    ip.push(out, payload.len());
-    out.extend_from_slice(payload);
+    ip.push(out, payload_len);
 }
 
 /// A control message from a host behind `port`: `version` 0 is IGMPv2 /
@@ -338,53 +336,44 @@ pub fn control_frame(g: IpAddr, c: Ctl, version: u8, port: u8) -> Vec<u8> {
 pub fn write_control_frame(out: &mut Vec<u8>, g: IpAddr, c: Ctl, version: u8, port: u8) {
     out.clear();
     let join = matches!(c, Ctl::Join);
-    // The longest message: an MLDv2 report with one record, 8 + 4 + 16.
-    let mut m = [0u8; 28];
     match g {
         IpAddr::V4(g) => {
             let src = Ipv4Addr::new(10, port, 0, 9);
-            let (dst, n) = if version == 0 {
-                m[0] = if join { 0x16 } else { 0x17 };
-                m[4..8].copy_from_slice(&g.octets());
-                (if join { g } else { Ipv4Addr::new(224, 0, 0, 2) }, 8)
-            } else {
-                m[..8].copy_from_slice(&[0x22, 0, 0, 0, 0, 0, 0, 1]);
-                m[8] = if join { 4 } else { 3 };
-                m[12..16].copy_from_slice(&g.octets());
-                (Ipv4Addr::new(224, 0, 0, 22), 16)
+            let (dst, n) = match (version, join) {
+                (0, true) => (g, 8),
+                (0, false) => (Ipv4Addr::new(224, 0, 0, 2), 8),
+                _ => (Ipv4Addr::new(224, 0, 0, 22), 16),
             };
-            let sum = !checksum::sum(&m[..n]);
-            m[2..4].copy_from_slice(&sum.to_be_bytes());
             let ip = IpHeader {
                 ttl: 1,
-                ..IpHeader::new(Addrs::V4 { src, dst }, 2)
+                ..IpHeader::new(Addrs::V4 { src, dst }, build::PROTO_IGMP)
             };
-            push_ip(out, &ip, &m[..n], port);
+            push_headers(out, &ip, n, port);
+            match (version, join) {
+                (0, true) => build::igmp_v2(out, build::IGMP_V2_REPORT, g),
+                (0, false) => build::igmp_v2(out, build::IGMP_V2_LEAVE, g),
+                (_, true) => build::igmp_v3_report(out, build::RECORD_TO_EXCLUDE, g),
+                (_, false) => build::igmp_v3_report(out, build::RECORD_TO_INCLUDE, g),
+            }
         }
         IpAddr::V6(g) => {
             let src = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, u16::from(port), 9);
-            let (dst, n) = if version == 0 {
-                m[0] = if join { 131 } else { 132 };
-                m[8..24].copy_from_slice(&g.octets());
-                let dst = if join {
-                    g
-                } else {
-                    Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2)
-                };
-                (dst, 24)
-            } else {
-                m[..8].copy_from_slice(&[143, 0, 0, 0, 0, 0, 0, 1]);
-                m[8] = if join { 4 } else { 3 };
-                m[12..28].copy_from_slice(&g.octets());
-                (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x16), 28)
+            let (dst, n) = match (version, join) {
+                (0, true) => (g, 24),
+                (0, false) => (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2), 24),
+                _ => (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x16), 28),
             };
             let ip = IpHeader {
                 ttl: 1,
-                ..IpHeader::new(Addrs::V6 { src, dst }, 58)
+                ..IpHeader::new(Addrs::V6 { src, dst }, build::PROTO_ICMPV6)
             };
-            let sum = ip.l4_checksum(&m[..n]);
-            m[2..4].copy_from_slice(&sum.to_be_bytes());
-            push_ip(out, &ip, &m[..n], port);
+            push_headers(out, &ip, n, port);
+            match (version, join) {
+                (0, true) => build::mld_v1(out, &ip, build::MLD_V1_REPORT, g),
+                (0, false) => build::mld_v1(out, &ip, build::MLD_V1_DONE, g),
+                (_, true) => build::mld_v2_report(out, &ip, build::RECORD_TO_EXCLUDE, g),
+                (_, false) => build::mld_v2_report(out, &ip, build::RECORD_TO_INCLUDE, g),
+            }
         }
     }
 }
@@ -415,14 +404,14 @@ pub fn write_data_frame(out: &mut Vec<u8>, g: IpAddr, port: u8, seq: u32, payloa
         ttl: 16,
         ..IpHeader::new(addrs, PROTO_UDP)
     };
-    push_eth(
+    build::ethernet(
         out,
         [0x01, 0x00, 0x5e, 0, 0, 1],
         [0x02, 0, 0, 0, port, 1],
         ip.ethertype(),
     );
     ip.push(out, UDP_LEN + payload_len);
-    push_udp(out, 5000, 5001, payload_len);
+    build::udp(out, 5000, 5001, payload_len);
     out.extend_from_slice(&seq.to_be_bytes());
     out.resize(out.len() + payload_len - 4, 0);
 }

@@ -31,7 +31,7 @@ use rand::rngs::StdRng;
 use rand_distr::{Distribution, Zipf};
 use serde::Serialize;
 
-use crate::frames::{Addrs, ETH_LEN, IpHeader, PROTO_UDP, UDP_LEN, push_eth, push_udp};
+use dataplane::wire::build::{self, Addrs, ETH_LEN, IpHeader, PROTO_UDP, UDP_LEN};
 
 /// Settings of a Zipf workload.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -430,7 +430,7 @@ pub fn frame(flow: u32, size: usize) -> Vec<u8> {
     let l4 = ETH_LEN + ip.len();
     let size = size.clamp(l4 + UDP_LEN, 9000);
     let mut f = Vec::with_capacity(size);
-    push_eth(
+    build::ethernet(
         &mut f,
         [0x02, 0, 0, 0, 0, 2],
         [0x02, 0, 0, 0, 0, 1],
@@ -438,7 +438,7 @@ pub fn frame(flow: u32, size: usize) -> Vec<u8> {
     );
     ip.push(&mut f, size - l4);
     let sport = (1024 + flow % 50_000) as u16;
-    push_udp(&mut f, sport, 53, size - l4 - UDP_LEN);
+    build::udp(&mut f, sport, 53, size - l4 - UDP_LEN);
     f.resize(size, 0);
     f
 }

@@ -5,6 +5,9 @@ use std::fs::File;
 use std::io::{BufReader, Cursor, Read};
 use std::path::Path;
 
+use crate::clock::Timestamp;
+use crate::packet::Batch;
+
 use super::gzip::{GZIP_MAGIC, GzMembers};
 
 use super::pcapng::{Block, PcapngState, SHB_MAGIC};
@@ -221,6 +224,27 @@ impl CaptureReader {
     /// stages use the captured bytes.)
     pub fn lengths_fixed(&self) -> u64 {
         self.lengths_fixed
+    }
+
+    /// Fills `batch` from the capture until the batch is full or the
+    /// capture ends; returns the number of packets added (records before a
+    /// fault are in the batch when the fault is returned).
+    pub fn fill_batch(&mut self, batch: &mut Batch) -> Result<usize, CaptureError> {
+        let before = batch.len();
+        while !batch.is_full() {
+            match self.next_record()? {
+                Some(r) => {
+                    batch.push(
+                        Timestamp::from_nanos(r.ts_ns),
+                        r.orig_len,
+                        r.link_type,
+                        r.data,
+                    );
+                }
+                None => break,
+            }
+        }
+        Ok(batch.len() - before)
     }
 
     /// The next record, borrowed from the reader's buffer until the next

@@ -50,7 +50,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use kernels::{HashPair, Hasher};
 
 use crate::clock::Timestamp;
-use crate::pipeline::{BATCH_SIZE, Batch, Packet, Stage};
+use crate::packet::{BATCH_SIZE, Batch, Packet};
+use crate::pipeline::Stage;
 use crate::wire::IpVersion;
 
 pub use key::{Completeness, Invariant, InvariantError};

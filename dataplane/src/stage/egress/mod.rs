@@ -6,7 +6,7 @@
 //! every port of its verdict but its ingress port (a copy back out of the
 //! ingress is counted as `hairpin` and not sent, unless the forwarding
 //! stage routed the packet back out of it:
-//! [`Packet::to_ingress`](crate::pipeline::Packet::to_ingress)):
+//! [`Packet::to_ingress`](crate::packet::Packet::to_ingress)):
 //!
 //! * a port **without a queue** sends the copy at once, at the packet's
 //!   arrival time;
@@ -27,7 +27,7 @@
 //! A copy leaving a port in the Icarus `strip_on` list loses its Icarus
 //! option first (the other copies of the packet keep theirs). A packet
 //! whose insertion the Icarus stage deferred
-//! ([`Packet::icarus_pending`](crate::pipeline::Packet::icarus_pending))
+//! ([`Packet::icarus_pending`](crate::packet::Packet::icarus_pending))
 //! gets the option ([`Egress::set_icarus_insert`]) in each copy leaving by
 //! a port that keeps it; a copy leaving by a stripping port goes out as it
 //! came and counts as stripped.
@@ -76,7 +76,7 @@ pub use shaper::{Departure, EgressConfig, EgressQueue, EgressStats, fmt_rate};
 
 use crate::clock::Timestamp;
 use crate::flow::FlowKey;
-use crate::pipeline::{Batch, DropCounters, DropReason, Packet, PortSet, Verdict};
+use crate::packet::{Batch, DropCounters, DropReason, Packet, PortSet, Transmit, TxFrame, Verdict};
 use crate::stage::sfb::{
     Arrival, Enqueued, FairStats, Feed, PortKeys, SfbConfig, SfbConfigError, SfbCounters, SfbPeaks,
     SfbQueue,
@@ -84,31 +84,6 @@ use crate::stage::sfb::{
 use crate::timing::{Lap, Step};
 use crate::wire::icarus::Filter;
 use crate::wire::{icarus, set_ce_at};
-
-/// A copy leaving a port.
-#[derive(Debug, Clone, Copy)]
-pub struct TxFrame<'a> {
-    /// The port.
-    pub port: u8,
-    /// The bytes.
-    pub frame: &'a [u8],
-    /// The length on the wire (more than `frame` when a capture cut it).
-    pub wire_len: u32,
-    /// When its packet arrived.
-    pub arrived: Timestamp,
-    /// When it leaves: the arrival for a port without a queue, the time
-    /// the shaper released it for a queued one.
-    pub departs: Timestamp,
-    /// Whether it came out of the port's queue.
-    pub queued: bool,
-}
-
-/// Where departing copies go: a socket, a capture file, memory.
-pub trait Transmit {
-    /// Sends one copy; `false` when it could not leave (counted as a send
-    /// error).
-    fn send(&mut self, tx: &TxFrame<'_>) -> bool;
-}
 
 /// A port whose SFB settings were refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -1257,7 +1232,7 @@ impl<X: Transmit> Feed<Held> for PortFeed<'_, X> {
 /// The Icarus edge work on `copy` (a copy of a frame, IP header at `l3`)
 /// leaving by a port that strips (`strip`) or keeps the option: strips an
 /// option it carries, or, for a deferred insertion (`pending`:
-/// [`Packet::icarus_pending`](crate::pipeline::Packet::icarus_pending)),
+/// [`Packet::icarus_pending`](crate::packet::Packet::icarus_pending)),
 /// inserts `insert` where the port keeps it. Returns whether the copy
 /// counts as stripped.
 fn icarus_out(
@@ -1298,15 +1273,26 @@ mod tests {
 
     /// Ethernet + IPv4 + UDP to `dst` from source port `sport`, TOS `tos`.
     fn frame(dst: [u8; 4], sport: u16, tos: u8) -> Vec<u8> {
-        let mut f = vec![
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00, // Ethernet
-            0x45, tos, 0x00, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 0, 0, 0, 0, // IPv4
-            0, 0, 0x07, 0xd0, 0, 8, 0, 0, // UDP
-        ];
-        f[30..34].copy_from_slice(&dst);
-        f[34..36].copy_from_slice(&sport.to_be_bytes());
-        let sum = !crate::wire::checksum::sum(&f[14..34]);
-        f[24..26].copy_from_slice(&sum.to_be_bytes());
+        use crate::wire::build::{self, Addrs, IpHeader};
+        let ip = IpHeader {
+            tos,
+            ..IpHeader::new(
+                Addrs::V4 {
+                    src: [10, 0, 0, 1].into(),
+                    dst: dst.into(),
+                },
+                build::PROTO_UDP,
+            )
+        };
+        let mut f = Vec::new();
+        build::ethernet(
+            &mut f,
+            [0, 1, 2, 3, 4, 5],
+            [6, 7, 8, 9, 10, 11],
+            ip.ethertype(),
+        );
+        ip.push(&mut f, build::UDP_LEN);
+        build::udp(&mut f, sport, 2000, 0);
         f
     }
 

@@ -57,7 +57,7 @@
 use serde::Deserialize;
 
 use crate::clock::Timestamp;
-use crate::pipeline::DropReason;
+use crate::packet::DropReason;
 
 /// [`EgressQueue::due`] of an empty queue: never due.
 const IDLE: (Timestamp, u64) = (Timestamp::from_nanos(u64::MAX), 0);

@@ -10,7 +10,8 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::config::{DEFAULT_MTU, InterfaceAddr, IpNet, MacAddr, RouterConfig};
+use super::config::{ForwardConfig, RouteVia};
+use crate::addr::{InterfaceAddr, IpNet, MacAddr};
 use crate::route::{Lpm4, Lpm6, Prefix};
 
 /// Where a route sends a packet.
@@ -116,18 +117,16 @@ impl Fib {
     /// The table `cfg` describes; `strip` is the Icarus strip mask. A
     /// route the validation would refuse (a gateway no connected prefix
     /// reaches) is left out.
-    pub fn build(cfg: &RouterConfig, strip: u64) -> Fib {
+    pub fn build(cfg: &ForwardConfig, strip: u64) -> Fib {
         let ports: Vec<PortInfo> = cfg
-            .interfaces
+            .ports
             .iter()
             .enumerate()
-            .map(|(i, ifc)| PortInfo {
-                routed: ifc.is_routed(),
-                mac: ifc
-                    .mac
-                    .unwrap_or_else(|| MacAddr::default_for_port(i as u8)),
-                mtu: ifc.mtu.unwrap_or(DEFAULT_MTU),
-                addresses: ifc.addresses.clone(),
+            .map(|(i, p)| PortInfo {
+                routed: !p.addresses.is_empty(),
+                mac: p.mac,
+                mtu: p.mtu,
+                addresses: p.addresses.clone(),
                 strip: strip & 1u64.checked_shl(i as u32).unwrap_or(0) != 0,
             })
             .collect();
@@ -140,7 +139,7 @@ impl Fib {
         let mut ids: HashMap<NextHop, u32> = HashMap::new();
         let mut routes: Vec<(IpNet, NextHop)> = Vec::new();
         let connected: Vec<(IpNet, u8)> = cfg
-            .interfaces
+            .ports
             .iter()
             .enumerate()
             .flat_map(|(i, ifc)| ifc.addresses.iter().map(move |a| (a.network(), i as u8)))
@@ -149,21 +148,20 @@ impl Fib {
             routes.push((net, NextHop::Direct { port }));
         }
         for r in &cfg.routes {
-            let hop = match (&r.via, &r.interface) {
-                (Some(via), None) => connected
+            let hop = match r.via {
+                RouteVia::Gateway(via) => connected
                     .iter()
-                    .filter(|(n, _)| n.contains(*via))
+                    .filter(|(n, _)| n.contains(via))
                     .max_by_key(|(n, _)| n.prefix_len())
-                    .map(|&(_, port)| NextHop::Gateway { port, via: *via }),
-                (None, Some(name)) => cfg.port_of(name).map(|port| NextHop::Direct { port }),
-                _ => None,
+                    .map(|&(_, port)| NextHop::Gateway { port, via }),
+                RouteVia::Port(port) => Some(NextHop::Direct { port }),
             };
             if let Some(h) = hop {
                 routes.push((r.prefix, h));
             }
         }
-        for ifc in &cfg.interfaces {
-            for a in &ifc.addresses {
+        for p in &cfg.ports {
+            for a in &p.addresses {
                 if let Some(host) = IpNet::of(a.addr, if a.addr.is_ipv4() { 32 } else { 128 }) {
                     routes.push((host, NextHop::Local));
                 }
@@ -220,6 +218,7 @@ impl Fib {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::RouterConfig;
 
     #[test]
     fn builds_connected_static_and_local_routes() {
@@ -245,7 +244,7 @@ interface = "a"
             "t",
         )
         .unwrap();
-        let f = Fib::build(&cfg, 0b10);
+        let f = Fib::build(&cfg.forward_config(), 0b10);
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         assert_eq!(f.lookup(ip("10.1.0.1")), Some(NextHop::Local));
         assert_eq!(f.lookup(ip("10.1.0.255")), Some(NextHop::Local));

@@ -13,9 +13,10 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::addr::MacAddr;
 use crate::clock::Timestamp;
-use crate::config::MacAddr;
-use crate::wire::{Parsed, checksum, icmpv6};
+use crate::wire::Parsed;
+use crate::wire::build::{self, Addrs, IpHeader};
 
 /// IPv4: errors carry the original datagram up to a 576-byte message
 /// (RFC 1812 4.3.2.3): 576 - 20 (IP) - 8 (ICMP).
@@ -23,7 +24,7 @@ pub const V4_QUOTE: usize = 548;
 /// IPv6: up to the minimum MTU (RFC 4443 2.4 (c)): 1280 - 40 - 8.
 pub const V6_QUOTE: usize = 1232;
 /// The shortest Ethernet frame (without FCS); shorter ones are padded.
-pub const MIN_FRAME: usize = 60;
+pub use crate::wire::build::MIN_FRAME;
 
 /// ICMP type: destination unreachable (code 0: network unreachable; 3:
 /// port unreachable; 4: fragmentation needed).
@@ -138,62 +139,32 @@ pub(super) fn link_back(out: &mut Vec<u8>, frame: &[u8], l3: usize, mac: MacAddr
     true
 }
 
-/// Pads `out` to the shortest Ethernet frame.
-pub(super) fn pad(out: &mut Vec<u8>) {
-    if out.len() < MIN_FRAME {
-        out.resize(MIN_FRAME, 0);
+/// The IPv4 header of an ICMP message from `src` to `dst` (TTL 64).
+fn ipv4_header(tos: u8, ident: u16, src: Ipv4Addr, dst: [u8; 4]) -> IpHeader {
+    IpHeader {
+        tos,
+        ident,
+        ..IpHeader::new(
+            Addrs::V4 {
+                src,
+                dst: Ipv4Addr::from(dst),
+            },
+            build::PROTO_ICMP,
+        )
     }
 }
 
-/// An IPv4 header from `src` to `dst` for `payload` bytes of ICMP.
-fn ipv4_header(
-    out: &mut Vec<u8>,
-    tos: u8,
-    ident: u16,
-    src: Ipv4Addr,
-    dst: [u8; 4],
-    payload: usize,
-) {
-    let start = out.len();
-    let total = (20 + payload) as u16;
-    out.extend_from_slice(&[0x45, tos]);
-    out.extend_from_slice(&total.to_be_bytes());
-    out.extend_from_slice(&ident.to_be_bytes());
-    out.extend_from_slice(&[0, 0, 64, 1, 0, 0]);
-    out.extend_from_slice(&src.octets());
-    out.extend_from_slice(&dst);
-    let sum = !checksum::sum(&out[start..start + 20]);
-    out[start + 10..start + 12].copy_from_slice(&sum.to_be_bytes());
-}
-
-/// An IPv6 header from `src` to `dst` for `payload` bytes of ICMPv6.
-pub(super) fn ipv6_header(
-    out: &mut Vec<u8>,
-    src: Ipv6Addr,
-    dst: [u8; 16],
-    payload: usize,
-    hops: u8,
-) {
-    out.extend_from_slice(&[0x60, 0, 0, 0]);
-    out.extend_from_slice(&(payload as u16).to_be_bytes());
-    out.extend_from_slice(&[58, hops]);
-    out.extend_from_slice(&src.octets());
-    out.extend_from_slice(&dst);
-}
-
-/// Fills the ICMPv6 checksum of the message at `at..` of `out`, whose
-/// IPv6 header is at `at - 40`.
-pub(super) fn icmpv6_checksum(out: &mut [u8], at: usize) {
-    let Some(h) = at.checked_sub(32) else {
-        return;
-    };
-    let (Some(s), Some(d)) = (out.get(h..h + 16), out.get(h + 16..at)) else {
-        return;
-    };
-    let src = Ipv6Addr::from(<[u8; 16]>::try_from(s).unwrap_or([0; 16]));
-    let dst = Ipv6Addr::from(<[u8; 16]>::try_from(d).unwrap_or([0; 16]));
-    if let Some(msg) = out.get_mut(at..) {
-        icmpv6::Packet::new_unchecked(msg).fill_checksum(&src, &dst);
+/// The IPv6 header of an ICMPv6 message from `src` to `dst`.
+pub(super) fn ipv6_header(src: Ipv6Addr, dst: [u8; 16], hops: u8) -> IpHeader {
+    IpHeader {
+        ttl: hops,
+        ..IpHeader::new(
+            Addrs::V6 {
+                src,
+                dst: Ipv6Addr::from(dst),
+            },
+            build::PROTO_ICMPV6,
+        )
     }
 }
 
@@ -225,14 +196,11 @@ pub fn v4_error(
     if !link_back(out, frame, x.l3_offset, mac) {
         return false;
     }
-    ipv4_header(out, 0xc0, 0, src, dst, 8 + quote.len());
-    let at = out.len();
-    out.extend_from_slice(&[ty, code, 0, 0]);
-    out.extend_from_slice(&rest.to_be_bytes());
-    out.extend_from_slice(quote);
-    let sum = !checksum::sum(&out[at..]);
-    out[at + 2..at + 4].copy_from_slice(&sum.to_be_bytes());
-    pad(out);
+    if !ipv4_header(0xc0, 0, src, dst).try_push(out, 8 + quote.len()) {
+        return false;
+    }
+    build::icmpv4(out, ty, code, rest, quote);
+    build::pad(out);
     true
 }
 
@@ -257,13 +225,12 @@ pub fn v6_error(
     if !link_back(out, frame, x.l3_offset, mac) {
         return false;
     }
-    ipv6_header(out, src, dst, 8 + quote.len(), 64);
-    let at = out.len();
-    out.extend_from_slice(&[ty, code, 0, 0]);
-    out.extend_from_slice(&rest.to_be_bytes());
-    out.extend_from_slice(quote);
-    icmpv6_checksum(out, at);
-    pad(out);
+    let ip = ipv6_header(src, dst, 64);
+    if !ip.try_push(out, 8 + quote.len()) {
+        return false;
+    }
+    build::icmpv6(out, &ip, ty, code, rest, quote);
+    build::pad(out);
     true
 }
 
@@ -297,26 +264,29 @@ pub fn echo_reply(out: &mut Vec<u8>, frame: &[u8], x: &Parsed, mac: MacAddr) -> 
             let src = Ipv4Addr::new(orig[16], orig[17], orig[18], orig[19]);
             let dst = [orig[12], orig[13], orig[14], orig[15]];
             let ident = u16::from_be_bytes([orig[4], orig[5]]);
-            ipv4_header(out, orig[1], ident, src, dst, msg.len());
+            if !ipv4_header(orig[1], ident, src, dst).try_push(out, msg.len()) {
+                return false;
+            }
             at = out.len();
             out.extend_from_slice(msg);
             out[at] = 0;
-            out[at + 2..at + 4].fill(0);
-            let sum = !checksum::sum(&out[at..]);
-            out[at + 2..at + 4].copy_from_slice(&sum.to_be_bytes());
+            build::icmpv4_checksum(out, at);
         }
         Some(6) if orig.len() >= 40 => {
             let src = Ipv6Addr::from(<[u8; 16]>::try_from(&orig[24..40]).unwrap_or([0; 16]));
             let dst: [u8; 16] = orig[8..24].try_into().unwrap_or([0; 16]);
-            ipv6_header(out, src, dst, msg.len(), 64);
+            let ip = ipv6_header(src, dst, 64);
+            if !ip.try_push(out, msg.len()) {
+                return false;
+            }
             at = out.len();
             out.extend_from_slice(msg);
             out[at] = 129;
-            icmpv6_checksum(out, at);
+            build::icmpv6_checksum(out, at, &ip);
         }
         _ => return false,
     }
-    pad(out);
+    build::pad(out);
     true
 }
 

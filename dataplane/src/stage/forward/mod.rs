@@ -92,6 +92,7 @@
 //! arrays for the lookups; held packets are copied into a pool of buffers
 //! that is reused: once warm, nothing is allocated per packet.
 
+pub mod config;
 pub mod fib;
 pub mod icmp;
 pub mod ndisc;
@@ -99,12 +100,13 @@ pub mod neighbour;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::addr::MacAddr;
 use crate::clock::Timestamp;
-use crate::config::{MacAddr, RouterConfig};
-use crate::pipeline::{BATCH_SIZE, Batch, DropReason, NO_INGRESS, Packet, PortSet, Verdict};
+use crate::packet::{BATCH_SIZE, Batch, DropReason, NO_INGRESS, Packet, PortSet, Verdict};
 use crate::route::RouteMatch;
 use crate::wire::{EtherType, IpVersion, LinkType, Parsed, checksum, icarus};
 
+pub use config::{ForwardConfig, ForwardPort, RouteVia, StaticRoute};
 pub use fib::{Fib, NextHop, PortInfo};
 pub use icmp::TokenBucket;
 pub use neighbour::{Neighbours, Resolution};
@@ -309,19 +311,18 @@ pub struct Forward {
 impl Forward {
     /// The stage for `cfg`'s routed ports; `strip` is the Icarus strip
     /// mask, `multicast` whether the multicast stage is on.
-    pub fn new(cfg: &RouterConfig, strip: u64, multicast: bool) -> Forward {
-        let r = &cfg.router;
+    pub fn new(cfg: &ForwardConfig, strip: u64, multicast: bool) -> Forward {
         let neighbours = Neighbours::new(
-            cfg.neighbours.iter().map(|n| (n.address, n.mac)),
-            r.reachable_ms.saturating_mul(1_000_000),
+            cfg.neighbours.iter().copied(),
+            cfg.reachable_ms.saturating_mul(1_000_000),
         )
         .with_resolution(Resolution {
-            hold: r.neighbour_queue,
-            tries: r.resolve_tries,
-            interval_ns: r.resolve_interval_ms.saturating_mul(1_000_000),
+            hold: cfg.neighbour_queue,
+            tries: cfg.resolve_tries,
+            interval_ns: cfg.resolve_interval_ms.saturating_mul(1_000_000),
         });
         let mut f = Forward::with_fib(Fib::build(cfg, strip), neighbours, multicast);
-        f.icmp = TokenBucket::new(cfg.router.icmp_rate, cfg.router.icmp_burst);
+        f.icmp = TokenBucket::new(cfg.icmp_rate, cfg.icmp_burst);
         f
     }
 

@@ -7,18 +7,12 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::icmp::{icmpv6_checksum, ipv6_header, link_back, pad};
-use crate::config::MacAddr;
+use super::icmp::{ipv6_header, link_back};
+use crate::addr::MacAddr;
+use crate::wire::build;
 use crate::wire::{IpProtocol, Parsed};
 
-/// ARP operation: request.
-pub const ARP_REQUEST: u16 = 1;
-/// ARP operation: reply.
-pub const ARP_REPLY: u16 = 2;
-/// ICMPv6 type: neighbour solicitation.
-pub const NS: u8 = 135;
-/// ICMPv6 type: neighbour advertisement.
-pub const NA: u8 = 136;
+pub use crate::wire::build::{ARP_REPLY, ARP_REQUEST, ND_ADVERT as NA, ND_SOLICIT as NS};
 
 /// An Ethernet/IPv4 ARP message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,13 +47,8 @@ pub fn read_arp(frame: &[u8], x: &Parsed) -> Option<Arp> {
 }
 
 fn arp_body(out: &mut Vec<u8>, op: u16, sha: MacAddr, spa: Ipv4Addr, tha: MacAddr, tpa: Ipv4Addr) {
-    out.extend_from_slice(&[0, 1, 8, 0, 6, 4]);
-    out.extend_from_slice(&op.to_be_bytes());
-    out.extend_from_slice(&sha.0);
-    out.extend_from_slice(&spa.octets());
-    out.extend_from_slice(&tha.0);
-    out.extend_from_slice(&tpa.octets());
-    pad(out);
+    build::arp(out, op, sha.0, spa, tha.0, tpa);
+    build::pad(out);
 }
 
 /// The reply to the ARP request `req` (in `frame`) for the router's
@@ -75,9 +64,7 @@ pub fn arp_reply(out: &mut Vec<u8>, frame: &[u8], x: &Parsed, req: &Arp, mac: Ma
 /// A broadcast ARP request for `target` from `mac` / `src`.
 pub fn arp_request(out: &mut Vec<u8>, mac: MacAddr, src: Ipv4Addr, target: Ipv4Addr) -> bool {
     out.clear();
-    out.extend_from_slice(&MacAddr::BROADCAST.0);
-    out.extend_from_slice(&mac.0);
-    out.extend_from_slice(&[0x08, 0x06]);
+    build::ethernet(out, MacAddr::BROADCAST.0, mac.0, build::ETHERTYPE_ARP);
     arp_body(out, ARP_REQUEST, mac, src, MacAddr::default(), target);
     true
 }
@@ -141,15 +128,6 @@ pub fn solicited_node(a: Ipv6Addr) -> Ipv6Addr {
     ])
 }
 
-fn nd_body(out: &mut Vec<u8>, kind: u8, flags: u8, target: Ipv6Addr, opt: u8, mac: MacAddr) {
-    let at = out.len();
-    out.extend_from_slice(&[kind, 0, 0, 0, flags, 0, 0, 0]);
-    out.extend_from_slice(&target.octets());
-    out.extend_from_slice(&[opt, 1]);
-    out.extend_from_slice(&mac.0);
-    icmpv6_checksum(out, at);
-}
-
 /// The advertisement answering the solicitation `ns` (in `frame`) for the
 /// router's address `ns.target` at `mac`: solicited, override, router.
 pub fn neighbour_advert(
@@ -162,9 +140,18 @@ pub fn neighbour_advert(
     if ns.src.is_unspecified() || !link_back(out, frame, x.l3_offset, mac) {
         return false;
     }
-    ipv6_header(out, ns.target, ns.src.octets(), 32, 255);
-    nd_body(out, NA, 0xe0, ns.target, 2, mac);
-    pad(out);
+    let ip = ipv6_header(ns.target, ns.src.octets(), 255);
+    ip.push(out, build::ND_LEN);
+    build::nd(
+        out,
+        &ip,
+        NA,
+        0xe0,
+        ns.target,
+        build::ND_OPT_TARGET_LL,
+        mac.0,
+    );
+    build::pad(out);
     true
 }
 
@@ -173,12 +160,12 @@ pub fn neighbour_advert(
 pub fn neighbour_solicit(out: &mut Vec<u8>, mac: MacAddr, src: Ipv6Addr, target: Ipv6Addr) -> bool {
     let group = solicited_node(target).octets();
     out.clear();
-    out.extend_from_slice(&[0x33, 0x33, group[12], group[13], group[14], group[15]]);
-    out.extend_from_slice(&mac.0);
-    out.extend_from_slice(&[0x86, 0xdd]);
-    ipv6_header(out, src, group, 32, 255);
-    nd_body(out, NS, 0, target, 1, mac);
-    pad(out);
+    let dst = [0x33, 0x33, group[12], group[13], group[14], group[15]];
+    build::ethernet(out, dst, mac.0, build::ETHERTYPE_IPV6);
+    let ip = ipv6_header(src, group, 255);
+    ip.push(out, build::ND_LEN);
+    build::nd(out, &ip, NS, 0, target, build::ND_OPT_SOURCE_LL, mac.0);
+    build::pad(out);
     true
 }
 

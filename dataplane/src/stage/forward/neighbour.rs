@@ -20,8 +20,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
+use crate::addr::MacAddr;
 use crate::clock::Timestamp;
-use crate::config::MacAddr;
 
 /// The most next hops being resolved at once; a packet for another one is
 /// dropped (`no_neighbour`) rather than held.
@@ -39,7 +39,7 @@ pub struct Held {
     /// Its ingress port.
     pub ingress: u8,
     /// Bytes of its deferred Icarus option
-    /// ([`Packet::icarus_pending`](crate::pipeline::Packet::icarus_pending)).
+    /// ([`Packet::icarus_pending`](crate::packet::Packet::icarus_pending)).
     pub icarus_pending: u8,
 }
 

@@ -1,6 +1,7 @@
 //! Tests of the forwarding stage with hand-built frames.
 
 use super::*;
+use crate::config::RouterConfig;
 use crate::route::{Prefix, Reference, synth};
 use crate::wire::{LinkType, parse};
 
@@ -46,7 +47,7 @@ pub(super) const GW_B6: [u8; 6] = [2, 0, 0, 0, 2, 0x06];
 
 pub(super) fn stage() -> Forward {
     let cfg = RouterConfig::from_toml_str(CFG, "test").unwrap();
-    Forward::new(&cfg, 0, false)
+    Forward::new(&cfg.forward_config(), 0, false)
 }
 
 /// Ethernet (optionally one VLAN tag) + IPv4 + UDP with `payload` bytes.
@@ -241,7 +242,7 @@ fn routes_match_the_reference_on_a_random_table() {
     let gw = |id: u32| IpAddr::V4(Ipv4Addr::new(10, 1, 0, 10 + id as u8));
     let mac = |id: u32| MacAddr([2, 0, 0, 0, 0x77, id as u8]);
     let cfg = RouterConfig::from_toml_str(CFG, "test").unwrap();
-    let mut fib = Fib::build(&cfg, 0);
+    let mut fib = Fib::build(&cfg.forward_config(), 0);
     fib.v4 = crate::route::Lpm4::new();
     fib.v6 = crate::route::Lpm6::new();
     fib.hops = (0..HOPS)

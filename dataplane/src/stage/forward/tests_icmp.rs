@@ -3,6 +3,7 @@
 use super::tests::{CFG, GW_B, HOST_A, MAC_A, MAC_B, run_at, stage, v4, v4_header_ok, v6};
 use super::*;
 use crate::chain::Chain;
+use crate::config::RouterConfig;
 use crate::io::memory::MemoryPorts;
 use crate::wire::{LinkType, parse};
 
@@ -216,7 +217,7 @@ fn errors_are_rate_limited_in_packet_time() {
         "t",
     )
     .unwrap();
-    let mut s = Forward::new(&cfg, 0, false);
+    let mut s = Forward::new(&cfg.forward_config(), 0, false);
     let f = v4(MAC_A, [10, 1, 0, 7], [10, 9, 3, 4], 1, 20, false);
     let five: Vec<_> = (0..5).map(|_| (0u8, f.clone())).collect();
     let mut out = Originated::new();

@@ -3,6 +3,7 @@
 use super::tests::{CFG, MAC_A, run_at, stage, v4, v4_header_ok, v6};
 use super::*;
 use crate::chain::Chain;
+use crate::config::RouterConfig;
 use crate::io::memory::MemoryPorts;
 use crate::wire::{LinkType, parse};
 

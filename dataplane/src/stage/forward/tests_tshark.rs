@@ -6,6 +6,7 @@
 use super::tests::{CFG, MAC_A, MAC_B, v4, v6};
 use super::*;
 use crate::chain::Chain;
+use crate::config::RouterConfig;
 use crate::io::capture::CaptureWriter;
 use crate::io::memory::MemoryPorts;
 use crate::wire::LinkType;

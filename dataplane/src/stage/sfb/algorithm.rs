@@ -8,7 +8,7 @@ use kernels::{Backend, BackendError, Hasher, splitmix64};
 
 use crate::clock::Timestamp;
 use crate::flow::FlowKey;
-use crate::pipeline::DropReason;
+use crate::packet::DropReason;
 
 use super::config::{BinIndex, SFB_MAX_PROB, SfbConfig, SfbConfigError};
 use super::keys::{SfbKey, SfbTag, field_width, row_index, slices};

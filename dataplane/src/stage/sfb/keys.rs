@@ -5,7 +5,7 @@
 use kernels::HashPair;
 
 use crate::flow::FlowKey;
-use crate::pipeline::{Batch, Verdict};
+use crate::packet::{Batch, Verdict};
 
 use super::algorithm::Sfb;
 use super::config::BinIndex;
@@ -222,7 +222,7 @@ impl PortKeys {
     /// Collects the packets of `batch` forwarded (or marked) to `port`,
     /// leaving out, when `skip_ingress`, those that arrived on `port`
     /// (unless routed back out of it:
-    /// [`Packet::to_ingress`](crate::pipeline::Packet::to_ingress));
+    /// [`Packet::to_ingress`](crate::packet::Packet::to_ingress));
     /// returns how many.
     pub fn gather(&mut self, batch: &Batch, port: u8, skip_ingress: bool) -> usize {
         self.k4.clear();
@@ -235,7 +235,7 @@ impl PortKeys {
             };
             if !ports.contains(port)
                 || (skip_ingress
-                    && p.ingress_mask() & crate::pipeline::PortSet::single(port).mask() != 0)
+                    && p.ingress_mask() & crate::packet::PortSet::single(port).mask() != 0)
             {
                 continue;
             }

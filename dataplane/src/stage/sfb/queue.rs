@@ -6,7 +6,7 @@
 
 use crate::clock::Timestamp;
 use crate::flow::FlowKey;
-use crate::pipeline::DropReason;
+use crate::packet::DropReason;
 use crate::stage::egress::{Departure, EgressConfig, EgressQueue};
 
 use super::algorithm::{Sfb, Traits};

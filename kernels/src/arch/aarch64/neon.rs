@@ -2,10 +2,10 @@
 //! split-block kernels, and the ARMv8 AES instructions for the hash.
 //!
 //! NEON is part of the aarch64 baseline, so the backend is chosen at compile
-//! time and its index entry points are safe functions; the AES extension is
-//! optional (most aarch64 server and desktop cores have it, the Raspberry Pi
-//! 4's Cortex-A72 does not) and detected at run time: without it the hash
-//! runs the reference code.
+//! time: [`Neon::new`] always answers, and the token's methods are safe.
+//! The AES extension is optional (most aarch64 server and desktop cores
+//! have it, the Raspberry Pi 4's Cortex-A72 does not) and detected at run
+//! time ([`NeonAes::new`]): without it the hash runs the reference code.
 
 use core::arch::aarch64::*;
 
@@ -133,37 +133,12 @@ unsafe fn hash_aes_body<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &
     }
 }
 
-/// Hashes `keys` into `out[..keys.len()]` with the ARMv8 AES instructions
-/// (see [`crate::Hasher`]; the low 8 bytes of the state are the pair, as
-/// `HashPair`'s `repr(C)` layout on a little-endian target).
-///
-/// # Safety
-/// The CPU must have the AES extension
-/// (`is_aarch64_feature_detected!("aes")`).
-///
-/// # Panics
-/// If `out` is shorter than `keys`.
-pub unsafe fn hash_aes<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
-    const {
-        assert!(
-            W >= 1 && W <= crate::MAX_WORDS,
-            "key width must be 1..=MAX_WORDS"
-        )
-    };
-    assert!(out.len() >= keys.len(), "hash: output shorter than input");
-    // SAFETY: AES is the caller's promise; lengths checked above.
-    unsafe { hash_aes_body(key, keys, out) }
-}
-
 /// Partitioned indices with NEON; see [`crate::index`].
 ///
 /// # Panics
 /// If `out` is shorter than `rows * pairs.len()`.
-pub fn partitioned(pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
-    assert!(
-        out.len() >= layout.rows() * pairs.len(),
-        "partitioned: output too short"
-    );
+fn partitioned(pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
+    super::super::check_partitioned(pairs, layout, out);
     // SAFETY: NEON is baseline on aarch64; length checked above.
     unsafe { lanes::partitioned::<uint32x4_t>(pairs, layout.rows(), layout.log2_width(), out) }
 }
@@ -172,15 +147,8 @@ pub fn partitioned(pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
 ///
 /// # Panics
 /// If `blocks` is shorter than `pairs` or `bits` than `k * pairs.len()`.
-pub fn blocked(pairs: &[HashPair], layout: Blocked, blocks: &mut [u32], bits: &mut [u32]) {
-    assert!(
-        blocks.len() >= pairs.len(),
-        "blocked: block output too short"
-    );
-    assert!(
-        bits.len() >= layout.k() * pairs.len(),
-        "blocked: bit output too short"
-    );
+fn blocked(pairs: &[HashPair], layout: Blocked, blocks: &mut [u32], bits: &mut [u32]) {
+    super::super::check_blocked(pairs, layout, blocks, bits);
     // SAFETY: NEON is baseline on aarch64; lengths checked above.
     unsafe {
         lanes::blocked::<uint32x4_t>(
@@ -255,20 +223,17 @@ impl SplitLanes for uint32x4_t {
 /// # Panics
 /// If `blocks.len()` is not `layout.blocks()` or `out` is shorter than
 /// `pairs`.
-pub fn split_block_contains(
+fn split_block_contains(
     pairs: &[HashPair],
     layout: SplitBlock,
     blocks: &[SplitBlockWords],
     out: &mut [bool],
 ) {
-    assert_eq!(
-        blocks.len() as u64,
-        layout.blocks(),
-        "split_block_contains: wrong number of blocks"
-    );
-    assert!(
-        out.len() >= pairs.len(),
-        "split_block_contains: output too short"
+    super::super::check_split_block(
+        "split_block_contains",
+        layout,
+        blocks,
+        Some((pairs.len(), out.len())),
     );
     // SAFETY: NEON is baseline on aarch64; lengths checked above.
     unsafe { lanes::split_block_contains::<uint32x4_t>(pairs, layout.log2_blocks(), blocks, out) }
@@ -278,12 +243,8 @@ pub fn split_block_contains(
 ///
 /// # Panics
 /// If `blocks.len()` is not `layout.blocks()`.
-pub fn split_block_insert(pairs: &[HashPair], layout: SplitBlock, blocks: &mut [SplitBlockWords]) {
-    assert_eq!(
-        blocks.len() as u64,
-        layout.blocks(),
-        "split_block_insert: wrong number of blocks"
-    );
+fn split_block_insert(pairs: &[HashPair], layout: SplitBlock, blocks: &mut [SplitBlockWords]) {
+    super::super::check_split_block("split_block_insert", layout, blocks, None);
     // SAFETY: NEON is baseline on aarch64; length checked above.
     unsafe { lanes::split_block_insert::<uint32x4_t>(pairs, layout.log2_blocks(), blocks) }
 }
@@ -291,7 +252,7 @@ pub fn split_block_insert(pairs: &[HashPair], layout: SplitBlock, blocks: &mut [
 /// SFB's arrival step with NEON (two vectors of four bin words); see
 /// [`crate::sfb::update_raise_scalar`].
 #[allow(unused_unsafe)]
-pub fn sfb_update_raise(
+fn sfb_update_raise(
     bins: &mut [u32; crate::sfb::SLOTS],
     offs: u64,
     s: &crate::sfb::Steps,
@@ -327,4 +288,132 @@ pub fn sfb_update_raise(
         bins[i[r]] = out[r];
     }
     m
+}
+
+/// The NEON backend. NEON is part of the aarch64 baseline, so every
+/// aarch64 CPU has it and a value needs no detection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Neon(());
+
+impl Neon {
+    /// The backend (always there on aarch64).
+    #[inline]
+    pub const fn new() -> Option<Neon> {
+        Some(Neon::baseline())
+    }
+
+    /// The backend, without an `Option`: NEON is baseline.
+    #[inline]
+    pub const fn baseline() -> Neon {
+        Neon(())
+    }
+
+    /// Partitioned indices; see [`crate::index::partitioned`].
+    ///
+    /// # Panics
+    /// If `out` is shorter than `rows * pairs.len()`.
+    #[inline]
+    pub fn partitioned(self, pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
+        partitioned(pairs, layout, out)
+    }
+
+    /// Blocked indices; see [`crate::index::blocked`].
+    ///
+    /// # Panics
+    /// If `blocks` is shorter than `pairs` or `bits` than `k * pairs.len()`.
+    #[inline]
+    pub fn blocked(
+        self,
+        pairs: &[HashPair],
+        layout: Blocked,
+        blocks: &mut [u32],
+        bits: &mut [u32],
+    ) {
+        blocked(pairs, layout, blocks, bits)
+    }
+
+    /// Split-block queries; see [`crate::index::split_block_contains`].
+    ///
+    /// # Panics
+    /// If `blocks.len()` is not `layout.blocks()` or `out` is shorter than
+    /// `pairs`.
+    #[inline]
+    pub fn split_block_contains(
+        self,
+        pairs: &[HashPair],
+        layout: SplitBlock,
+        blocks: &[SplitBlockWords],
+        out: &mut [bool],
+    ) {
+        split_block_contains(pairs, layout, blocks, out)
+    }
+
+    /// Split-block inserts; see [`crate::index::split_block_insert`].
+    ///
+    /// # Panics
+    /// If `blocks.len()` is not `layout.blocks()`.
+    #[inline]
+    pub fn split_block_insert(
+        self,
+        pairs: &[HashPair],
+        layout: SplitBlock,
+        blocks: &mut [SplitBlockWords],
+    ) {
+        split_block_insert(pairs, layout, blocks)
+    }
+
+    /// SFB's arrival step; see [`crate::sfb::update_raise_scalar`].
+    #[inline]
+    pub fn sfb_update_raise(
+        self,
+        bins: &mut [u32; crate::sfb::SLOTS],
+        offs: u64,
+        s: &crate::sfb::Steps,
+    ) -> (u16, u16) {
+        sfb_update_raise(bins, offs, s)
+    }
+}
+
+/// The hash with the ARMv8 AES instructions (see [`crate::Hasher`]; the
+/// low 8 bytes of the state are the pair, as `HashPair`'s `repr(C)` layout
+/// on a little-endian target): a value is the proof that this CPU has the
+/// AES extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeonAes(());
+
+impl NeonAes {
+    /// The kernel, if this CPU has the AES extension (detected once, cached
+    /// by the standard library).
+    #[inline]
+    pub fn new() -> Option<NeonAes> {
+        if std::arch::is_aarch64_feature_detected!("aes") {
+            // SAFETY: the detection just found the AES extension.
+            Some(unsafe { NeonAes::new_unchecked() })
+        } else {
+            None
+        }
+    }
+
+    /// The kernel without the check.
+    ///
+    /// # Safety
+    /// The CPU must have the AES extension
+    /// (`is_aarch64_feature_detected!("aes")`).
+    #[inline]
+    pub const unsafe fn new_unchecked() -> NeonAes {
+        NeonAes(())
+    }
+
+    /// Hashes `keys` into `out[..keys.len()]`.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys`, or `W` is 0 or above
+    /// [`MAX_WORDS`](crate::MAX_WORDS) (at compile time).
+    #[inline]
+    pub fn hash<const W: usize>(self, key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
+        super::super::check_hash::<W>(keys.len(), out.len());
+        // SAFETY: `self` proves the AES extension; the lengths are checked
+        // above.
+        unsafe { hash_aes_body(key, keys, out) }
+    }
 }

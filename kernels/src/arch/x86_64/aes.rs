@@ -9,9 +9,14 @@
 //! of each lane's state are the key's [`HashPair`], gathered with one
 //! shuffle per two vectors. Tails shorter than a group go one key at a time
 //! through AES-NI (the out-of-order core overlaps those independent keys).
+//!
+//! Each kernel is reached through its proof token ([`AesNi`], [`Vaes256`],
+//! [`Vaes512`]; see [`crate::arch`]): a value exists only where the CPU has
+//! the instructions, so `hash` on it is safe.
 
 use core::arch::x86_64::*;
 
+use super::avx512::Avx512;
 use crate::hash::{HashPair, MAX_BLOCKS};
 use crate::seed::{HashKey, ROUND_KEYS};
 
@@ -268,53 +273,132 @@ unsafe fn load4<const W: usize>(p: *const u32, j: usize) -> __m512i {
     }
 }
 
-/// Checks the key width (at compile time) and the output length.
-fn check<const W: usize>(keys: usize, out: usize) {
-    const {
-        assert!(
-            W >= 1 && W <= crate::MAX_WORDS,
-            "key width must be 1..=MAX_WORDS"
-        )
-    };
-    assert!(out >= keys, "hash: output shorter than input");
+/// The hash with AES-NI on 128-bit vectors: a value is the proof that this
+/// CPU has AES-NI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AesNi(());
+
+impl AesNi {
+    /// The kernel, if this CPU has AES-NI.
+    #[inline]
+    pub fn new() -> Option<AesNi> {
+        if std::arch::is_x86_feature_detected!("aes") {
+            // SAFETY: the detection just found the features.
+            Some(unsafe { AesNi::new_unchecked() })
+        } else {
+            None
+        }
+    }
+
+    /// The kernel without the check.
+    ///
+    /// # Safety
+    /// The CPU must support AES-NI (`is_x86_feature_detected!("aes")`).
+    #[inline]
+    pub const unsafe fn new_unchecked() -> AesNi {
+        AesNi(())
+    }
+
+    /// Hashes `keys` into `out[..keys.len()]`.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys`, or `W` is 0 or above
+    /// [`MAX_WORDS`](crate::MAX_WORDS) (at compile time).
+    #[inline]
+    pub fn hash<const W: usize>(self, key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
+        super::super::check_hash::<W>(keys.len(), out.len());
+        // SAFETY: `self` proves the features; the lengths are checked above.
+        unsafe { aesni_body(key, keys, out) }
+    }
 }
 
-/// Hashes `keys` into `out[..keys.len()]` with AES-NI, 128-bit vectors.
-///
-/// # Safety
-/// The CPU must support AES-NI (`is_x86_feature_detected!("aes")`).
-///
-/// # Panics
-/// If `out` is shorter than `keys`.
-pub unsafe fn hash_aesni<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
-    check::<W>(keys.len(), out.len());
-    // SAFETY: AES-NI is the caller's promise; lengths checked above.
-    unsafe { aesni_body(key, keys, out) }
+/// The hash with VAES on 256-bit vectors: a value is the proof that this
+/// CPU has AVX2, AES-NI and VAES.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vaes256(());
+
+impl Vaes256 {
+    /// The kernel, if this CPU has AVX2, AES-NI and VAES.
+    #[inline]
+    pub fn new() -> Option<Vaes256> {
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("vaes")
+        {
+            // SAFETY: the detection just found the features.
+            Some(unsafe { Vaes256::new_unchecked() })
+        } else {
+            None
+        }
+    }
+
+    /// The kernel without the check.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, AES-NI and VAES.
+    #[inline]
+    pub const unsafe fn new_unchecked() -> Vaes256 {
+        Vaes256(())
+    }
+
+    /// Hashes `keys` into `out[..keys.len()]`.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys`, or `W` is 0 or above
+    /// [`MAX_WORDS`](crate::MAX_WORDS) (at compile time).
+    #[inline]
+    pub fn hash<const W: usize>(self, key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
+        super::super::check_hash::<W>(keys.len(), out.len());
+        // SAFETY: `self` proves the features; the lengths are checked above.
+        unsafe { vaes256_body(key, keys, out) }
+    }
 }
 
-/// Hashes `keys` into `out[..keys.len()]` with VAES, 256-bit vectors.
-///
-/// # Safety
-/// The CPU must support AVX2, AES-NI and VAES.
-///
-/// # Panics
-/// If `out` is shorter than `keys`.
-pub unsafe fn hash_vaes256<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
-    check::<W>(keys.len(), out.len());
-    // SAFETY: the features are the caller's promise; lengths checked above.
-    unsafe { vaes256_body(key, keys, out) }
+/// The hash with VAES on 512-bit vectors: a value is the proof that this
+/// CPU has the AVX-512 backend's features (AVX-512F/BW/VL, AVX2, AES-NI,
+/// VAES).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vaes512(());
+
+impl Vaes512 {
+    /// The kernel, if this CPU has the AVX-512 backend's features.
+    #[inline]
+    pub fn new() -> Option<Vaes512> {
+        if Avx512::new().is_some() {
+            // SAFETY: the detection just found the features.
+            Some(unsafe { Vaes512::new_unchecked() })
+        } else {
+            None
+        }
+    }
+
+    /// The kernel without the check.
+    ///
+    /// # Safety
+    /// `Backend::Avx512.is_available()` must hold.
+    #[inline]
+    pub const unsafe fn new_unchecked() -> Vaes512 {
+        Vaes512(())
+    }
+
+    /// Hashes `keys` into `out[..keys.len()]`.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys`, or `W` is 0 or above
+    /// [`MAX_WORDS`](crate::MAX_WORDS) (at compile time).
+    #[inline]
+    pub fn hash<const W: usize>(self, key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
+        super::super::check_hash::<W>(keys.len(), out.len());
+        // SAFETY: `self` proves the features; the lengths are checked above.
+        unsafe { vaes512_body(key, keys, out) }
+    }
 }
 
-/// Hashes `keys` into `out[..keys.len()]` with VAES, 512-bit vectors.
-///
-/// # Safety
-/// The CPU must support AVX-512F, AVX-512BW, AVX-512VL, AVX2, AES-NI and
-/// VAES (`Backend::Avx512.is_available()`).
-///
-/// # Panics
-/// If `out` is shorter than `keys`.
-pub unsafe fn hash_vaes512<const W: usize>(key: &HashKey, keys: &[[u32; W]], out: &mut [HashPair]) {
-    check::<W>(keys.len(), out.len());
-    // SAFETY: the features are the caller's promise; lengths checked above.
-    unsafe { vaes512_body(key, keys, out) }
+impl From<Avx512> for Vaes512 {
+    /// The AVX-512 backend's detection covers the kernel's features.
+    #[inline]
+    fn from(_: Avx512) -> Vaes512 {
+        // SAFETY: an `Avx512` proves every feature the kernel needs.
+        unsafe { Vaes512::new_unchecked() }
+    }
 }

@@ -2,12 +2,15 @@
 //! Bloom filters, SFB bins; the hash is in [`super::aes`]).
 //!
 //! The lane operations are `#[inline(always)]` and carry no target feature;
-//! the public entry points are thin `#[target_feature(enable = "avx2")]`
+//! the private entry points are thin `#[target_feature(enable = "avx2")]`
 //! trampolines that instantiate the generic bodies, so the whole loop is
-//! compiled with AVX2 enabled.
+//! compiled with AVX2 enabled. They are reached through [`Avx2`], a proof
+//! token: a value exists only where the CPU has AVX2, so its methods are
+//! safe.
 
 use core::arch::x86_64::*;
 
+use crate::Backend;
 use crate::hash::HashPair;
 use crate::index::{Blocked, Partitioned, SplitBlock, SplitBlockWords};
 use crate::lanes::{self, Block, Lanes, SPLIT_SALTS, SplitLanes};
@@ -65,12 +68,18 @@ impl Lanes for __m256i {
     }
 }
 
+/// # Safety
+/// The CPU must support AVX2; the output lengths are checked
+/// ([`crate::arch`]'s checks).
 #[target_feature(enable = "avx2")]
 unsafe fn partitioned_avx2(pairs: &[HashPair], rows: usize, log2_width: u32, out: &mut [u32]) {
     // SAFETY: AVX2 is enabled here; the caller checked the lengths.
     unsafe { lanes::partitioned::<__m256i>(pairs, rows, log2_width, out) }
 }
 
+/// # Safety
+/// The CPU must support AVX2; the output lengths are checked
+/// ([`crate::arch`]'s checks).
 #[target_feature(enable = "avx2")]
 unsafe fn blocked_avx2(
     pairs: &[HashPair],
@@ -82,53 +91,6 @@ unsafe fn blocked_avx2(
 ) {
     // SAFETY: AVX2 is enabled here; the caller checked the lengths.
     unsafe { lanes::blocked::<__m256i>(pairs, log2_blocks, log2_block_bits, k, blocks, bits) }
-}
-
-/// Partitioned indices with AVX2; see [`crate::index`].
-///
-/// # Safety
-/// The CPU must support AVX2.
-///
-/// # Panics
-/// If `out` is shorter than `rows * pairs.len()`.
-#[inline]
-pub unsafe fn partitioned(pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
-    assert!(
-        out.len() >= layout.rows() * pairs.len(),
-        "partitioned: output too short"
-    );
-    // SAFETY: AVX2 support is the caller's promise; length checked above.
-    unsafe { partitioned_avx2(pairs, layout.rows(), layout.log2_width(), out) }
-}
-
-/// Blocked indices with AVX2; see [`crate::index`].
-///
-/// # Safety
-/// The CPU must support AVX2.
-///
-/// # Panics
-/// If `blocks` is shorter than `pairs` or `bits` than `k * pairs.len()`.
-#[inline]
-pub unsafe fn blocked(pairs: &[HashPair], layout: Blocked, blocks: &mut [u32], bits: &mut [u32]) {
-    assert!(
-        blocks.len() >= pairs.len(),
-        "blocked: block output too short"
-    );
-    assert!(
-        bits.len() >= layout.k() * pairs.len(),
-        "blocked: bit output too short"
-    );
-    // SAFETY: AVX2 support is the caller's promise; lengths checked above.
-    unsafe {
-        blocked_avx2(
-            pairs,
-            layout.log2_blocks(),
-            layout.log2_block_bits(),
-            layout.k(),
-            blocks,
-            bits,
-        )
-    }
 }
 
 // One key's eight word masks in one register: broadcast h2, multiply by the
@@ -169,6 +131,9 @@ impl SplitLanes for __m256i {
     }
 }
 
+/// # Safety
+/// The CPU must support AVX2; the output lengths are checked
+/// ([`crate::arch`]'s checks).
 #[target_feature(enable = "avx2")]
 unsafe fn split_block_contains_avx2(
     pairs: &[HashPair],
@@ -180,61 +145,16 @@ unsafe fn split_block_contains_avx2(
     unsafe { lanes::split_block_contains::<__m256i>(pairs, log2_blocks, blocks, out) }
 }
 
+/// # Safety
+/// The CPU must support AVX2; the block count is checked
+/// ([`crate::arch`]'s checks).
 #[target_feature(enable = "avx2")]
 unsafe fn split_block_insert_avx2(pairs: &[HashPair], log2_blocks: u32, blocks: &mut [Block]) {
     // SAFETY: AVX2 is enabled here; the caller checked the length.
     unsafe { lanes::split_block_insert::<__m256i>(pairs, log2_blocks, blocks) }
 }
 
-/// Split-block queries with AVX2; see [`crate::index::split_block_contains`].
-///
-/// # Safety
-/// The CPU must support AVX2.
-///
-/// # Panics
-/// If `blocks.len()` is not `layout.blocks()` or `out` is shorter than
-/// `pairs`.
-pub unsafe fn split_block_contains(
-    pairs: &[HashPair],
-    layout: SplitBlock,
-    blocks: &[SplitBlockWords],
-    out: &mut [bool],
-) {
-    assert_eq!(
-        blocks.len() as u64,
-        layout.blocks(),
-        "split_block_contains: wrong number of blocks"
-    );
-    assert!(
-        out.len() >= pairs.len(),
-        "split_block_contains: output too short"
-    );
-    // SAFETY: AVX2 support is the caller's promise; lengths checked above.
-    unsafe { split_block_contains_avx2(pairs, layout.log2_blocks(), blocks, out) }
-}
-
-/// Split-block inserts with AVX2; see [`crate::index::split_block_insert`].
-///
-/// # Safety
-/// The CPU must support AVX2.
-///
-/// # Panics
-/// If `blocks.len()` is not `layout.blocks()`.
-pub unsafe fn split_block_insert(
-    pairs: &[HashPair],
-    layout: SplitBlock,
-    blocks: &mut [SplitBlockWords],
-) {
-    assert_eq!(
-        blocks.len() as u64,
-        layout.blocks(),
-        "split_block_insert: wrong number of blocks"
-    );
-    // SAFETY: AVX2 support is the caller's promise; length checked above.
-    unsafe { split_block_insert_avx2(pairs, layout.log2_blocks(), blocks) }
-}
-
-/// The body of [`sfb_update_raise`]: the eight bin words in one vector.
+/// The body of [`Avx2::sfb_update_raise`]: the eight bin words in one vector.
 ///
 /// # Safety
 /// AVX2 must be enabled in the caller.
@@ -294,6 +214,8 @@ unsafe fn sfb_update_raise_body(
     }
 }
 
+/// # Safety
+/// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 #[inline]
 unsafe fn sfb_update_raise_avx2(
@@ -305,27 +227,137 @@ unsafe fn sfb_update_raise_avx2(
     unsafe { sfb_update_raise_body(bins, offs, s) }
 }
 
-/// Runs `f` compiled with AVX2 enabled, so that AVX2 functions called
-/// in it (such as [`sfb_update_raise`]) can be inlined into it.
+/// Runs `f` with AVX2 enabled (see [`Avx2::run`]).
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 #[inline]
-pub unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
+unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// SFB's arrival step with AVX2; see [`crate::sfb::update_raise_scalar`].
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[inline]
-pub unsafe fn sfb_update_raise(
-    bins: &mut [u32; crate::sfb::SLOTS],
-    offs: u64,
-    s: &crate::sfb::Steps,
-) -> (u16, u16) {
-    // SAFETY: AVX2 support is the caller's promise.
-    unsafe { sfb_update_raise_avx2(bins, offs, s) }
+/// The AVX2 backend: a value is the proof that this CPU has AVX2 (see
+/// [`crate::arch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Avx2(());
+
+impl Avx2 {
+    /// The backend, if this CPU has AVX2 (detected once and cached by the
+    /// standard library).
+    #[inline]
+    pub fn new() -> Option<Avx2> {
+        if Backend::Avx2.is_available() {
+            // SAFETY: the detection just found AVX2.
+            Some(unsafe { Avx2::new_unchecked() })
+        } else {
+            None
+        }
+    }
+
+    /// The backend without the check.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 (for instance: `Backend::Avx2` or
+    /// `Backend::Avx512` passed [`Backend::require`]).
+    #[inline]
+    pub const unsafe fn new_unchecked() -> Avx2 {
+        Avx2(())
+    }
+
+    /// Partitioned indices; see [`crate::index::partitioned`].
+    ///
+    /// # Panics
+    /// If `out` is shorter than `rows * pairs.len()`.
+    #[inline]
+    pub fn partitioned(self, pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
+        super::super::check_partitioned(pairs, layout, out);
+        // SAFETY: `self` proves AVX2; the length is checked above.
+        unsafe { partitioned_avx2(pairs, layout.rows(), layout.log2_width(), out) }
+    }
+
+    /// Blocked indices; see [`crate::index::blocked`].
+    ///
+    /// # Panics
+    /// If `blocks` is shorter than `pairs` or `bits` than `k * pairs.len()`.
+    #[inline]
+    pub fn blocked(
+        self,
+        pairs: &[HashPair],
+        layout: Blocked,
+        blocks: &mut [u32],
+        bits: &mut [u32],
+    ) {
+        super::super::check_blocked(pairs, layout, blocks, bits);
+        // SAFETY: `self` proves AVX2; the lengths are checked above.
+        unsafe {
+            blocked_avx2(
+                pairs,
+                layout.log2_blocks(),
+                layout.log2_block_bits(),
+                layout.k(),
+                blocks,
+                bits,
+            )
+        }
+    }
+
+    /// Split-block queries; see [`crate::index::split_block_contains`].
+    ///
+    /// # Panics
+    /// If `blocks.len()` is not `layout.blocks()` or `out` is shorter than
+    /// `pairs`.
+    #[inline]
+    pub fn split_block_contains(
+        self,
+        pairs: &[HashPair],
+        layout: SplitBlock,
+        blocks: &[SplitBlockWords],
+        out: &mut [bool],
+    ) {
+        super::super::check_split_block(
+            "split_block_contains",
+            layout,
+            blocks,
+            Some((pairs.len(), out.len())),
+        );
+        // SAFETY: `self` proves AVX2; the lengths are checked above.
+        unsafe { split_block_contains_avx2(pairs, layout.log2_blocks(), blocks, out) }
+    }
+
+    /// Split-block inserts; see [`crate::index::split_block_insert`].
+    ///
+    /// # Panics
+    /// If `blocks.len()` is not `layout.blocks()`.
+    #[inline]
+    pub fn split_block_insert(
+        self,
+        pairs: &[HashPair],
+        layout: SplitBlock,
+        blocks: &mut [SplitBlockWords],
+    ) {
+        super::super::check_split_block("split_block_insert", layout, blocks, None);
+        // SAFETY: `self` proves AVX2; the length is checked above.
+        unsafe { split_block_insert_avx2(pairs, layout.log2_blocks(), blocks) }
+    }
+
+    /// SFB's arrival step; see [`crate::sfb::update_raise_scalar`].
+    #[inline]
+    pub fn sfb_update_raise(
+        self,
+        bins: &mut [u32; crate::sfb::SLOTS],
+        offs: u64,
+        s: &crate::sfb::Steps,
+    ) -> (u16, u16) {
+        // SAFETY: `self` proves AVX2.
+        unsafe { sfb_update_raise_avx2(bins, offs, s) }
+    }
+
+    /// Runs `f` compiled with AVX2 enabled, so that AVX2 code called in it
+    /// (such as [`Avx2::sfb_update_raise`]) can be inlined into it.
+    #[inline]
+    pub fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        // SAFETY: `self` proves AVX2.
+        unsafe { with_avx2(f) }
+    }
 }

@@ -1,10 +1,15 @@
 //! AVX-512 backend: sixteen 32-bit lanes in a `__m512i` for the index
 //! kernels. The hash is in [`super::aes`] (four keys per `VAESENC`); split
 //! blocks and SFB bins are 256 bits, so the backend runs their AVX2 code
-//! (every CPU with this backend has AVX2).
+//! (every CPU with this backend has AVX2: [`Avx512::avx2`]).
+//!
+//! [`Avx512`] is the proof token (see [`crate::arch`]): a value exists only
+//! where the CPU has what the backend needs, so its methods are safe.
 
 use core::arch::x86_64::*;
 
+use super::avx2::Avx2;
+use crate::Backend;
 use crate::hash::HashPair;
 use crate::index::{Blocked, Partitioned};
 use crate::lanes::{self, Lanes};
@@ -64,7 +69,8 @@ impl Lanes for __m512i {
 }
 
 /// # Safety
-/// The CPU must support AVX-512F; `out.len() >= rows * pairs.len()`.
+/// The CPU must support AVX-512F; `out.len() >= rows * pairs.len()`
+/// ([`crate::arch`]'s checks).
 #[target_feature(enable = "avx512f")]
 unsafe fn partitioned_avx512(pairs: &[HashPair], rows: usize, log2_width: u32, out: &mut [u32]) {
     // SAFETY: AVX-512F is enabled here; the caller checked the lengths.
@@ -87,49 +93,74 @@ unsafe fn blocked_avx512(
     unsafe { lanes::blocked::<__m512i>(pairs, log2_blocks, log2_block_bits, k, blocks, bits) }
 }
 
-/// Partitioned indices with AVX-512; see [`crate::index`].
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-///
-/// # Panics
-/// If `out` is shorter than `rows * pairs.len()`.
-#[inline]
-pub unsafe fn partitioned(pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
-    assert!(
-        out.len() >= layout.rows() * pairs.len(),
-        "partitioned: output too short"
-    );
-    // SAFETY: AVX-512F support is the caller's promise; length checked.
-    unsafe { partitioned_avx512(pairs, layout.rows(), layout.log2_width(), out) }
-}
+/// The AVX-512 backend: a value is the proof that this CPU has AVX-512F,
+/// BW and VL, AVX2, AES-NI and VAES ([`Backend::Avx512`]'s detection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Avx512(());
 
-/// Blocked indices with AVX-512; see [`crate::index`].
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-///
-/// # Panics
-/// If `blocks` is shorter than `pairs` or `bits` than `k * pairs.len()`.
-#[inline]
-pub unsafe fn blocked(pairs: &[HashPair], layout: Blocked, blocks: &mut [u32], bits: &mut [u32]) {
-    assert!(
-        blocks.len() >= pairs.len(),
-        "blocked: block output too short"
-    );
-    assert!(
-        bits.len() >= layout.k() * pairs.len(),
-        "blocked: bit output too short"
-    );
-    // SAFETY: AVX-512F support is the caller's promise; lengths checked.
-    unsafe {
-        blocked_avx512(
-            pairs,
-            layout.log2_blocks(),
-            layout.log2_block_bits(),
-            layout.k(),
-            blocks,
-            bits,
-        )
+impl Avx512 {
+    /// The backend, if this CPU has its features (detected once, cached).
+    #[inline]
+    pub fn new() -> Option<Avx512> {
+        if Backend::Avx512.is_available() {
+            // SAFETY: the detection just found every feature.
+            Some(unsafe { Avx512::new_unchecked() })
+        } else {
+            None
+        }
+    }
+
+    /// The backend without the check.
+    ///
+    /// # Safety
+    /// `Backend::Avx512.is_available()` must hold.
+    #[inline]
+    pub const unsafe fn new_unchecked() -> Avx512 {
+        Avx512(())
+    }
+
+    /// The AVX2 backend, which this CPU has too (split blocks and SFB bins
+    /// run on it).
+    #[inline]
+    pub const fn avx2(self) -> Avx2 {
+        // SAFETY: the AVX-512 backend's detection includes AVX2.
+        unsafe { Avx2::new_unchecked() }
+    }
+
+    /// Partitioned indices; see [`crate::index::partitioned`].
+    ///
+    /// # Panics
+    /// If `out` is shorter than `rows * pairs.len()`.
+    #[inline]
+    pub fn partitioned(self, pairs: &[HashPair], layout: Partitioned, out: &mut [u32]) {
+        super::super::check_partitioned(pairs, layout, out);
+        // SAFETY: `self` proves AVX-512F; the length is checked above.
+        unsafe { partitioned_avx512(pairs, layout.rows(), layout.log2_width(), out) }
+    }
+
+    /// Blocked indices; see [`crate::index::blocked`].
+    ///
+    /// # Panics
+    /// If `blocks` is shorter than `pairs` or `bits` than `k * pairs.len()`.
+    #[inline]
+    pub fn blocked(
+        self,
+        pairs: &[HashPair],
+        layout: Blocked,
+        blocks: &mut [u32],
+        bits: &mut [u32],
+    ) {
+        super::super::check_blocked(pairs, layout, blocks, bits);
+        // SAFETY: `self` proves AVX-512F; the lengths are checked above.
+        unsafe {
+            blocked_avx512(
+                pairs,
+                layout.log2_blocks(),
+                layout.log2_block_bits(),
+                layout.k(),
+                blocks,
+                bits,
+            )
+        }
     }
 }

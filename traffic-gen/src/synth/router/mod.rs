@@ -108,13 +108,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use crate::frames::{
-    Addrs, ECT0, ETH_LEN, IpHeader, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_LEN, TCP_PSH_ACK, UDP_LEN,
-    push_eth, push_tcp, push_udp, tcp_checksum, udp_checksum,
-};
 use crate::synth::icarus::{HopRange, IcarusSynth, IcarusSynthConfig};
 use crate::synth::mcast::{Ctl, Model, write_control_frame, write_data_frame};
 use crate::synth::{SYNTH_START_NS, ZipfFlows};
+use dataplane::wire::build::{
+    self, Addrs, ECT0, ETH_LEN, IpHeader, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_LEN, TCP_PSH_ACK,
+    UDP_LEN, tcp_checksum, udp_checksum,
+};
 
 mod truth;
 
@@ -411,12 +411,12 @@ fn unicast_frame(
     let l4 = ETH_LEN + ip.len();
     let l4_len = if tcp { TCP_LEN } else { UDP_LEN };
     let len = len.max(l4 + l4_len);
-    push_eth(out, router_mac(port), host_mac(port), ip.ethertype());
+    build::ethernet(out, router_mac(port), host_mac(port), ip.ethertype());
     ip.push(out, len - l4);
     if tcp {
-        push_tcp(out, sport, dport, seq, seq ^ 0x5a5a_5a5a, flags);
+        build::tcp(out, sport, dport, seq, seq ^ 0x5a5a_5a5a, flags);
     } else {
-        push_udp(out, sport, dport, len - l4 - l4_len);
+        build::udp(out, sport, dport, len - l4 - l4_len);
     }
     out.resize(len, 0);
     if tcp {
