@@ -780,19 +780,19 @@ mod tests {
 
     /// A UDP frame 10.0.0.1 -> 10.0.0.2 of `len` bytes.
     fn frame(len: usize) -> Vec<u8> {
-        let mut f = vec![0u8; len];
-        f[12..14].copy_from_slice(&[0x08, 0x00]);
-        let ip = &mut f[14..34];
-        ip.copy_from_slice(&[
-            0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-        ]);
-        let total = (len - 14) as u16;
-        ip[2..4].copy_from_slice(&total.to_be_bytes());
-        let sum = !crate::wire::checksum::sum(ip);
-        ip[10..12].copy_from_slice(&sum.to_be_bytes());
-        f[34..36].copy_from_slice(&1000u16.to_be_bytes());
-        f[36..38].copy_from_slice(&2000u16.to_be_bytes());
-        f[38..40].copy_from_slice(&((len - 34) as u16).to_be_bytes());
+        use crate::wire::build::{self, Addrs, IpHeader};
+        let ip = IpHeader::new(
+            Addrs::V4 {
+                src: [10, 0, 0, 1].into(),
+                dst: [10, 0, 0, 2].into(),
+            },
+            build::PROTO_UDP,
+        );
+        let mut f = Vec::new();
+        build::ethernet(&mut f, [0; 6], [0; 6], ip.ethertype());
+        ip.push(&mut f, len - 34);
+        build::udp(&mut f, 1000, 2000, len - 42);
+        f.resize(len, 0);
         f
     }
 
