@@ -13,7 +13,7 @@ use crate::packet::DropReason;
 use super::config::{BinIndex, SFB_MAX_PROB, SfbConfig, SfbConfigError};
 use super::keys::{SfbKey, SfbTag, field_width, row_index, slices};
 use super::penalty::PenaltyBucket;
-use super::rate::{Backlog, FairRate, FirstRow, RateVerdict};
+use super::rate::{Backlog, FairRate, FirstRow};
 use super::stats::{PenalisedFlow, SfbCounters, SfbPeaks, SfbStats};
 
 /// Nanoseconds per millisecond.
@@ -100,8 +100,35 @@ pub(super) struct Traits {
     /// profile: ECN-capable, the queue under the floor, or the flow
     /// capped).
     pub(super) marks_only: bool,
-    /// Blue's coin, when the caller drew it (`None`: Blue draws its own).
-    pub(super) coin: Option<u16>,
+    /// Blue's coin is the second of the draw the fair-share check made for
+    /// the packet ([`Coins::second`]; false: Blue draws its own).
+    pub(super) paired_coin: bool,
+    /// Blue counts its marks in `counters.marked` (false: the caller
+    /// counts them with its own, once for a packet both marked).
+    pub(super) count_marks: bool,
+}
+
+/// The fair-share check's verdict on an arrival as the fair path takes it
+/// ([`Sfb::rate_check`]): what the check does with the packet and what it
+/// spares the packet of Blue.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Checked {
+    /// The check refuses the packet (the work-conserving floor applied).
+    pub(super) drop: bool,
+    /// The check marks it CE ([`RateVerdict`]'s `mark`).
+    ///
+    /// [`RateVerdict`]: super::RateVerdict
+    pub(super) mark: bool,
+    /// Its flow is capped ([`RateVerdict`]'s `capped`).
+    ///
+    /// [`RateVerdict`]: super::RateVerdict
+    pub(super) capped: bool,
+    /// [`Traits::keep_at_max`].
+    pub(super) keep_at_max: bool,
+    /// [`Traits::marks_only`].
+    pub(super) marks_only: bool,
+    /// The flow's first-row counter, for [`FairRate::signal_at`].
+    pub(super) first: FirstRow,
 }
 
 /// A multiplicative congruential generator modulo 2^64 (Lehmer) with a
@@ -132,14 +159,14 @@ impl Coins {
         (self.state >> 48) as u16
     }
 
-    /// Two coins from one output: its top 16 bits (as [`u16`](Self::u16))
-    /// and the 16 below them (period 2^46, plenty for a coin; the fair
-    /// path draws one for the check and one for Blue per packet, and one
-    /// multiply fewer is a few instructions of its ~100).
+    /// A second coin from the last draw's output: the 16 bits below
+    /// [`u16`](Self::u16)'s (period 2^46, plenty for a coin; the fair path
+    /// draws one for the check and takes this one for Blue, and one
+    /// multiply fewer is a few instructions of its ~100). Read from the
+    /// state when it is wanted, so that no register holds it meanwhile.
     #[inline]
-    fn pair(&mut self) -> (u16, u16) {
-        self.state = self.state.wrapping_mul(0xD134_2543_DE82_EF95);
-        ((self.state >> 48) as u16, (self.state >> 32) as u16)
+    fn second(&self) -> u16 {
+        (self.state >> 32) as u16
     }
 }
 
@@ -559,7 +586,8 @@ impl Sfb {
             ecn_capable,
             keep_at_max: false,
             marks_only: false,
-            coin: None,
+            paired_coin: false,
+            count_marks: true,
         };
         match self.decide(key, None, flow, traits, queue_len, now) {
             Ok(d) => Admit::Enqueue {
@@ -600,7 +628,8 @@ impl Sfb {
             ecn_capable,
             keep_at_max,
             marks_only,
-            coin,
+            paired_coin,
+            count_marks,
         } = traits;
         if queue_len >= self.cfg.limit {
             self.counters.queuedrop += 1;
@@ -635,9 +664,10 @@ impl Sfb {
         // random, so a branch per test would be mispredicted about as often
         // as it is taken.
         const HALF: u16 = SFB_MAX_PROB / 2;
-        let r = match coin {
-            Some(c) => c,
-            None => self.coins.u16(),
+        let r = if paired_coin {
+            self.coins.second()
+        } else {
+            self.coins.u16()
         };
         let hit = r < minp;
         let over_half = u32::from(r) < u32::from(minp.saturating_sub(HALF)) * 2;
@@ -645,7 +675,9 @@ impl Sfb {
         // Only an ECN-capable packet is marked (without `marks_only`, a
         // hit on any other is an early drop).
         let mark = hit & !early & ecn_capable;
-        self.counters.marked += u64::from(mark);
+        if count_marks {
+            self.counters.marked += u64::from(mark);
+        }
         if early {
             self.counters.earlydrop += 1;
             if fused.is_some() {
@@ -715,32 +747,53 @@ impl Sfb {
         self.fair.then_some(&self.rate)
     }
 
+    /// The fair path an [`SfbQueue`] compiles for this SFB, as the row
+    /// count of [`FairRate::arrive_rows`]: 0 with the check off.
+    ///
+    /// [`SfbQueue`]: super::SfbQueue
+    #[inline]
+    pub(super) fn path_rows(&self) -> usize {
+        if self.fair { self.rate.path_rows() } else { 0 }
+    }
+
     /// Runs an arrival through the fair-share check (the caller knows it is
-    /// on): `word` is the flow's packed hash word in the active set,
-    /// `backlog` the bytes queued. Counts its marks (its drops are the
-    /// caller's to count, on the drop's path). Under the work-conserving
+    /// on, with `R` its [`path_rows`](Self::path_rows)): `word` is the
+    /// flow's packed hash word in the active set, `backlog` the bytes
+    /// queued. Counts its marks in `ratemark` (its drops, and the marks in
+    /// `marked`, are the caller's to count). Under the work-conserving
     /// floor ([`FairRate::floor`]) the check drops nothing of a flow near
-    /// the share ([`RateVerdict::near`]). The `bool`: Blue drops nothing of
-    /// the packet either (spared by the floor, or capped);
-    /// the `u16`: Blue's coin for it (drawn with the check's).
+    /// the share ([`RateVerdict::near`]), and Blue drops nothing of a
+    /// packet so spared, nor of a capped flow's; a full bin does not drop
+    /// a packet of a flow within the share either, and Blue only marks an
+    /// ECN-capable one.
+    ///
+    /// [`RateVerdict::near`]: super::RateVerdict::near
     #[inline(always)]
-    pub(super) fn rate_check(
+    pub(super) fn rate_check<const R: usize>(
         &mut self,
         word: u64,
         len: u32,
         ecn_capable: bool,
         backlog: u64,
-    ) -> (RateVerdict, FirstRow, bool, u16) {
+    ) -> Checked {
         debug_assert!(self.fair);
         let r = &mut self.rate;
-        let (coin, blue) = self.coins.pair();
-        let (mut v, first) = r.arrive_at(word, len, ecn_capable, coin);
+        // Blue's coin is this draw's second (`Traits::paired_coin`).
+        let coin = self.coins.u16();
+        let (v, first) = r.arrive_rows::<R>(word, len, ecn_capable, coin);
         // Under the floor a flow near the share keeps its packet; one far
         // over it does not (`FLOOR_OVER`).
         let short = (backlog < r.floor()) & v.near;
-        v.drop &= !short;
         self.counters.ratemark += u64::from(v.mark);
-        (v, first, short | v.capped, blue)
+        let no_drop = short | v.capped;
+        Checked {
+            drop: v.drop & !short,
+            mark: v.mark,
+            capped: v.capped,
+            keep_at_max: v.under | no_drop,
+            marks_only: no_drop | (ecn_capable & v.under),
+            first,
+        }
     }
 
     /// An arrival at `now` found the queue empty: the link was idle since

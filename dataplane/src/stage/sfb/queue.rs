@@ -9,10 +9,10 @@ use crate::flow::FlowKey;
 use crate::packet::DropReason;
 use crate::stage::egress::{Departure, EgressConfig, EgressQueue};
 
-use super::algorithm::{Sfb, Traits};
+use super::algorithm::{Checked, Sfb, Traits};
 use super::config::{SfbConfig, SfbConfigError};
 use super::keys::SfbKey;
-use super::rate::{Backlog, FirstRow, RateVerdict};
+use super::rate::{ANY_ROWS, Backlog};
 
 /// How an admitted packet goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,11 +121,13 @@ impl<T: Copy + Default> SfbQueue<T> {
             now,
         };
         let (sfb, queue) = (&mut self.sfb, &mut self.queue);
-        match (sfb.fused, sfb.fair) {
-            (true, true) => offer::<T, true, true>(sfb, queue, &arrival, flow),
-            (true, false) => offer::<T, true, false>(sfb, queue, &arrival, flow),
-            (false, true) => offer::<T, false, true>(sfb, queue, &arrival, flow),
-            (false, false) => offer::<T, false, false>(sfb, queue, &arrival, flow),
+        match (sfb.fused, sfb.path_rows()) {
+            (true, 0) => offer::<T, true, 0>(sfb, queue, &arrival, flow),
+            (true, 2) => offer::<T, true, 2>(sfb, queue, &arrival, flow),
+            (true, _) => offer::<T, true, ANY_ROWS>(sfb, queue, &arrival, flow),
+            (false, 0) => offer::<T, false, 0>(sfb, queue, &arrival, flow),
+            (false, 2) => offer::<T, false, 2>(sfb, queue, &arrival, flow),
+            (false, _) => offer::<T, false, ANY_ROWS>(sfb, queue, &arrival, flow),
         }
     }
 
@@ -133,11 +135,11 @@ impl<T: Copy + Default> SfbQueue<T> {
     #[inline]
     pub fn dequeue(&mut self, now: Timestamp) -> Option<Departure<T>> {
         let (sfb, queue) = (&mut self.sfb, &mut self.queue);
-        match (sfb.fused, sfb.fair) {
-            (true, true) => take::<T, true, true>(sfb, queue, now),
-            (true, false) => take::<T, true, false>(sfb, queue, now),
-            (false, true) => take::<T, false, true>(sfb, queue, now),
-            (false, false) => take::<T, false, false>(sfb, queue, now),
+        let fair = sfb.fair;
+        if sfb.fused {
+            take::<T, true>(sfb, queue, now, fair)
+        } else {
+            take::<T, false>(sfb, queue, now, fair)
         }
     }
 
@@ -167,26 +169,28 @@ impl<T: Copy + Default> SfbQueue<T> {
         let kernel = self.sfb.kernel;
         kernel.run(
             #[inline(always)]
-            || match (self.sfb.fused, self.sfb.fair) {
-                (true, true) => self.offer_each::<true, true>(feed),
-                (true, false) => self.offer_each::<true, false>(feed),
-                (false, true) => self.offer_each::<false, true>(feed),
-                (false, false) => self.offer_each::<false, false>(feed),
+            || match (self.sfb.fused, self.sfb.path_rows()) {
+                (true, 0) => self.offer_each::<true, 0>(feed),
+                (true, 2) => self.offer_each::<true, 2>(feed),
+                (true, _) => self.offer_each::<true, ANY_ROWS>(feed),
+                (false, 0) => self.offer_each::<false, 0>(feed),
+                (false, 2) => self.offer_each::<false, 2>(feed),
+                (false, _) => self.offer_each::<false, ANY_ROWS>(feed),
             },
         );
     }
 
     /// [`offer_batch`](Self::offer_batch)'s loop, on the fused path or not,
-    /// with the fair-share check or not.
+    /// with the fair-share check (`ROWS` as in [`offer`]) or not.
     #[inline(always)]
-    fn offer_each<const FUSED: bool, const FAIR: bool>(&mut self, feed: &mut impl Feed<T>) {
+    fn offer_each<const FUSED: bool, const ROWS: usize>(&mut self, feed: &mut impl Feed<T>) {
         for k in 0..feed.arrivals() {
             let now = feed.time(k);
-            while let Some(d) = take::<T, FUSED, FAIR>(&mut self.sfb, &mut self.queue, now) {
+            while let Some(d) = take::<T, FUSED>(&mut self.sfb, &mut self.queue, now, ROWS != 0) {
                 feed.departed(d);
             }
             let (a, flow) = feed.arrival(k, now);
-            let v = offer::<T, FUSED, FAIR>(&mut self.sfb, &mut self.queue, &a, flow);
+            let v = offer::<T, FUSED, ROWS>(&mut self.sfb, &mut self.queue, &a, flow);
             feed.verdict(k, v);
         }
     }
@@ -228,17 +232,21 @@ pub struct Arrival<T> {
 }
 
 /// [`SfbQueue::enqueue`] on SFB and the queue's FIFO; `FUSED` is
-/// `sfb.fused` and `FAIR` whether the fair-share check is on, constants so
-/// that each path is compiled without the others' work.
+/// `sfb.fused` and `ROWS` [`Sfb::path_rows`] (0: the fair-share check is
+/// off; else the sketch's row count as [`FairRate`]'s `arrive_rows` takes
+/// it), constants so that each path is compiled without the others' work.
+///
+/// [`FairRate`]: super::FairRate
 #[inline(always)]
-fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
+fn offer<T: Copy + Default, const FUSED: bool, const ROWS: usize>(
     sfb: &mut Sfb,
     queue: &mut EgressQueue<Queued<T>>,
     a: &Arrival<T>,
     flow: Option<&FlowKey>,
 ) -> Result<Enqueued, DropReason> {
+    let fair = ROWS != 0;
     debug_assert_eq!(FUSED, sfb.fused);
-    debug_assert_eq!(FAIR, sfb.fair);
+    debug_assert_eq!(ROWS, sfb.path_rows());
     let set = sfb.active & 1;
     // The active set's bins: offsets on the fused path (whose kernel
     // raises the counts with the update), packed indices otherwise.
@@ -248,20 +256,20 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
         a.key.packed(set)
     };
     let offs = FUSED.then_some(word);
-    if FAIR && queue.is_empty() {
+    if fair && queue.is_empty() {
         sfb.idle_until(a.now, queue.idle_since());
     }
-    let (rate, first, no_drop, coin) = if FAIR {
-        sfb.rate_check(
+    let check = if fair {
+        sfb.rate_check::<ROWS>(
             a.key.packed(set),
             a.len,
             a.ecn_capable,
             queue.backlog_bytes(),
         )
     } else {
-        (RateVerdict::OVER, FirstRow::default(), false, 0)
+        Checked::default()
     };
-    if rate.drop {
+    if check.drop {
         sfb.counters.ratedrop += 1;
         return Err(DropReason::SfbRate);
     }
@@ -271,26 +279,27 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
         flow,
         Traits {
             ecn_capable: a.ecn_capable,
-            keep_at_max: rate.under | no_drop,
-            marks_only: no_drop | (a.ecn_capable & rate.under),
-            coin: FAIR.then_some(coin),
+            keep_at_max: check.keep_at_max,
+            marks_only: check.marks_only,
+            paired_coin: fair,
+            count_marks: !fair,
         },
         queue.len(),
         a.now,
     ) {
         Ok(d) => (d.mark, d.sets, d.standby),
         Err(d) => {
-            if FAIR {
-                sfb.rate.signal_at(first, true);
+            if fair {
+                sfb.rate.signal_at(check.first, true);
             }
             return Err(d.reason());
         }
     };
-    if FAIR {
-        sfb.rate.signal_at(first, mark);
-        // Counted once when Blue marked it too.
-        sfb.counters.marked += u64::from(rate.mark & !mark);
-        mark |= rate.mark;
+    if fair {
+        // Blue's mark is its signal; a packet both marked is counted once.
+        sfb.rate.signal_at(check.first, mark);
+        mark |= check.mark;
+        sfb.counters.marked += u64::from(mark);
     }
     // Built in registers: an array written by index and read back whole
     // would miss store-to-load forwarding.
@@ -299,7 +308,7 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
     } else {
         [standby, word]
     };
-    let capped = FAIR & rate.capped;
+    let capped = fair & check.capped;
     let queued = Queued {
         item: a.item,
         words,
@@ -310,7 +319,7 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
             if !FUSED {
                 sfb.adjust(sets, words, true);
             }
-            if FAIR {
+            if fair {
                 sfb.rate.enqueued(a.len, capped);
             }
             Ok(if mark {
@@ -329,23 +338,30 @@ fn offer<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
     }
 }
 
-/// [`SfbQueue::dequeue`] on SFB and the queue's FIFO (`FUSED` and `FAIR`
-/// as in [`offer`]).
+/// [`SfbQueue::dequeue`] on SFB and the queue's FIFO (`FUSED` as in
+/// [`offer`]; `fair`: the fair-share check is on, a constant where the
+/// caller's is).
 #[inline(always)]
-fn take<T: Copy + Default, const FUSED: bool, const FAIR: bool>(
+fn take<T: Copy + Default, const FUSED: bool>(
     sfb: &mut Sfb,
     queue: &mut EgressQueue<Queued<T>>,
     now: Timestamp,
+    fair: bool,
 ) -> Option<Departure<T>> {
     debug_assert_eq!(FUSED, sfb.fused);
-    let d = queue.dequeue_with(now, |q| {
-        if FUSED {
-            sfb.lower_queued(q.sets, &q.words);
-        } else {
-            sfb.adjust(q.sets, q.words, false);
-        }
-    })?;
-    if FAIR {
+    debug_assert_eq!(fair, sfb.fair);
+    let d = queue.dequeue_with(
+        now,
+        #[inline(always)]
+        |q| {
+            if FUSED {
+                sfb.lower_queued(q.sets, &q.words);
+            } else {
+                sfb.adjust(q.sets, q.words, false);
+            }
+        },
+    )?;
+    if fair {
         sfb.rate.depart(d.len);
     }
     Some(Departure {

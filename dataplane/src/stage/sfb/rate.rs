@@ -141,6 +141,9 @@ const HOLD_PERIODS: u8 = 10;
 
 /// The most rows.
 pub const MAX_RATE_ROWS: usize = 4;
+/// The fair path's row count ([`FairRate::arrive_rows`]) when the sketch's
+/// is read at each arrival: any count but the default two.
+pub(super) const ANY_ROWS: usize = usize::MAX;
 /// The largest `log2_bins` of the rate sketch.
 pub const MAX_RATE_LOG2_BINS: u32 = 16;
 
@@ -243,7 +246,10 @@ pub struct FairRate {
     index_shift: u32,
     shift: u32,
     period_ns: u64,
-    /// `rows << log2` counters, row-major: decayed bytes.
+    /// `MAX_RATE_ROWS << log2` counters, row-major: decayed bytes. Rows
+    /// from `rows` on are never touched (so never paged in); allocated so
+    /// that an index for any row below `MAX_RATE_ROWS` is in bounds
+    /// whatever `rows` is, which spares the arrival a check.
     counts: Vec<u32>,
     /// Per first-row counter, the periods left in which its flows count
     /// as competing because Blue signalled one of them
@@ -318,7 +324,7 @@ impl FairRate {
             index_shift: 64 - log2,
             shift: shift.clamp(1, 16),
             period_ns: period_ms.max(1).saturating_mul(NS_PER_MS),
-            counts: vec![0; rows << log2],
+            counts: vec![0; MAX_RATE_ROWS << log2],
             held: vec![0; 1 << log2],
             hold_base: vec![0; 1 << log2],
             hold_last: vec![0; 1 << log2],
@@ -405,6 +411,19 @@ impl FairRate {
         (row * self.stride) | (word.wrapping_mul(ROW_MULT[row]) >> self.index_shift) as usize
     }
 
+    /// The row count the fair path is compiled for with this sketch
+    /// ([`arrive_rows`](Self::arrive_rows)): 2, the default, or
+    /// [`ANY_ROWS`].
+    pub(super) fn path_rows(&self) -> usize {
+        if self.rows == 2 { 2 } else { ANY_ROWS }
+    }
+
+    /// The counters in use (`rows` rows).
+    fn used_mut(&mut self) -> &mut [u32] {
+        let n = self.rows << self.log2;
+        &mut self.counts[..n]
+    }
+
     /// The flow's rate now (the minimum of its counters), changing nothing.
     pub fn estimate(&self, word: u64) -> u32 {
         (0..self.rows)
@@ -430,16 +449,33 @@ impl FairRate {
         ecn_capable: bool,
         coin: u16,
     ) -> (RateVerdict, FirstRow) {
-        // The row count as a constant, so that the rows' loops unroll.
-        // The default (two rows) first: one test on the fair path.
-        let (rate, first) = if self.rows == 2 {
-            self.count::<2>(word, len)
-        } else {
-            match self.rows {
+        self.arrive_rows::<ANY_ROWS>(word, len, ecn_capable, coin)
+    }
+
+    /// [`arrive_at`](Self::arrive_at) with the row count `R` a constant
+    /// (the caller's [`path_rows`](Self::path_rows), chosen once per
+    /// batch), so that the rows' loops unroll and no arrival tests the
+    /// count; [`ANY_ROWS`] reads it at each arrival.
+    #[inline(always)]
+    pub(super) fn arrive_rows<const R: usize>(
+        &mut self,
+        word: u64,
+        len: u32,
+        ecn_capable: bool,
+        coin: u16,
+    ) -> (RateVerdict, FirstRow) {
+        // Folded to one arm when `R` is a count.
+        let (rate, first) = match R {
+            1 => self.count::<1>(word, len),
+            2 => self.count::<2>(word, len),
+            3 => self.count::<3>(word, len),
+            4 => self.count::<4>(word, len),
+            _ => match self.rows {
                 1 => self.count::<1>(word, len),
+                2 => self.count::<2>(word, len),
                 3 => self.count::<3>(word, len),
                 _ => self.count::<4>(word, len),
-            }
+            },
         };
         let rate = u64::from(rate);
         // Refused with probability 1 - alpha / rate (never when rate <=
@@ -465,27 +501,32 @@ impl FairRate {
     }
 
     /// Conservative update of `R` rows by `len`; the flow's new count and
-    /// its first-row index. `R` is `self.rows` ([`arrive`](Self::arrive)
-    /// dispatches on it).
+    /// its first-row index. `R` is `self.rows` ([`arrive_rows`] dispatches
+    /// on it).
+    ///
+    /// [`arrive_rows`]: Self::arrive_rows
     #[inline(always)]
     fn count<const R: usize>(&mut self, word: u64, len: u32) -> (u32, usize) {
-        assert!(R == self.rows);
+        const { assert!(R >= 1 && R <= MAX_RATE_ROWS) };
+        debug_assert_eq!(R, self.rows);
         let idx: [usize; R] = core::array::from_fn(|r| self.index(word, r));
-        // Every index is in bounds: `counts` holds `rows << log2` counters
-        // and `index(word, r)` for `r < rows` (`R` is `rows`, asserted
-        // above) is `r << log2` plus a value shifted right by `64 - log2`
-        // bits, so below `2^log2`. (The slice in a local: its pointer
-        // stays in a register across the stores.)
+        // Every index is in bounds: `counts` holds `MAX_RATE_ROWS << log2`
+        // counters and `index(word, r)` for `r < R <= MAX_RATE_ROWS`
+        // (asserted at compile time above) is `r << log2` plus a value
+        // shifted right by `64 - log2` bits, so below `2^log2`. (The slice
+        // in a local: its pointer stays in a register across the stores.)
         let counts = self.counts.as_mut_slice();
-        let min = idx.iter().fold(u32::MAX, |m, &i| {
+        // SAFETY: every `i` is in bounds (see above).
+        let old: [u32; R] = idx.map(|i| unsafe { *counts.get_unchecked(i) });
+        let rate = old
+            .iter()
+            .fold(u32::MAX, |m, &c| m.min(c))
+            .saturating_add(len);
+        // The rows' indices differ (each row is its own `2^log2` range),
+        // so each counter is raised from the value read above.
+        for (i, c) in idx.into_iter().zip(old) {
             // SAFETY: `i` is in bounds (see above).
-            m.min(unsafe { *counts.get_unchecked(i) })
-        });
-        let rate = min.saturating_add(len);
-        for i in idx {
-            // SAFETY: `i` is in bounds (see above).
-            let c = unsafe { counts.get_unchecked_mut(i) };
-            *c = (*c).max(rate);
+            unsafe { *counts.get_unchecked_mut(i) = c.max(rate) };
         }
         (rate, idx[0])
     }
@@ -681,22 +722,28 @@ impl FairRate {
     /// period has had a period to answer.
     ///
     /// Returns the number of counters still held.
+    #[inline(always)]
     fn review_holds(&mut self) -> u32 {
-        let mut still = 0;
+        let mut still = 0u32;
         let row = &self.counts[..self.held.len()];
         let holds = self.held.iter_mut().zip(&mut self.hold_base);
+        // Branch-free and with every store made (masks, not selects, which
+        // the compiler turns into masked stores), so that the loop
+        // vectorises (with the kernel's target feature: `tick_queue` runs
+        // in it). A counter not held keeps everything as it is.
         for (((h, base), last), &c) in holds.zip(&mut self.hold_last).zip(row) {
-            if *h == 0 {
-                continue;
-            }
-            if *base == 0 {
-                *base = c.max(1);
-            } else if c >= *base || (c >= *last && c >= *base - (*base >> 3)) {
-                *h = 0;
-                *base = 0;
-            }
+            let held = *h != 0;
+            let fresh = *base == 0;
+            let ends = !fresh & ((c >= *base) | ((c >= *last) & (c >= *base - (*base >> 3))));
+            // The base: taken (held, none yet), cleared (held, ends), else
+            // as it was.
+            let keep = u32::from(!held | (!fresh & !ends)).wrapping_neg();
+            let take = u32::from(held & fresh).wrapping_neg();
+            *base = (*base & keep) | (c.max(1) & take);
+            *h &= u8::from(!(held & ends)).wrapping_neg();
+            let seen = u32::from(held).wrapping_neg();
+            *last = (c & seen) | (*last & !seen);
             still += u32::from(*h != 0);
-            *last = c;
         }
         still
     }
@@ -707,7 +754,7 @@ impl FairRate {
     fn decay(&mut self, periods: u64) -> bool {
         let s = self.shift;
         if periods.saturating_mul(u64::from(s)) >= 32 {
-            self.counts.fill(0);
+            self.used_mut().fill(0);
             self.held.fill(0);
             self.hold_base.fill(0);
             self.departed = 0;
@@ -722,7 +769,7 @@ impl FairRate {
             }
         }
         for _ in 0..periods {
-            for c in &mut self.counts {
+            for c in self.used_mut() {
                 *c -= *c >> s;
             }
             self.departed -= self.departed >> s;
