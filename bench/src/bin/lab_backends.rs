@@ -432,7 +432,13 @@ fn main() -> Result<()> {
     let median = |b: &str, f: &dyn Fn(&Row) -> f64| {
         let mut v: Vec<f64> = rows.iter().filter(|r| r.backend == b).map(f).collect();
         v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied()
+        // An even count: the mean of the middle two (with two rounds, not
+        // the larger one).
+        match v.len() {
+            0 => None,
+            n if n % 2 == 0 => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+            n => Some(v[n / 2]),
+        }
     };
     println!();
     for other in ["ring", "pnet"] {
