@@ -368,25 +368,16 @@ mod tests {
 
     /// Ethernet + IPv4 + UDP 10.0.0.1:1000 -> 10.0.0.2:2000, 4 payload bytes.
     fn udp_frame() -> Vec<u8> {
-        use crate::wire::build::{self, Addrs, IpHeader};
-        let ip = IpHeader::new(
-            Addrs::V4 {
-                src: [10, 0, 0, 1].into(),
-                dst: [10, 0, 0, 2].into(),
-            },
-            build::PROTO_UDP,
-        );
-        let mut f = Vec::new();
-        build::ethernet(
-            &mut f,
+        use crate::wire::build::{self, IpHeader};
+        let ip = IpHeader::v4([10, 0, 0, 1], [10, 0, 0, 2], build::PROTO_UDP);
+        build::udp_frame(
             [0, 1, 2, 3, 4, 5],
             [6, 7, 8, 9, 10, 11],
-            ip.ethertype(),
-        );
-        ip.push(&mut f, build::UDP_LEN + 4);
-        build::udp(&mut f, 1000, 2000, 4);
-        f.extend_from_slice(&[1, 2, 3, 4]);
-        f
+            &ip,
+            1000,
+            2000,
+            &[1, 2, 3, 4],
+        )
     }
 
     #[derive(Debug, Default)]

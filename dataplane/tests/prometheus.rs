@@ -40,20 +40,9 @@ fn tool(test: &str, path: &str) -> Option<PathBuf> {
 
 /// A UDP frame 10.0.0.1:1000 -> 10.0.0.2:2000 of `len` bytes.
 fn frame(len: usize) -> Vec<u8> {
-    use dataplane::wire::build::{self, Addrs, IpHeader};
-    let ip = IpHeader::new(
-        Addrs::V4 {
-            src: [10, 0, 0, 1].into(),
-            dst: [10, 0, 0, 2].into(),
-        },
-        build::PROTO_UDP,
-    );
-    let mut f = Vec::new();
-    build::ethernet(&mut f, [0; 6], [0; 6], ip.ethertype());
-    ip.push(&mut f, len - 34);
-    build::udp(&mut f, 1000, 2000, len - 42);
-    f.resize(len, 0);
-    f
+    use dataplane::wire::build::{self, IpHeader};
+    let ip = IpHeader::v4([10, 0, 0, 1], [10, 0, 0, 2], build::PROTO_UDP);
+    build::udp_frame([0; 6], [0; 6], &ip, 1000, 2000, &vec![0; len - 42])
 }
 
 /// The merged stats of two workers that each forwarded one 160 Mbit/s

@@ -556,28 +556,19 @@ fn queue_limit_and_child_limit() {
 
 /// Ethernet + IPv4 (ECN `ecn`) + UDP `sport` -> 10.0.0.2:2000, `len` payload bytes.
 fn udp_frame(sport: u16, ecn: u8, payload: usize) -> Vec<u8> {
-    use dataplane::wire::build::{self, Addrs, IpHeader};
+    use dataplane::wire::build::{self, IpHeader};
     let ip = IpHeader {
         tos: ecn,
-        ..IpHeader::new(
-            Addrs::V4 {
-                src: [10, 0, 0, 1].into(),
-                dst: [10, 0, 0, 2].into(),
-            },
-            build::PROTO_UDP,
-        )
+        ..IpHeader::v4([10, 0, 0, 1], [10, 0, 0, 2], build::PROTO_UDP)
     };
-    let mut f = Vec::new();
-    build::ethernet(
-        &mut f,
+    build::udp_frame(
         [0, 1, 2, 3, 4, 5],
         [6, 7, 8, 9, 10, 11],
-        ip.ethertype(),
-    );
-    ip.push(&mut f, build::UDP_LEN + payload);
-    build::udp(&mut f, sport, 2000, payload);
-    f.resize(f.len() + payload, 0xab);
-    f
+        &ip,
+        sport,
+        2000,
+        &vec![0xab; payload],
+    )
 }
 
 /// Port `b` shaped to 8 Mbit/s behind SFB (seed 5), `c` unshaped; every

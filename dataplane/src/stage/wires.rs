@@ -126,24 +126,16 @@ mod tests {
     use crate::wire::LinkType;
 
     fn frame(dst: [u8; 4]) -> Vec<u8> {
-        use crate::wire::build::{self, Addrs, IpHeader};
-        let ip = IpHeader::new(
-            Addrs::V4 {
-                src: [10, 0, 0, 1].into(),
-                dst: dst.into(),
-            },
-            build::PROTO_UDP,
-        );
-        let mut f = Vec::new();
-        build::ethernet(
-            &mut f,
+        use crate::wire::build::{self, IpHeader};
+        let ip = IpHeader::v4([10, 0, 0, 1], dst, build::PROTO_UDP);
+        build::udp_frame(
             [0, 1, 2, 3, 4, 5],
             [6, 7, 8, 9, 10, 11],
-            ip.ethertype(),
-        );
-        ip.push(&mut f, build::UDP_LEN);
-        build::udp(&mut f, 1000, 2000, 0);
-        f
+            &ip,
+            1000,
+            2000,
+            &[],
+        )
     }
 
     #[test]

@@ -148,6 +148,18 @@ impl IpHeader {
         }
     }
 
+    /// An IPv4 header for `proto` from `src` to `dst` ([`new`](Self::new)'s
+    /// defaults).
+    pub fn v4(src: impl Into<Ipv4Addr>, dst: impl Into<Ipv4Addr>, proto: u8) -> IpHeader {
+        IpHeader::new(
+            Addrs::V4 {
+                src: src.into(),
+                dst: dst.into(),
+            },
+            proto,
+        )
+    }
+
     /// The EtherType of this version.
     pub fn ethertype(&self) -> u16 {
         match self.addrs {
@@ -246,6 +258,29 @@ pub fn udp(out: &mut Vec<u8>, sport: u16, dport: u16, payload_len: usize) {
     out.extend_from_slice(&dport.to_be_bytes());
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(&[0, 0]);
+}
+
+/// A whole frame: Ethernet II from `src_mac` to `dst_mac`, the IP header
+/// `ip` (its protocol UDP), a UDP header from `sport` to `dport` and
+/// `payload`. The UDP checksum stays zero (none, as IPv4 allows; set it
+/// with [`udp_checksum`] where it matters).
+///
+/// # Panics
+/// If the datagram does not fit its length fields.
+pub fn udp_frame(
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    ip: &IpHeader,
+    sport: u16,
+    dport: u16,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut f = Vec::with_capacity(ETH_LEN + ip.len() + UDP_LEN + payload.len());
+    ethernet(&mut f, dst_mac, src_mac, ip.ethertype());
+    ip.push(&mut f, UDP_LEN + payload.len());
+    udp(&mut f, sport, dport, payload.len());
+    f.extend_from_slice(payload);
+    f
 }
 
 /// Stores the checksum of the UDP datagram at `frame[l4..]` (to the end of
@@ -479,6 +514,30 @@ mod tests {
         ip.push(&mut f, ND_LEN);
         assert_eq!(&f[..8], &[0x6b, 0xa0, 0, 0, 0, 32, 58, 255]);
         assert_eq!(f.len(), 40);
+    }
+
+    #[test]
+    fn udp_frame_is_its_headers_and_payload() {
+        for ip in [
+            IpHeader::v4([10, 0, 0, 1], [10, 1, 0, 1], PROTO_UDP),
+            IpHeader::new(v6(), PROTO_UDP),
+        ] {
+            let f = udp_frame([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1], &ip, 7, 9, b"hello");
+            let mut want = Vec::new();
+            ethernet(
+                &mut want,
+                [2, 0, 0, 0, 0, 2],
+                [2, 0, 0, 0, 0, 1],
+                ip.ethertype(),
+            );
+            ip.push(&mut want, UDP_LEN + 5);
+            udp(&mut want, 7, 9, 5);
+            want.extend_from_slice(b"hello");
+            assert_eq!(f, want);
+            assert_eq!(f.len(), ETH_LEN + ip.len() + UDP_LEN + 5);
+            let p = parse(LinkType::Ethernet, &f).expect("parses");
+            assert!(p.flow.is_some());
+        }
     }
 
     #[test]

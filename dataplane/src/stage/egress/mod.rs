@@ -1273,27 +1273,19 @@ mod tests {
 
     /// Ethernet + IPv4 + UDP to `dst` from source port `sport`, TOS `tos`.
     fn frame(dst: [u8; 4], sport: u16, tos: u8) -> Vec<u8> {
-        use crate::wire::build::{self, Addrs, IpHeader};
+        use crate::wire::build::{self, IpHeader};
         let ip = IpHeader {
             tos,
-            ..IpHeader::new(
-                Addrs::V4 {
-                    src: [10, 0, 0, 1].into(),
-                    dst: dst.into(),
-                },
-                build::PROTO_UDP,
-            )
+            ..IpHeader::v4([10, 0, 0, 1], dst, build::PROTO_UDP)
         };
-        let mut f = Vec::new();
-        build::ethernet(
-            &mut f,
+        build::udp_frame(
             [0, 1, 2, 3, 4, 5],
             [6, 7, 8, 9, 10, 11],
-            ip.ethertype(),
-        );
-        ip.push(&mut f, build::UDP_LEN);
-        build::udp(&mut f, sport, 2000, 0);
-        f
+            &ip,
+            sport,
+            2000,
+            &[],
+        )
     }
 
     fn ms(n: u64) -> Timestamp {
