@@ -435,7 +435,7 @@ fn unprivileged(lab: &mut Lab, backend: &str) {
         .spawn()
         .expect("start setpriv");
     let router = lab.router.insert(router);
-    lab_common::wait_for(&err, "running", Duration::from_secs(10), router);
+    lab_common::wait_for(&err, lab_common::READY, Duration::from_secs(10), router);
     let pid = router.id();
     let uid_line = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
@@ -484,7 +484,7 @@ fn closed_pipe(lab: &mut Lab, backend: &str) {
             Some(Ok(l)) => {
                 seen.push_str(&l);
                 seen.push('\n');
-                if l.contains("running") {
+                if l.contains(lab_common::READY) {
                     break true;
                 }
             }

@@ -204,7 +204,7 @@ impl Router {
         let t0 = Instant::now();
         loop {
             let text = std::fs::read_to_string(err).unwrap_or_default();
-            if text.contains("running") {
+            if text.contains("dataplane: running (") {
                 let mode = text
                     .lines()
                     .find(|l| l.starts_with("dataplane: r-a: "))

@@ -98,7 +98,7 @@ impl L3Lab {
                 .stderr(std::fs::File::create(&err).unwrap())
                 .spawn()
                 .expect("start a router");
-            wait_for(&err, "running", Duration::from_secs(10), &mut child);
+            wait_for(&err, super::READY, Duration::from_secs(10), &mut child);
             self.routers.push((r, child));
         }
         dir

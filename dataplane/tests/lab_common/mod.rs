@@ -221,7 +221,7 @@ impl Lab {
             .spawn()
             .expect("start the router");
         let router = self.router.insert(router);
-        wait_for(err, "running", Duration::from_secs(10), router);
+        wait_for(err, READY, Duration::from_secs(10), router);
     }
 
     /// Writes `config` to `<dir>/<tag>.toml` and starts `bin run` with it
@@ -319,6 +319,11 @@ impl Drop for Lab {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// The line `dataplane run` prints once its workers hold their ports.
+/// Only its start: a fallback warning says "running on the ring backend"
+/// before any port is open.
+pub const READY: &str = "dataplane: running (";
 
 /// Polls `path` until it contains `needle` (returning the text), failing
 /// if `router` exits first or `timeout` passes.
