@@ -88,36 +88,44 @@ pub struct Hasher {
     path: Path,
 }
 
-/// The AES code a hasher runs, decided once from its backend and the CPU.
+/// The AES code a hasher runs, decided once from its backend and the CPU;
+/// each vector path holds its kernel's proof token, made only where the
+/// CPU has every feature the kernel needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path {
     /// `aes::hazmat`, eight keys per call (the reference).
     Reference,
     /// x86 AES-NI, 128-bit vectors.
     #[cfg(target_arch = "x86_64")]
-    AesNi,
+    AesNi(arch::x86_64::aes::AesNi),
     /// x86 VAES on 256-bit vectors.
     #[cfg(target_arch = "x86_64")]
-    Vaes256,
+    Vaes256(arch::x86_64::aes::Vaes256),
     /// x86 VAES on 512-bit vectors.
     #[cfg(target_arch = "x86_64")]
-    Vaes512,
+    Vaes512(arch::x86_64::aes::Vaes512),
     /// ARMv8 AES instructions.
     #[cfg(target_arch = "aarch64")]
-    NeonAes,
+    NeonAes(arch::aarch64::neon::NeonAes),
 }
 
 impl Path {
     fn of(backend: Backend) -> Path {
         match backend {
             #[cfg(target_arch = "x86_64")]
-            Backend::Avx512 => Path::Vaes512,
+            Backend::Avx512 => arch::x86_64::aes::Vaes512::new()
+                .map(Path::Vaes512)
+                .or_else(|| arch::x86_64::aes::AesNi::new().map(Path::AesNi))
+                .unwrap_or(Path::Reference),
             #[cfg(target_arch = "x86_64")]
-            Backend::Avx2 if std::arch::is_x86_feature_detected!("vaes") => Path::Vaes256,
-            #[cfg(target_arch = "x86_64")]
-            Backend::Avx2 if std::arch::is_x86_feature_detected!("aes") => Path::AesNi,
+            Backend::Avx2 => arch::x86_64::aes::Vaes256::new()
+                .map(Path::Vaes256)
+                .or_else(|| arch::x86_64::aes::AesNi::new().map(Path::AesNi))
+                .unwrap_or(Path::Reference),
             #[cfg(target_arch = "aarch64")]
-            Backend::Neon if std::arch::is_aarch64_feature_detected!("aes") => Path::NeonAes,
+            Backend::Neon => arch::aarch64::neon::NeonAes::new()
+                .map(Path::NeonAes)
+                .unwrap_or(Path::Reference),
             _ => Path::Reference,
         }
     }
@@ -126,13 +134,13 @@ impl Path {
         match self {
             Path::Reference => "aes-crate",
             #[cfg(target_arch = "x86_64")]
-            Path::AesNi => "aes-ni",
+            Path::AesNi(_) => "aes-ni",
             #[cfg(target_arch = "x86_64")]
-            Path::Vaes256 => "vaes-256",
+            Path::Vaes256(_) => "vaes-256",
             #[cfg(target_arch = "x86_64")]
-            Path::Vaes512 => "vaes-512",
+            Path::Vaes512(_) => "vaes-512",
             #[cfg(target_arch = "aarch64")]
-            Path::NeonAes => "neon-aes",
+            Path::NeonAes(_) => "neon-aes",
         }
     }
 
@@ -140,7 +148,9 @@ impl Path {
     fn one(self) -> Path {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Path::Vaes256 | Path::Vaes512 => Path::AesNi,
+            Path::Vaes256(v) => Path::AesNi(v.aesni()),
+            #[cfg(target_arch = "x86_64")]
+            Path::Vaes512(v) => Path::AesNi(v.aesni()),
             p => p,
         }
     }
@@ -235,33 +245,13 @@ impl Hasher {
         match path {
             Path::Reference => arch::scalar::hash(&self.key, keys, out),
             #[cfg(target_arch = "x86_64")]
-            Path::AesNi => {
-                // SAFETY: `Path::of` chose AES-NI (or `one` mapped a VAES
-                // path to it) only on a CPU with AES-NI (struct invariant;
-                // every CPU with VAES has AES-NI).
-                let aesni = unsafe { arch::x86_64::aes::AesNi::new_unchecked() };
-                aesni.hash(&self.key, keys, out)
-            }
+            Path::AesNi(k) => k.hash(&self.key, keys, out),
             #[cfg(target_arch = "x86_64")]
-            Path::Vaes256 => {
-                // SAFETY: chosen only for the AVX2 backend (AVX2 present)
-                // on a CPU where VAES was detected.
-                let vaes = unsafe { arch::x86_64::aes::Vaes256::new_unchecked() };
-                vaes.hash(&self.key, keys, out)
-            }
+            Path::Vaes256(k) => k.hash(&self.key, keys, out),
             #[cfg(target_arch = "x86_64")]
-            Path::Vaes512 => {
-                // SAFETY: chosen only for the AVX-512 backend, whose
-                // availability includes AVX-512F/BW/VL, VAES and AES.
-                let vaes = unsafe { arch::x86_64::aes::Vaes512::new_unchecked() };
-                vaes.hash(&self.key, keys, out)
-            }
+            Path::Vaes512(k) => k.hash(&self.key, keys, out),
             #[cfg(target_arch = "aarch64")]
-            Path::NeonAes => {
-                // SAFETY: chosen only after detecting the AES extension.
-                let aes = unsafe { arch::aarch64::neon::NeonAes::new_unchecked() };
-                aes.hash(&self.key, keys, out)
-            }
+            Path::NeonAes(k) => k.hash(&self.key, keys, out),
         }
     }
 

@@ -318,6 +318,14 @@ impl AesNi {
 pub struct Vaes256(());
 
 impl Vaes256 {
+    /// The AES-NI kernel, which every CPU with this one's features runs
+    /// (VAES needs AES-NI, checked with it).
+    #[inline]
+    pub fn aesni(self) -> AesNi {
+        // SAFETY: `self` proves AES-NI (its constructor checked it).
+        unsafe { AesNi::new_unchecked() }
+    }
+
     /// The kernel, if this CPU has AVX2, AES-NI and VAES.
     #[inline]
     pub fn new() -> Option<Vaes256> {
@@ -361,6 +369,14 @@ impl Vaes256 {
 pub struct Vaes512(());
 
 impl Vaes512 {
+    /// The AES-NI kernel, which every CPU with this one's features runs
+    /// (VAES needs AES-NI, checked with it).
+    #[inline]
+    pub fn aesni(self) -> AesNi {
+        // SAFETY: `self` proves AES-NI (its constructor checked it).
+        unsafe { AesNi::new_unchecked() }
+    }
+
     /// The kernel, if this CPU has the AVX-512 backend's features.
     #[inline]
     pub fn new() -> Option<Vaes512> {
