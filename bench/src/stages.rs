@@ -24,7 +24,7 @@
 //! every call is folded into the value handed back to the timer.
 
 use std::hint::black_box;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
 use criterion::{BatchSize, Criterion, Throughput};
@@ -33,6 +33,7 @@ use dataplane::stage::icarus::{
     FilterParams, Icarus, IcarusConfig, LoopAction, Outcome, insert_after_hops,
 };
 use dataplane::stage::multicast::{GroupKey, MulticastConfig, MulticastStage, group_key_v4};
+use dataplane::wire::build::{self, Addrs, IpHeader, PROTO_UDP};
 
 use crate::measure::Figure;
 
@@ -136,36 +137,33 @@ impl MulticastInputs {
 /// Ethernet + IPv4 + UDP (`payload` zero bytes), every checksum right,
 /// padded to [`FRAME`] bytes.
 fn ipv4_udp(payload: usize, id: u16) -> Vec<u8> {
-    let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00];
-    let tl = (20 + 8 + payload) as u16;
-    let mut ip = vec![0x45, 0x00];
-    ip.extend_from_slice(&tl.to_be_bytes());
-    ip.extend_from_slice(&id.to_be_bytes());
-    ip.extend_from_slice(&[0x40, 0x00, 64, 17, 0, 0, 192, 0, 2, 1, 198, 51, 100, 7]);
-    let c = !dataplane::wire::checksum::sum(&ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&[0x04, 0xd2, 0x00, 0x35]);
-    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]); // UDP checksum 0: none (IPv4).
-    f.resize(f.len() + payload, 0);
+    let ip = IpHeader {
+        ident: id,
+        dont_fragment: true,
+        ..IpHeader::v4([192, 0, 2, 1], [198, 51, 100, 7], PROTO_UDP)
+    };
+    // UDP checksum 0: none (IPv4).
+    build::udp_frame(MAC_DST, MAC_SRC, &ip, 1234, 53, &vec![0; payload])
+}
+
+/// Ethernet + IPv6 + UDP (`payload` zero bytes), flow label `flow`.
+fn ipv6_udp(payload: usize, flow: u32) -> Vec<u8> {
+    let ip = IpHeader::new(
+        Addrs::V6 {
+            src: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1),
+            dst: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2),
+        },
+        PROTO_UDP,
+    );
+    let mut f = build::udp_frame(MAC_DST, MAC_SRC, &ip, 1234, 53, &vec![0; payload]);
+    // The flow label, which the builder leaves zero.
+    f[14..18].copy_from_slice(&(0x6000_0000 | (flow & 0xf_ffff)).to_be_bytes());
     f
 }
 
-/// Ethernet + IPv6 + UDP (`payload` zero bytes).
-fn ipv6_udp(payload: usize, flow: u32) -> Vec<u8> {
-    let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x86, 0xdd];
-    f.extend_from_slice(&(0x6000_0000 | (flow & 0xf_ffff)).to_be_bytes());
-    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-    f.extend_from_slice(&[17, 64]);
-    f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
-    f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
-    f.extend_from_slice(&[0x04, 0xd2, 0x00, 0x35]);
-    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.resize(f.len() + payload, 0);
-    f
-}
+/// The test frames' Ethernet addresses.
+const MAC_DST: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
+const MAC_SRC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
 
 /// The icarus inputs: this node and a pool of `BATCHES` batches of
 /// frames, with a pristine copy to restore from.

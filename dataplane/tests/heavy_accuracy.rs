@@ -17,6 +17,7 @@ use dataplane::flow::FlowKey;
 use dataplane::io::capture::{OwnedRecord, read_all};
 use dataplane::pipeline::{Batch, Pipeline, PipelineConfig};
 use dataplane::stage::heavy::{EpochReport, HeavyConfig, HeavyStage, Threshold, merge_epochs};
+use dataplane::wire::build::{self, Addrs, IpHeader, PROTO_UDP};
 use dataplane::wire::{LinkType, parse};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -174,38 +175,34 @@ fn syn_flood_reports_nothing() {
     assert_eq!(s.reported, 0);
 }
 
-/// Ethernet + IPv4/IPv6 + UDP frame of `size` bytes (at least the headers).
+/// Ethernet + IPv4/IPv6 + UDP frame of `size` bytes (at least the headers),
+/// the payload zeros.
 fn frame(flow: u32, size: usize) -> Vec<u8> {
-    let v6 = flow % 4 == 3;
-    let hdr = if v6 { 14 + 40 + 8 } else { 14 + 20 + 8 };
-    let size = size.max(hdr);
-    let mut f = vec![0u8; size];
-    f[12..14].copy_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
-    let sport = (1024 + flow % 50_000) as u16;
-    let l4 = if v6 {
-        let ip = &mut f[14..54];
-        ip[0] = 0x60;
-        ip[4..6].copy_from_slice(&((size - 54) as u16).to_be_bytes());
-        ip[6] = 17;
-        ip[7] = 64;
-        ip[8..24].copy_from_slice(&Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).octets());
-        ip[24..40]
-            .copy_from_slice(&Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, flow as u16, 2).octets());
-        54
+    let ip = if flow % 4 == 3 {
+        IpHeader::new(
+            Addrs::V6 {
+                src: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1),
+                dst: Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, flow as u16, 2),
+            },
+            PROTO_UDP,
+        )
     } else {
-        let ip = &mut f[14..34];
-        ip[0] = 0x45;
-        ip[2..4].copy_from_slice(&((size - 14) as u16).to_be_bytes());
-        ip[8] = 64;
-        ip[9] = 17;
-        ip[12..16].copy_from_slice(&Ipv4Addr::new(10, 0, 0, 1).octets());
-        ip[16..20].copy_from_slice(&Ipv4Addr::from(0x0b00_0000 | flow).octets());
-        34
+        IpHeader::v4(
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::from(0x0b00_0000 | flow),
+            PROTO_UDP,
+        )
     };
-    f[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
-    f[l4 + 2..l4 + 4].copy_from_slice(&53u16.to_be_bytes());
-    f[l4 + 4..l4 + 6].copy_from_slice(&((size - l4) as u16).to_be_bytes());
-    f
+    let hdr = 14 + ip.len() + 8;
+    let sport = (1024 + flow % 50_000) as u16;
+    build::udp_frame(
+        [0; 6],
+        [0; 6],
+        &ip,
+        sport,
+        53,
+        &vec![0; size.max(hdr) - hdr],
+    )
 }
 
 fn zipf_records(flows: u32, packets: usize, s: f64, seed: u64) -> Vec<OwnedRecord> {

@@ -29,17 +29,17 @@ use dataplane::runtime::metrics::MetricsServer;
 use dataplane::stage::digest::query::query_string;
 use dataplane::stage::digest::{Answer, DigestConfig, DigestStage, Digests, Sizing, TimeBase};
 use dataplane::wire::LinkType;
+use dataplane::wire::build::{self, IpHeader, PROTO_UDP};
 
 /// Ethernet + IPv4 UDP 10.0.0.1:1000 -> 10.0.0.2:2000, id `id`, 4
 /// payload bytes.
 fn frame(id: u16) -> Vec<u8> {
-    let mut f = vec![0u8; 14];
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    f.extend_from_slice(&[0x45, 0, 0, 32]);
-    f.extend_from_slice(&id.to_be_bytes());
-    f.extend_from_slice(&[0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
-    f.extend_from_slice(&[0x03, 0xe8, 0x07, 0xd0, 0, 12, 0, 0, 1, 2, 3, 4]);
-    f
+    let ip = IpHeader {
+        ident: id,
+        dont_fragment: true,
+        ..IpHeader::v4([10, 0, 0, 1], [10, 0, 0, 2], PROTO_UDP)
+    };
+    build::udp_frame([0; 6], [0; 6], &ip, 1000, 2000, &[1, 2, 3, 4])
 }
 
 /// A router's digests after forwarding `frame(1..=100)` from port 1.

@@ -29,7 +29,7 @@ mod lab_common;
 
 use dataplane::io::capture::CaptureWriter;
 use dataplane::wire::LinkType;
-use dataplane::wire::checksum;
+use dataplane::wire::build::{self, IpHeader, PROTO_UDP};
 use lab_common::{Lab, binaries, run_bounded, skip_reason, workspace};
 
 /// Frames in the pcap (including the repeats).
@@ -45,26 +45,20 @@ const IP_B: [u8; 4] = [10, 77, 0, 2];
 /// A UDP datagram A -> B in an Ethernet frame, numbered `seq`, with a
 /// payload of `len` bytes (at least 4), valid IPv4 header checksum.
 fn frame(seq: u32, len: usize) -> Vec<u8> {
-    let total = 20 + 8 + len;
-    let mut f = Vec::with_capacity(14 + total);
-    f.extend_from_slice(&MAC_B);
-    f.extend_from_slice(&MAC_A);
-    f.extend_from_slice(&[0x08, 0x00]);
-    f.extend_from_slice(&[0x45, 0x00]);
-    f.extend_from_slice(&(total as u16).to_be_bytes());
-    f.extend_from_slice(&(seq as u16).to_be_bytes()); // identification
-    f.extend_from_slice(&[0x40, 0x00, 64, 17, 0, 0]); // DF, TTL, UDP, checksum
-    f.extend_from_slice(&IP_A);
-    f.extend_from_slice(&IP_B);
-    let c = !checksum::sum(&f[14..34]);
-    f[24..26].copy_from_slice(&c.to_be_bytes());
-    f.extend_from_slice(&40000u16.to_be_bytes());
-    f.extend_from_slice(&9u16.to_be_bytes()); // discard
-    f.extend_from_slice(&((8 + len) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]); // no UDP checksum
-    f.extend_from_slice(&seq.to_be_bytes());
-    f.extend((4..len).map(|i| (i as u8) ^ (seq as u8)));
-    f
+    frame_to(seq, len, MAC_B, IP_B)
+}
+
+/// [`frame`] to `dst` at `dst_mac`.
+fn frame_to(seq: u32, len: usize, dst_mac: [u8; 6], dst: [u8; 4]) -> Vec<u8> {
+    let ip = IpHeader {
+        ident: seq as u16,
+        dont_fragment: true,
+        ..IpHeader::v4(IP_A, dst, PROTO_UDP)
+    };
+    let mut payload = seq.to_be_bytes().to_vec();
+    payload.extend((4..len).map(|i| (i as u8) ^ (seq as u8)));
+    // To the discard port, no UDP checksum.
+    build::udp_frame(dst_mac, MAC_A, &ip, 40000, 9, &payload)
 }
 
 fn write_pcap(path: &Path) -> usize {
@@ -364,18 +358,13 @@ fn write_mixed(path: &Path) -> u64 {
                 seq += 1;
             }
             _ => {
-                let mut f = frame(seq, 64);
                 let g = if i % 4 == 2 {
                     [239, 9, 9, 9]
                 } else {
                     [239, 1, 1, 1]
                 };
-                f[30..34].copy_from_slice(&g);
-                f[0..6].copy_from_slice(&[0x01, 0x00, 0x5e, g[1] & 0x7f, g[2], g[3]]);
-                f[24..26].copy_from_slice(&[0, 0]);
-                let c = !checksum::sum(&f[14..34]);
-                f[24..26].copy_from_slice(&c.to_be_bytes());
-                put(&mut w, &f);
+                let mac = [0x01, 0x00, 0x5e, g[1] & 0x7f, g[2], g[3]];
+                put(&mut w, &frame_to(seq, 64, mac, g));
                 seq += 1;
             }
         }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use dataplane::config::RouterConfig;
 use dataplane::io::capture::{CaptureReader, CaptureWriter};
+use dataplane::wire::build::{self, IpHeader, PROTO_UDP};
 use dataplane::wire::{LinkType, checksum, parse};
 use traffic_gen::replay::{Input, ReplayConfig, Report, replay};
 use traffic_gen::synth::icarus::{IcarusSynthConfig, write_pcap};
@@ -141,19 +142,11 @@ fn overload(path: &Path) -> u64 {
     let n = 2 * 1_000_000_000 / gap;
     for i in 0..n {
         let flow = (i % 20) as u16;
-        let mut f = vec![0u8; FRAME];
-        f[12..14].copy_from_slice(&[0x08, 0x00]);
-        let tos = if flow.is_multiple_of(2) { 0x02 } else { 0 };
-        let ip = [
-            0x45, tos, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 1, flow as u8,
-        ];
-        f[14..34].copy_from_slice(&ip);
-        f[16..18].copy_from_slice(&((FRAME - 14) as u16).to_be_bytes());
-        let sum = !checksum::sum(&f[14..34]);
-        f[24..26].copy_from_slice(&sum.to_be_bytes());
-        f[34..36].copy_from_slice(&(5000 + flow).to_be_bytes());
-        f[36..38].copy_from_slice(&9u16.to_be_bytes());
-        f[38..40].copy_from_slice(&((FRAME - 34) as u16).to_be_bytes());
+        let ip = IpHeader {
+            tos: if flow.is_multiple_of(2) { 0x02 } else { 0 },
+            ..IpHeader::v4([10, 0, 0, 1], [10, 0, 1, flow as u8], PROTO_UDP)
+        };
+        let f = build::udp_frame([0; 6], [0; 6], &ip, 5000 + flow, 9, &[0; FRAME - 42]);
         w.write(1_000_000_000 + i * gap, FRAME as u32, &f).unwrap();
     }
     w.finish().unwrap();
@@ -301,18 +294,13 @@ fn multicast_egress_sets_equal_the_truth() {
 /// A UDP frame from 10.1.0.7 (a host behind r-a of
 /// `dataplane/examples/router-l3.toml`) to `dst`, sent to `dst_mac`.
 fn routed_frame(dst_mac: [u8; 6], dst: [u8; 4], ttl: u8) -> Vec<u8> {
-    let mut f = dst_mac.to_vec();
-    f.extend_from_slice(&[2, 0, 0, 0, 1, 7, 0x08, 0x00]);
-    let mut ip = vec![
-        0x45, 0, 0, 48, 0, 1, 0x40, 0, ttl, 17, 0, 0, 10, 1, 0, 7, 0, 0, 0, 0,
-    ];
-    ip[16..20].copy_from_slice(&dst);
-    let sum = !checksum::sum(&ip);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&[0x13, 0x88, 0, 9, 0, 28, 0, 0]);
-    f.extend_from_slice(&[0xab; 20]);
-    f
+    let ip = IpHeader {
+        ttl,
+        ident: 1,
+        dont_fragment: true,
+        ..IpHeader::v4([10, 1, 0, 7], dst, PROTO_UDP)
+    };
+    build::udp_frame(dst_mac, [2, 0, 0, 0, 1, 7], &ip, 5000, 9, &[0xab; 20])
 }
 
 /// r-a's MAC in `dataplane/examples/router-l3.toml`.

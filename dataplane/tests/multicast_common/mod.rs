@@ -8,40 +8,32 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use dataplane::clock::Timestamp;
 use dataplane::pipeline::{Batch, Pipeline, Verdict};
-use dataplane::wire::{LinkType, checksum};
+use dataplane::wire::LinkType;
+use dataplane::wire::build::{self, Addrs, IpHeader};
 
-/// An Ethernet header to a multicast MAC.
-pub fn eth(ethertype: u16) -> Vec<u8> {
-    let mut f = vec![0x01, 0x00, 0x5e, 0, 0, 1, 0x02, 0, 0, 0, 0, 1];
-    f.extend_from_slice(&ethertype.to_be_bytes());
+/// The multicast MAC the test frames go to and the host they come from.
+const GROUP_MAC: [u8; 6] = [0x01, 0x00, 0x5e, 0, 0, 1];
+const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
+
+/// An IP packet of `ip` (TTL or hop limit 1) carrying `payload`, in
+/// Ethernet to a multicast MAC.
+fn packet(ip: IpHeader, payload: &[u8]) -> Vec<u8> {
+    let ip = IpHeader { ttl: 1, ..ip };
+    let mut f = Vec::new();
+    build::ethernet(&mut f, GROUP_MAC, HOST_MAC, ip.ethertype());
+    ip.push(&mut f, payload.len());
+    f.extend_from_slice(payload);
     f
 }
 
 /// An IPv4 packet (header checksum set) in Ethernet.
 pub fn ipv4(proto: u8, src: Ipv4Addr, dst: Ipv4Addr, payload: &[u8]) -> Vec<u8> {
-    let mut f = eth(0x0800);
-    let len = 20 + payload.len() as u16;
-    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 1, proto, 0, 0];
-    ip[2..4].copy_from_slice(&len.to_be_bytes());
-    ip.extend_from_slice(&src.octets());
-    ip.extend_from_slice(&dst.octets());
-    let sum = !checksum::sum(&ip);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(payload);
-    f
+    packet(IpHeader::v4(src, dst, proto), payload)
 }
 
 /// An IPv6 packet (hop limit 1) in Ethernet.
 pub fn ipv6(next: u8, src: Ipv6Addr, dst: Ipv6Addr, payload: &[u8]) -> Vec<u8> {
-    let mut f = eth(0x86dd);
-    f.extend_from_slice(&[0x60, 0, 0, 0]);
-    f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-    f.extend_from_slice(&[next, 1]);
-    f.extend_from_slice(&src.octets());
-    f.extend_from_slice(&dst.octets());
-    f.extend_from_slice(payload);
-    f
+    packet(IpHeader::new(Addrs::V6 { src, dst }, next), payload)
 }
 
 /// A UDP datagram to `group` (either family).
@@ -55,10 +47,8 @@ pub fn data_frame(group: IpAddr) -> Vec<u8> {
 
 /// An IGMPv2 message of `kind` (0x16 report, 0x17 leave) for `group`.
 pub fn igmp_v2(kind: u8, group: Ipv4Addr) -> Vec<u8> {
-    let mut m = vec![kind, 0, 0, 0];
-    m.extend_from_slice(&group.octets());
-    let sum = !checksum::sum(&m);
-    m[2..4].copy_from_slice(&sum.to_be_bytes());
+    let mut m = Vec::new();
+    build::igmp_v2(&mut m, kind, group);
     let dst = if kind == 0x17 {
         Ipv4Addr::new(224, 0, 0, 2)
     } else {
@@ -75,16 +65,12 @@ pub fn mld_v1(kind: u8, group: Ipv6Addr) -> Vec<u8> {
     } else {
         group
     };
-    let mut m = vec![kind, 0, 0, 0, 0, 0, 0, 0];
-    m.extend_from_slice(&group.octets());
-    let len = m.len() as u64;
-    let acc = u64::from(checksum::sum(&src.octets()))
-        + u64::from(checksum::sum(&dst.octets()))
-        + len
-        + 58
-        + u64::from(checksum::sum(&m));
-    let sum = !checksum::fold(acc);
-    m[2..4].copy_from_slice(&sum.to_be_bytes());
+    let ip = IpHeader {
+        ttl: 1,
+        ..IpHeader::new(Addrs::V6 { src, dst }, 58)
+    };
+    let mut m = Vec::new();
+    build::mld_v1(&mut m, &ip, kind, group);
     ipv6(58, src, dst, &m)
 }
 
@@ -128,8 +114,7 @@ pub fn igmp_v3_report(groups: &[Ipv4Addr]) -> Vec<u8> {
         m.extend_from_slice(&[2, 0, 0, 0]);
         m.extend_from_slice(&g.octets());
     }
-    let sum = !checksum::sum(&m);
-    m[2..4].copy_from_slice(&sum.to_be_bytes());
+    build::icmpv4_checksum(&mut m, 0);
     ipv4(
         2,
         Ipv4Addr::new(10, 0, 0, 9),
@@ -152,12 +137,6 @@ pub fn mld_v2_report(groups: &[Ipv6Addr]) -> Vec<u8> {
         m.extend_from_slice(&[2, 0, 0, 0]);
         m.extend_from_slice(&g.octets());
     }
-    let acc = u64::from(checksum::sum(&src.octets()))
-        + u64::from(checksum::sum(&dst.octets()))
-        + m.len() as u64
-        + 58
-        + u64::from(checksum::sum(&m));
-    let sum = !checksum::fold(acc);
-    m[2..4].copy_from_slice(&sum.to_be_bytes());
+    build::icmpv6_checksum(&mut m, 0, &IpHeader::new(Addrs::V6 { src, dst }, 58));
     ipv6(58, src, dst, &m)
 }

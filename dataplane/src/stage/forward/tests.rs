@@ -3,6 +3,7 @@
 use super::*;
 use crate::config::RouterConfig;
 use crate::route::{Prefix, Reference, synth};
+use crate::wire::build::{self, Addrs, IpHeader};
 use crate::wire::{LinkType, parse};
 
 pub(super) const CFG: &str = r#"
@@ -59,43 +60,45 @@ pub(super) fn v4(
     payload: usize,
     vlan: bool,
 ) -> Vec<u8> {
+    let ip = IpHeader {
+        ttl,
+        ident: 0x1234,
+        dont_fragment: true,
+        ..IpHeader::v4(src, dst, build::PROTO_UDP)
+    };
+    udp(dst_mac, &ip, payload, vlan)
+}
+
+/// Ethernet (VLAN 5 if `vlan`), `ip`, UDP 1000 -> 2000 without a checksum
+/// and `payload` bytes counting up.
+fn udp(dst_mac: [u8; 6], ip: &IpHeader, payload: usize, vlan: bool) -> Vec<u8> {
     let mut f = Vec::new();
-    f.extend_from_slice(&dst_mac);
-    f.extend_from_slice(&HOST_A);
     if vlan {
-        f.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+        build::ethernet(&mut f, dst_mac, HOST_A, 0x8100);
+        f.extend_from_slice(&5u16.to_be_bytes());
+        f.extend_from_slice(&ip.ethertype().to_be_bytes());
+    } else {
+        build::ethernet(&mut f, dst_mac, HOST_A, ip.ethertype());
     }
-    f.extend_from_slice(&[0x08, 0x00]);
-    let l3 = f.len();
-    let total = (20 + 8 + payload) as u16;
-    f.extend_from_slice(&[0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, ttl, 17, 0, 0]);
-    f[l3 + 2..l3 + 4].copy_from_slice(&total.to_be_bytes());
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&dst);
-    let sum = !checksum::sum(&f[l3..l3 + 20]);
-    f[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&[0x03, 0xe8, 0x07, 0xd0]);
-    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
+    ip.push(&mut f, build::UDP_LEN + payload);
+    build::udp(&mut f, 1000, 2000, payload);
     f.extend((0..payload).map(|i| i as u8));
     f
 }
 
 /// Ethernet + IPv6 + UDP with `payload` bytes.
 pub(super) fn v6(dst_mac: [u8; 6], src: &str, dst: &str, hops: u8, payload: usize) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst_mac);
-    f.extend_from_slice(&HOST_A);
-    f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
-    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-    f.extend_from_slice(&[17, hops]);
-    f.extend_from_slice(&src.parse::<Ipv6Addr>().unwrap().octets());
-    f.extend_from_slice(&dst.parse::<Ipv6Addr>().unwrap().octets());
-    f.extend_from_slice(&[0x03, 0xe8, 0x07, 0xd0]);
-    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend((0..payload).map(|i| i as u8));
-    f
+    let ip = IpHeader {
+        ttl: hops,
+        ..IpHeader::new(
+            Addrs::V6 {
+                src: src.parse().unwrap(),
+                dst: dst.parse().unwrap(),
+            },
+            build::PROTO_UDP,
+        )
+    };
+    udp(dst_mac, &ip, payload, false)
 }
 
 /// One batch of `(ingress, frame)` through the stage (parsed first).
