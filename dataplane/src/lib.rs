@@ -122,7 +122,8 @@ pub mod chain;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod flow;
+/// Flow keys, parsed from the wire: [`wire::flow`] under its short name.
+pub use wire::flow;
 pub mod io;
 pub mod ipfix;
 pub mod packet;

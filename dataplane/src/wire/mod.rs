@@ -38,6 +38,7 @@ use core::ops::{Range, RangeFrom};
 
 pub mod build;
 pub mod ethernet;
+pub mod flow;
 pub mod icarus;
 pub mod icmpv4;
 pub mod icmpv6;

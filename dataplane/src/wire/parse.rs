@@ -40,6 +40,7 @@
 use core::fmt;
 use core::net::{Ipv4Addr, Ipv6Addr};
 
+use super::flow::{Flow4, Flow6, FlowKey};
 use super::{
     LinkType, checksum,
     ethernet::{self, EtherType},
@@ -47,7 +48,6 @@ use super::{
     ipv4, ipv6, read_u16, sll,
     tcp::TcpFlags,
 };
-use crate::flow::{Flow4, Flow6, FlowKey};
 
 /// Fragment information of a fragmented IPv4 or IPv6 packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

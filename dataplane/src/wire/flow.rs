@@ -21,7 +21,7 @@
 use core::fmt;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::wire::IpProtocol;
+use super::IpProtocol;
 
 /// An IPv4 5-tuple.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
