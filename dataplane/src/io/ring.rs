@@ -44,9 +44,10 @@
 //! MAC addresses, so the router sees the frame as it was on the wire.
 //!
 //! Losses the router never saw are read from the kernel
-//! (`PACKET_STATISTICS`: `tp_drops`, frames dropped because the ring was
-//! full; `tp_freeze_q_cnt`, blocks the kernel found still held) at every
-//! [`Ports::refresh_counters`] into each port's counters.
+//! ([`kernel_drops`](super::socket::kernel_drops): `tp_drops`, frames
+//! dropped because the ring was full; `tp_freeze_q_cnt`, blocks the kernel
+//! found still held) at every [`Ports::refresh_counters`] into each port's
+//! counters.
 //!
 //! The pieces are public for traffic-gen's live sender and receiver:
 //! [`RxRing`] (one ring socket), [`TxRing`], and [`send_batch`] (`sendmmsg`
@@ -68,7 +69,8 @@ use std::time::Duration;
 use crate::clock::{MonotonicClock, Timestamp};
 use crate::io::port::{PortSettings, Ports, RxCounters};
 use crate::io::socket::{
-    PortError, find_interface, interface_mtu, poll_readable, setsockopt_int, wait_writable,
+    PortError, find_interface, interface_mtu, kernel_drops, poll_readable, setsockopt_int,
+    wait_writable,
 };
 use crate::packet::Batch;
 use crate::packet::{Transmit, TxFrame};
@@ -366,9 +368,8 @@ impl RxRing {
     /// block still held, since the last call (`PACKET_STATISTICS`; the
     /// kernel resets them on every read).
     pub fn statistics(&self) -> (u64, u64) {
-        packet_statistics_v3(&self.ring.fd).map_or((0, 0), |st| {
-            (u64::from(st.tp_drops), u64::from(st.tp_freeze_q_cnt))
-        })
+        let d = kernel_drops(self.fd());
+        (d.dropped, d.frozen)
     }
 }
 
@@ -1180,24 +1181,4 @@ impl Ports for RingPorts {
             rx.rx_frozen += frozen;
         }
     }
-}
-
-/// `getsockopt(PACKET_STATISTICS)` of a `TPACKET_V3` socket (the kernel
-/// resets the counts on every read).
-fn packet_statistics_v3(fd: &OwnedFd) -> Option<libc::tpacket_stats_v3> {
-    // SAFETY: plain data; all zeroes is a valid value.
-    let mut st: libc::tpacket_stats_v3 = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
-    // SAFETY: `fd` is an open packet socket; `st` and `len` are live and
-    // `len` holds the size of `st`, so the kernel writes within it.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_STATISTICS,
-            (&mut st as *mut libc::tpacket_stats_v3).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some(st)
 }
