@@ -62,15 +62,15 @@
 //! error naming the socket option ([`PortError::Os`]).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{Ordering, fence};
 use std::time::Duration;
 
 use crate::clock::{MonotonicClock, Timestamp};
 use crate::io::port::{PortSettings, Ports, RxCounters};
 use crate::io::socket::{
-    PortError, find_interface, interface_mtu, kernel_drops, poll_readable, setsockopt_int,
-    wait_writable,
+    PortError, find_interface, interface_mtu, kernel_drops, packet_socket, poll_readable,
+    setsockopt_int, wait_writable,
 };
 use crate::packet::Batch;
 use crate::packet::{Transmit, TxFrame};
@@ -518,7 +518,7 @@ impl TxRing {
     /// `TPACKET_V3`).
     pub fn open(name: &str, frames: u32) -> Result<TxRing, PortError> {
         let ifc = find_interface(name)?;
-        let fd = packet_socket(name)?;
+        let fd = v3_socket(name)?;
         let mtu = interface_mtu(fd.as_raw_fd(), name).map_err(os(name, "ioctl(SIOCGIFMTU)"))?;
         // An Ethernet header and a VLAN tag over the MTU, as the kernel's
         // own limit for a packet socket's frames.
@@ -749,18 +749,8 @@ fn setsockopt_val<T>(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, v: &T) 
 
 /// A raw packet socket for `TPACKET_V3` rings (protocol 0 until bound:
 /// nothing arrives).
-fn packet_socket(name: &str) -> Result<OwnedFd, PortError> {
-    // SAFETY: plain socket(2) call with constant arguments; checked below.
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        let err = io::Error::last_os_error();
-        return Err(match err.raw_os_error() {
-            Some(libc::EPERM | libc::EACCES) => PortError::Permission(name.to_string(), err),
-            _ => os(name, "socket(AF_PACKET)")(err),
-        });
-    }
-    // SAFETY: `raw` was just returned by socket(2) and nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+fn v3_socket(name: &str) -> Result<OwnedFd, PortError> {
+    let fd = packet_socket(name)?;
     setsockopt_int(
         &fd,
         libc::SOL_PACKET,
@@ -822,7 +812,7 @@ fn bind_packet(fd: &OwnedFd, ifindex: u32, protocol: u16, name: &str) -> Result<
 /// A packet socket, bound to nothing yet (protocol 0: nothing arrives),
 /// with a `TPACKET_V3` receive ring of `rc` set up but not mapped.
 fn ring_socket(name: &str, rc: &RingConfig) -> Result<OwnedFd, PortError> {
-    let fd = packet_socket(name)?;
+    let fd = v3_socket(name)?;
     let req = libc::tpacket_req3 {
         tp_block_size: rc.block_bytes,
         tp_block_nr: rc.blocks,

@@ -564,6 +564,31 @@ pub fn open_port(cfg: &PortSettings, group: u16) -> Result<Port, PortError> {
     )
 }
 
+/// A new raw packet socket for interface `name` (only named in errors),
+/// with protocol 0: it receives nothing until bound.
+///
+/// # Errors
+/// No `CAP_NET_RAW` ([`PortError::Permission`]), or the OS error.
+pub(crate) fn packet_socket(name: &str) -> Result<OwnedFd, PortError> {
+    // SAFETY: plain socket(2) call with constant arguments; the result is
+    // checked before use.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        let err = io::Error::last_os_error();
+        return Err(match err.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => PortError::Permission(name.to_string(), err),
+            _ => PortError::Os {
+                name: name.to_string(),
+                what: "socket(AF_PACKET)",
+                err,
+            },
+        });
+    }
+    // SAFETY: `raw` is a descriptor socket(2) just returned and nothing
+    // else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
 /// Opens a packet socket on interface `name` with `opts`, in the calling
 /// thread's network namespace (see the module docs for the options every
 /// socket gets).
@@ -579,24 +604,7 @@ pub fn open_socket(name: &str, opts: &SocketOptions) -> Result<Port, PortError> 
         move |err| PortError::Os { name, what, err }
     };
 
-    // SAFETY: plain socket(2) call with constant arguments; the result is
-    // checked before use.
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        let err = io::Error::last_os_error();
-        return Err(match err.raw_os_error() {
-            Some(libc::EPERM | libc::EACCES) => PortError::Permission(name, err),
-            _ => PortError::Os {
-                name,
-                what: "socket(AF_PACKET)",
-                err,
-            },
-        });
-    }
-    // SAFETY: `raw` is a descriptor socket(2) just returned and nothing
-    // else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-
+    let fd = packet_socket(&name)?;
     if let Some(bytes) = opts.recv_buffer_bytes {
         let want = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
         if setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, want).is_err() {
