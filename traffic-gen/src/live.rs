@@ -108,7 +108,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -1064,42 +1064,18 @@ impl Transmitter<'_> {
     /// attempt; a retry reads it again. Returns the send time of a frame
     /// sent (`self.start` when no time was read), `None` for a failed one.
     fn send(&mut self, frame: &[u8], mut t: Option<Instant>) -> Result<Option<Instant>> {
-        let mut enobufs = 0u32;
-        let mut eagain_since: Option<Instant> = None;
+        let mut retry = Retry::default();
         loop {
             let Err(err) = self.sock.send(frame) else {
                 self.stats.packets += 1;
                 self.stats.bytes += frame.len() as u64;
                 return Ok(Some(t.unwrap_or(self.start)));
             };
-            let errno = err.raw_os_error().unwrap_or(0);
-            match errno {
-                libc::EINTR => {}
-                libc::EAGAIN => {
-                    let since = *eagain_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > EAGAIN_LIMIT {
-                        self.fail(errno);
-                        return Ok(None);
-                    }
-                    self.stats.retried_eagain += 1;
-                    wait_writable(self.sock.fd, 100);
-                }
-                libc::ENOBUFS if enobufs < ENOBUFS_RETRIES => {
-                    enobufs += 1;
-                    self.stats.retried_enobufs += 1;
-                    thread::sleep(ENOBUFS_PAUSE);
-                }
-                libc::ENETDOWN | libc::ENODEV | libc::ENXIO | libc::EBADF => {
-                    bail!(
-                        "interface {}: send failed after {} packets: {err} (interface down or gone?)",
-                        self.ep.describe(),
-                        self.stats.packets
-                    )
-                }
-                _ => {
-                    self.fail(errno);
-                    return Ok(None);
-                }
+            if err.raw_os_error() != Some(libc::EINTR)
+                && !retry.again(&err, self.sock.fd, &mut self.stats)
+            {
+                self.give_up(&err)?;
+                return Ok(None);
             }
             if t.is_some() {
                 t = Some(Instant::now());
@@ -1154,26 +1130,9 @@ impl Transmitter<'_> {
         let mut done = 0usize;
         while done < n {
             let t = Instant::now();
-            let (mut enobufs, mut eagain_since) = (0u32, None::<Instant>);
+            let mut retry = Retry::default();
             let stats = &mut self.stats;
-            let (sent, err) = send_batch(fd, &frames[done..n], |e| match e.raw_os_error() {
-                Some(libc::EAGAIN) => {
-                    let since = *eagain_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > EAGAIN_LIMIT {
-                        return false;
-                    }
-                    stats.retried_eagain += 1;
-                    wait_writable(fd, 100);
-                    true
-                }
-                Some(libc::ENOBUFS) if enobufs < ENOBUFS_RETRIES => {
-                    enobufs += 1;
-                    stats.retried_enobufs += 1;
-                    thread::sleep(ENOBUFS_PAUSE);
-                    true
-                }
-                _ => false,
-            });
+            let (sent, err) = send_batch(fd, &frames[done..n], |e| retry.again(e, fd, stats));
             let sent = sent.min(n - done);
             let t_ns = self.ns(t);
             for (f, &key) in frames[done..done + sent].iter().zip(&b.keys[done..]) {
@@ -1185,19 +1144,8 @@ impl Transmitter<'_> {
             }
             done += sent;
             if let Some(err) = err {
-                let errno = err.raw_os_error().unwrap_or(0);
-                if matches!(
-                    errno,
-                    libc::ENETDOWN | libc::ENODEV | libc::ENXIO | libc::EBADF
-                ) {
-                    bail!(
-                        "interface {}: send failed after {} packets: {err} (interface down or gone?)",
-                        self.ep.describe(),
-                        self.stats.packets
-                    );
-                }
                 // The frame the kernel stopped at is given up.
-                self.fail(errno);
+                self.give_up(&err)?;
                 done += 1;
             }
         }
@@ -1215,9 +1163,57 @@ impl Transmitter<'_> {
         Ok(())
     }
 
-    fn fail(&mut self, errno: i32) {
+    /// Counts a frame given up for `err` as failed, or ends the sending
+    /// when the interface is down or gone.
+    fn give_up(&mut self, err: &io::Error) -> Result<()> {
+        let errno = err.raw_os_error().unwrap_or(0);
+        if matches!(
+            errno,
+            libc::ENETDOWN | libc::ENODEV | libc::ENXIO | libc::EBADF
+        ) {
+            bail!(
+                "interface {}: send failed after {} packets: {err} (interface down or gone?)",
+                self.ep.describe(),
+                self.stats.packets
+            );
+        }
         self.stats.failed += 1;
         *self.errnos.entry(errno).or_default() += 1;
+        Ok(())
+    }
+}
+
+/// The senders' retries of one frame (or of the frame a `sendmmsg` stopped
+/// at): `EAGAIN` waits for room, for [`EAGAIN_LIMIT`] in all; `ENOBUFS`
+/// pauses [`ENOBUFS_PAUSE`], [`ENOBUFS_RETRIES`] times at most.
+#[derive(Debug, Default)]
+struct Retry {
+    enobufs: u32,
+    eagain_since: Option<Instant>,
+}
+
+impl Retry {
+    /// Whether to send again after `err` (having waited, and counted the
+    /// retry in `stats`); `false`: the frame is given up.
+    fn again(&mut self, err: &io::Error, fd: RawFd, stats: &mut TxStats) -> bool {
+        match err.raw_os_error() {
+            Some(libc::EAGAIN) => {
+                let since = *self.eagain_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > EAGAIN_LIMIT {
+                    return false;
+                }
+                stats.retried_eagain += 1;
+                wait_writable(fd, 100);
+                true
+            }
+            Some(libc::ENOBUFS) if self.enobufs < ENOBUFS_RETRIES => {
+                self.enobufs += 1;
+                stats.retried_enobufs += 1;
+                thread::sleep(ENOBUFS_PAUSE);
+                true
+            }
+            _ => false,
+        }
     }
 }
 
