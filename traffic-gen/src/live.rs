@@ -5,18 +5,18 @@
 //!
 //! # Sockets
 //!
-//! Each side is one `AF_PACKET` socket. It is created here (so the receive
-//! side can get a large `SO_RCVBUFFORCE` buffer and `PACKET_IGNORE_OUTGOING`,
-//! and the send side `PACKET_QDISC_BYPASS`) and handed to pnet, which binds
-//! it to the interface (`ETH_P_ALL`), joins promiscuous mode on the receive
-//! side and makes it non-blocking. The hot paths then use the descriptor
-//! directly: one `send(2)` per frame, as tcpreplay does (pnet's `send_to`
-//! polls before every send: two system calls per frame, measured 30-40%
-//! slower), and `recvmmsg(2)` for up to 32 frames per call on the
-//! receive side, polling only when the queue is empty, so that the receiver
-//! keeps up with what it measures. The addresses `recvmmsg` returns give
-//! the packet type, so frames the receiving host sends itself are skipped
-//! even where `PACKET_IGNORE_OUTGOING` is missing.
+//! Each side is one `AF_PACKET` socket, opened by the router's own socket
+//! code ([`dataplane::io::socket::open_socket`], in no fanout group): the
+//! receive side with a large `SO_RCVBUFFORCE` buffer and promiscuous, the
+//! send side past the qdisc (`PACKET_QDISC_BYPASS`). The hot paths use
+//! the descriptor directly: one `send(2)` per frame ([`Port::send`]), as
+//! tcpreplay does (pnet's `send_to` polls before every send: two system
+//! calls per frame, measured 30-40% slower), and `recvmmsg(2)` for up to
+//! 32 frames per call on the receive side ([`RecvBatch`]), polling only
+//! when the queue is empty, so that the receiver keeps up with what it
+//! measures. The addresses `recvmmsg` returns give the packet type, so
+//! frames the receiving host sends itself are skipped, whatever else
+//! delivers them.
 //!
 //! With `--io ring` ([`IoBackend::Ring`]) both hot paths change, not the
 //! sockets' setup: the sender gathers frames and sends them with one
@@ -27,7 +27,7 @@
 //! The ring stamps each frame with the kernel's receive time, which is
 //! closer to the arrival than the time a `recvmmsg` call returns (see
 //! Matching). Either receiver reports the frames the kernel dropped for it
-//! (`PACKET_STATISTICS`: a full socket buffer or ring).
+//! ([`dataplane::io::socket::kernel_drops`]: a full socket buffer or ring).
 //!
 //! `--tx-threads N` ([`LiveConfig::tx_threads`]) runs N sender threads,
 //! each with its own socket and every N-th frame of the generated stream
@@ -108,7 +108,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -120,12 +120,12 @@ use dataplane::config::IoBackend;
 use dataplane::io::capture::CaptureReader;
 use dataplane::io::ring::{RingConfig, RxRing, send_batch};
 use dataplane::io::socket::{
-    PortError, READ_BUFFER, find_interface, getsockopt_int, interface_mtu, setsockopt_int,
+    Port, RECV_BATCH, RecvBatch, SocketOptions, interface_mtu, open_socket, wait_readable,
+    wait_writable,
 };
 use dataplane::wire::{IpVersion, LinkType, parse};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
-use pnet::datalink::{self, Channel, DataLinkReceiver, DataLinkSender};
 use serde::Serialize;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
@@ -783,96 +783,24 @@ pub(crate) fn enter_netns(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// A bound packet socket. pnet owns the descriptor (its two halves close it
-/// when dropped); `fd` is valid as long as this value lives.
-struct LiveSocket {
-    fd: RawFd,
-    _tx: Box<dyn DataLinkSender>,
-    _rx: Box<dyn DataLinkReceiver>,
-    recv_buffer: usize,
-    qdisc_bypass: bool,
-}
-
-/// Opens `ep`'s interface in the calling thread's namespace: for receiving
-/// (`rx_buffer` is `Some`: large receive buffer, promiscuous, outgoing
-/// frames ignored) or for sending.
-fn open_socket(ep: &Endpoint, rx_buffer: Option<usize>) -> Result<LiveSocket> {
-    let name = &ep.interface;
-    let ifc = find_interface(name).map_err(|e| anyhow!("{e}"))?;
-    // SAFETY: plain socket(2) call with constant arguments; the result is
-    // checked before use. Protocol 0: nothing is received until pnet binds
-    // the socket to the interface.
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        let err = io::Error::last_os_error();
-        return Err(match err.raw_os_error() {
-            Some(libc::EPERM | libc::EACCES) => {
-                anyhow!("{}", PortError::Permission(name.clone(), err))
-            }
-            _ => anyhow!("interface \"{name}\": socket(AF_PACKET): {err}"),
-        });
-    }
-    // SAFETY: `raw` is a descriptor socket(2) just returned; nothing else
-    // owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let os = |what: &str, err: io::Error| anyhow!("interface \"{name}\": {what}: {err}");
-
-    let mut qdisc_bypass = false;
-    match rx_buffer {
-        Some(want) => {
-            let want = libc::c_int::try_from(want).unwrap_or(libc::c_int::MAX);
-            // SO_RCVBUFFORCE needs CAP_NET_ADMIN; SO_RCVBUF is capped by
-            // net.core.rmem_max.
-            if setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, want).is_err() {
-                setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, want)
-                    .map_err(|e| os("SO_RCVBUF", e))?;
-            }
-            // Optional: the packet type recvmmsg returns filters the host's
-            // own frames anyway; this only spares the kernel the copies.
-            let _ = setsockopt_int(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1);
-        }
-        None => {
-            // Straight to the driver: no qdisc (and no requeue) on the way.
-            qdisc_bypass =
-                setsockopt_int(&fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1).is_ok();
-        }
-    }
-    let recv_buffer = getsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF)
-        .map_err(|e| os("getsockopt(SO_RCVBUF)", e))? as usize;
-
-    let raw = fd.into_raw_fd();
-    let config = datalink::Config {
-        // We never read or write through pnet's buffers.
-        write_buffer_size: 64,
-        read_buffer_size: 64,
-        read_timeout: Some(Duration::ZERO),
-        write_timeout: Some(Duration::from_millis(100)),
-        promiscuous: rx_buffer.is_some(),
-        socket_fd: Some(raw),
-        ..datalink::Config::default()
-    };
-    // pnet owns `raw` from here: it closes it on failure and on drop.
-    match datalink::channel(&ifc, config) {
-        Ok(Channel::Ethernet(tx, rx)) => Ok(LiveSocket {
-            fd: raw,
-            _tx: tx,
-            _rx: rx,
-            recv_buffer,
-            qdisc_bypass,
-        }),
-        Ok(_) => bail!("interface \"{name}\": pnet returned a non-Ethernet channel"),
-        Err(err) => Err(os("bind", err)),
-    }
-}
-
-/// Enters `ep`'s namespace (if any) and opens its socket; errors name both.
-fn open_endpoint(ep: &Endpoint, rx_buffer: Option<usize>) -> Result<LiveSocket> {
+/// Enters `ep`'s namespace (if any) and opens its socket
+/// ([`open_socket`]): for receiving (`rx_buffer` is `Some`: that receive
+/// buffer, promiscuous) or for sending (past the qdisc where the kernel
+/// allows). Errors name the side, the interface and the namespace.
+fn open_endpoint(ep: &Endpoint, rx_buffer: Option<usize>) -> Result<Port> {
     let side = if rx_buffer.is_some() { "--rx" } else { "--tx" };
-    let r = match &ep.netns {
-        Some(ns) => enter_netns(ns).and_then(|()| open_socket(ep, rx_buffer)),
-        None => open_socket(ep, rx_buffer),
+    let opts = SocketOptions {
+        promiscuous: rx_buffer.is_some(),
+        recv_buffer_bytes: rx_buffer.map(|b| b as u64),
+        fanout: None,
+        qdisc_bypass: rx_buffer.is_none(),
     };
-    r.with_context(|| format!("{side} {}", ep.describe()))
+    match &ep.netns {
+        Some(ns) => enter_netns(ns),
+        None => Ok(()),
+    }
+    .and_then(|()| open_socket(&ep.interface, &opts).map_err(|e| anyhow!("{e}")))
+    .with_context(|| format!("{side} {}", ep.describe()))
 }
 
 /// Whether frames of `size` bytes fit `ep`'s MTU of `mtu` (plus the
@@ -918,40 +846,6 @@ pub fn endpoint_mtu(ep: &Endpoint) -> Result<u32> {
     asked.with_context(|| format!("--tx {}", ep.describe()))
 }
 
-/// Frames the kernel dropped for packet socket `fd` (no ring) since the
-/// last call: `PACKET_STATISTICS` `tp_drops`, which reading resets; 0 when
-/// the kernel does not say.
-fn socket_drops(fd: RawFd) -> u64 {
-    // SAFETY: tpacket_stats is plain data; all zeroes is a valid value.
-    let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
-    // SAFETY: `fd` is an open packet socket; `st` and `len` are live and
-    // `len` holds the size of `st`, so the kernel writes within it.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_PACKET,
-            libc::PACKET_STATISTICS,
-            (&mut st as *mut libc::tpacket_stats).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 { u64::from(st.tp_drops) } else { 0 }
-}
-
-fn poll_fd(fd: RawFd, events: libc::c_short, timeout_ms: libc::c_int) {
-    let mut p = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
-    // SAFETY: `p` is a live, initialised pollfd for the duration of the
-    // call and `fd` is open (see `LiveSocket`).
-    unsafe {
-        libc::poll(&mut p, 1, timeout_ms);
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Sending
 
@@ -962,7 +856,7 @@ const ENOBUFS_PAUSE: Duration = Duration::from_micros(20);
 const EAGAIN_LIMIT: Duration = Duration::from_secs(1);
 
 struct Transmitter<'a> {
-    sock: &'a LiveSocket,
+    sock: &'a Port,
     ep: &'a Endpoint,
     origin: Instant,
     start: Instant,
@@ -1170,46 +1064,18 @@ impl Transmitter<'_> {
     /// attempt; a retry reads it again. Returns the send time of a frame
     /// sent (`self.start` when no time was read), `None` for a failed one.
     fn send(&mut self, frame: &[u8], mut t: Option<Instant>) -> Result<Option<Instant>> {
-        let mut enobufs = 0u32;
-        let mut eagain_since: Option<Instant> = None;
+        let mut retry = Retry::default();
         loop {
-            // SAFETY: `fd` is open (the socket outlives this transmitter)
-            // and `frame` is a live slice of `frame.len()` bytes.
-            let rc = unsafe { libc::send(self.sock.fd, frame.as_ptr().cast(), frame.len(), 0) };
-            if rc >= 0 {
+            let Err(err) = self.sock.send(frame) else {
                 self.stats.packets += 1;
                 self.stats.bytes += frame.len() as u64;
                 return Ok(Some(t.unwrap_or(self.start)));
-            }
-            let err = io::Error::last_os_error();
-            let errno = err.raw_os_error().unwrap_or(0);
-            match errno {
-                libc::EINTR => {}
-                libc::EAGAIN => {
-                    let since = *eagain_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > EAGAIN_LIMIT {
-                        self.fail(errno);
-                        return Ok(None);
-                    }
-                    self.stats.retried_eagain += 1;
-                    poll_fd(self.sock.fd, libc::POLLOUT, 100);
-                }
-                libc::ENOBUFS if enobufs < ENOBUFS_RETRIES => {
-                    enobufs += 1;
-                    self.stats.retried_enobufs += 1;
-                    thread::sleep(ENOBUFS_PAUSE);
-                }
-                libc::ENETDOWN | libc::ENODEV | libc::ENXIO | libc::EBADF => {
-                    bail!(
-                        "interface {}: send failed after {} packets: {err} (interface down or gone?)",
-                        self.ep.describe(),
-                        self.stats.packets
-                    )
-                }
-                _ => {
-                    self.fail(errno);
-                    return Ok(None);
-                }
+            };
+            if err.raw_os_error() != Some(libc::EINTR)
+                && !retry.again(&err, self.sock.fd, &mut self.stats)
+            {
+                self.give_up(&err)?;
+                return Ok(None);
             }
             if t.is_some() {
                 t = Some(Instant::now());
@@ -1264,26 +1130,9 @@ impl Transmitter<'_> {
         let mut done = 0usize;
         while done < n {
             let t = Instant::now();
-            let (mut enobufs, mut eagain_since) = (0u32, None::<Instant>);
+            let mut retry = Retry::default();
             let stats = &mut self.stats;
-            let (sent, err) = send_batch(fd, &frames[done..n], |e| match e.raw_os_error() {
-                Some(libc::EAGAIN) => {
-                    let since = *eagain_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > EAGAIN_LIMIT {
-                        return false;
-                    }
-                    stats.retried_eagain += 1;
-                    poll_fd(fd, libc::POLLOUT, 100);
-                    true
-                }
-                Some(libc::ENOBUFS) if enobufs < ENOBUFS_RETRIES => {
-                    enobufs += 1;
-                    stats.retried_enobufs += 1;
-                    thread::sleep(ENOBUFS_PAUSE);
-                    true
-                }
-                _ => false,
-            });
+            let (sent, err) = send_batch(fd, &frames[done..n], |e| retry.again(e, fd, stats));
             let sent = sent.min(n - done);
             let t_ns = self.ns(t);
             for (f, &key) in frames[done..done + sent].iter().zip(&b.keys[done..]) {
@@ -1295,19 +1144,8 @@ impl Transmitter<'_> {
             }
             done += sent;
             if let Some(err) = err {
-                let errno = err.raw_os_error().unwrap_or(0);
-                if matches!(
-                    errno,
-                    libc::ENETDOWN | libc::ENODEV | libc::ENXIO | libc::EBADF
-                ) {
-                    bail!(
-                        "interface {}: send failed after {} packets: {err} (interface down or gone?)",
-                        self.ep.describe(),
-                        self.stats.packets
-                    );
-                }
                 // The frame the kernel stopped at is given up.
-                self.fail(errno);
+                self.give_up(&err)?;
                 done += 1;
             }
         }
@@ -1325,9 +1163,57 @@ impl Transmitter<'_> {
         Ok(())
     }
 
-    fn fail(&mut self, errno: i32) {
+    /// Counts a frame given up for `err` as failed, or ends the sending
+    /// when the interface is down or gone.
+    fn give_up(&mut self, err: &io::Error) -> Result<()> {
+        let errno = err.raw_os_error().unwrap_or(0);
+        if matches!(
+            errno,
+            libc::ENETDOWN | libc::ENODEV | libc::ENXIO | libc::EBADF
+        ) {
+            bail!(
+                "interface {}: send failed after {} packets: {err} (interface down or gone?)",
+                self.ep.describe(),
+                self.stats.packets
+            );
+        }
         self.stats.failed += 1;
         *self.errnos.entry(errno).or_default() += 1;
+        Ok(())
+    }
+}
+
+/// The senders' retries of one frame (or of the frame a `sendmmsg` stopped
+/// at): `EAGAIN` waits for room, for [`EAGAIN_LIMIT`] in all; `ENOBUFS`
+/// pauses [`ENOBUFS_PAUSE`], [`ENOBUFS_RETRIES`] times at most.
+#[derive(Debug, Default)]
+struct Retry {
+    enobufs: u32,
+    eagain_since: Option<Instant>,
+}
+
+impl Retry {
+    /// Whether to send again after `err` (having waited, and counted the
+    /// retry in `stats`); `false`: the frame is given up.
+    fn again(&mut self, err: &io::Error, fd: RawFd, stats: &mut TxStats) -> bool {
+        match err.raw_os_error() {
+            Some(libc::EAGAIN) => {
+                let since = *self.eagain_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > EAGAIN_LIMIT {
+                    return false;
+                }
+                stats.retried_eagain += 1;
+                wait_writable(fd, 100);
+                true
+            }
+            Some(libc::ENOBUFS) if self.enobufs < ENOBUFS_RETRIES => {
+                self.enobufs += 1;
+                stats.retried_enobufs += 1;
+                thread::sleep(ENOBUFS_PAUSE);
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -1622,8 +1508,8 @@ fn sender_thread(
         }
     };
     if let Some(g) = sh.generated
-        && let Ok(mtu) = interface_mtu(sock.fd, &cfg.tx.interface)
-        && let Err(e) = check_fits(&cfg.tx, mtu, g.frames.size)
+        && sock.mtu > 0
+        && let Err(e) = check_fits(&cfg.tx, sock.mtu, g.frames.size)
     {
         // The kernel would refuse every frame (EMSGSIZE): say so once.
         let msg = format!("{e:#}");
@@ -1718,83 +1604,6 @@ struct RxRun {
     kernel_freeze_q: u64,
 }
 
-/// Frames read per `recvmmsg(2)` call.
-const RX_BATCH: usize = 32;
-
-/// Buffers for one `recvmmsg(2)` call: `RX_BATCH` frames of up to
-/// [`READ_BUFFER`] bytes each, with their addresses (for the packet type).
-struct RxBatch {
-    bufs: Vec<u8>,
-    addrs: Vec<libc::sockaddr_ll>,
-    iovs: Vec<libc::iovec>,
-    hdrs: Vec<libc::mmsghdr>,
-}
-
-impl RxBatch {
-    fn new() -> Self {
-        // SAFETY: sockaddr_ll, iovec and mmsghdr are plain C structs for
-        // which all-zero bytes (null pointers, zero lengths) are valid.
-        let (addr, iov, hdr) =
-            unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
-        RxBatch {
-            bufs: vec![0; RX_BATCH * READ_BUFFER],
-            addrs: vec![addr; RX_BATCH],
-            iovs: vec![iov; RX_BATCH],
-            hdrs: vec![hdr; RX_BATCH],
-        }
-    }
-
-    /// Reads up to `RX_BATCH` frames without blocking; returns how many.
-    fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
-        // The pointers are rebuilt on every call: they point into this
-        // value's own vectors, which never reallocate (fixed lengths).
-        let base = self.bufs.as_mut_ptr();
-        for i in 0..RX_BATCH {
-            self.iovs[i] = libc::iovec {
-                // SAFETY: `i * READ_BUFFER` is within `bufs`, whose length is
-                // `RX_BATCH * READ_BUFFER`.
-                iov_base: unsafe { base.add(i * READ_BUFFER) }.cast(),
-                iov_len: READ_BUFFER,
-            };
-            let h = &mut self.hdrs[i].msg_hdr;
-            h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_ll).cast();
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-            h.msg_iov = &mut self.iovs[i];
-            h.msg_iovlen = 1;
-            h.msg_control = std::ptr::null_mut();
-            h.msg_controllen = 0;
-            h.msg_flags = 0;
-            self.hdrs[i].msg_len = 0;
-        }
-        // SAFETY: `fd` is open (the caller's socket lives); `hdrs` holds
-        // `RX_BATCH` initialised headers whose name and iovec pointers point
-        // at live entries of `addrs`, `iovs` and `bufs` with the lengths
-        // given, so the kernel writes only within them; no timeout.
-        let rc = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.hdrs.as_mut_ptr(),
-                RX_BATCH as libc::c_uint,
-                libc::MSG_DONTWAIT as _,
-                std::ptr::null_mut(),
-            )
-        };
-        if rc < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(rc as usize)
-        }
-    }
-
-    /// Frame `i` of the last call, and whether the host sent it itself.
-    fn frame(&self, i: usize) -> (&[u8], bool) {
-        let len = (self.hdrs[i].msg_len as usize).min(READ_BUFFER);
-        let start = i * READ_BUFFER;
-        let outgoing = self.addrs[i].sll_pkttype == libc::PACKET_OUTGOING;
-        (&self.bufs[start..start + len], outgoing)
-    }
-}
-
 fn receiver_thread(sh: Shared<'_>, ep: &Endpoint, ready: Sender<Result<()>>) -> Result<RxRun> {
     if sh.cfg.io == IoBackend::Ring {
         return ring_receiver(sh, ep, ready);
@@ -1809,11 +1618,11 @@ fn receiver_thread(sh: Shared<'_>, ep: &Endpoint, ready: Sender<Result<()>>) -> 
         }
     };
     let _ = ready.send(Ok(()));
-    let mut batch = RxBatch::new();
+    let mut batch = RecvBatch::new();
     let mut stamps = Vec::with_capacity(1 << 16);
     let mut stopping: Option<Instant> = None;
     loop {
-        match batch.recv(sock.fd) {
+        match batch.recv(&sock) {
             Ok(n) => {
                 // One read time for the frames of one call: when they were read.
                 let t = Instant::now();
@@ -1830,7 +1639,7 @@ fn receiver_thread(sh: Shared<'_>, ep: &Endpoint, ready: Sender<Result<()>>) -> 
                 if stop.load(Ordering::Acquire) {
                     // Drain what is queued, but not forever under a flood.
                     let since = *stopping.get_or_insert(t);
-                    if n < RX_BATCH || since.elapsed() > DRAIN_LIMIT {
+                    if n < RECV_BATCH || since.elapsed() > DRAIN_LIMIT {
                         break;
                     }
                 }
@@ -1841,17 +1650,18 @@ fn receiver_thread(sh: Shared<'_>, ep: &Endpoint, ready: Sender<Result<()>>) -> 
                     if stop.load(Ordering::Acquire) {
                         break; // queue drained
                     }
-                    poll_fd(sock.fd, libc::POLLIN, 5);
+                    wait_readable(sock.fd, 5);
                 }
                 _ => bail!("--rx {}: receive failed: {err}", ep.describe()),
             },
         }
     }
+    let drops = sock.kernel_drops();
     Ok(RxRun {
         stamps,
         recv_buffer: sock.recv_buffer,
-        kernel_dropped: socket_drops(sock.fd),
-        kernel_freeze_q: 0,
+        kernel_dropped: drops.dropped,
+        kernel_freeze_q: drops.frozen,
     })
 }
 
@@ -1930,10 +1740,10 @@ fn ring_receiver(sh: Shared<'_>, ep: &Endpoint, ready: Sender<Result<()>>) -> Re
             }
             idle_after_stop = got == 0;
             if got == 0 {
-                poll_fd(ring.fd(), libc::POLLIN, 5);
+                wait_readable(ring.fd(), 5);
             }
         } else if got == 0 {
-            poll_fd(ring.fd(), libc::POLLIN, 5);
+            wait_readable(ring.fd(), 5);
         }
     }
     let (kernel_dropped, kernel_freeze_q) = ring.statistics();
@@ -2816,7 +2626,7 @@ mod tests {
             interface: "bpnosuchif0".into(),
             netns: None,
         };
-        let err = open_endpoint(&ep, None).err().expect("no such interface");
+        let err = open_endpoint(&ep, None).expect_err("no such interface");
         let msg = format!("{err:#}");
         assert!(
             msg.contains("--tx bpnosuchif0") && msg.contains("not found"),

@@ -16,47 +16,48 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
-#[test]
-fn synth_then_replay_with_reports() {
-    let d = scratch("ok");
-    let pcap = d.join("zipf.pcap");
-    let out = bin()
-        .args([
-            "synth",
-            "--flows",
-            "2000",
-            "--packets",
-            "50000",
-            "--seed",
-            "3",
-            "-o",
-        ])
-        .arg(&pcap)
-        .output()
-        .unwrap();
+/// Runs `cmd`, asserts that it succeeded (its stderr in the message) and
+/// returns its stdout.
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn synth_then_replay_with_reports() {
+    let d = scratch("ok");
+    let pcap = d.join("zipf.pcap");
+    run_ok(
+        bin()
+            .args([
+                "synth",
+                "--flows",
+                "2000",
+                "--packets",
+                "50000",
+                "--seed",
+                "3",
+                "-o",
+            ])
+            .arg(&pcap),
     );
     let truth: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("zipf.pcap.truth.json")).unwrap()).unwrap();
     assert_eq!(truth["packets"], 50000);
 
     let (json, hgrm) = (d.join("r.json"), d.join("r.hgrm"));
-    let out = bin()
-        .args(["replay", "--workers", "2", "--loop", "2", "--json"])
-        .arg(&json)
-        .arg("--hgrm")
-        .arg(&hgrm)
-        .arg(&pcap)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = run_ok(
+        bin()
+            .args(["replay", "--workers", "2", "--loop", "2", "--json"])
+            .arg(&json)
+            .arg("--hgrm")
+            .arg(&hgrm)
+            .arg(&pcap),
     );
     assert!(stdout.contains("p99.9"), "{stdout}");
     assert!(stdout.contains("heavy flows"), "{stdout}");
@@ -77,16 +78,7 @@ fn synth_then_replay_with_reports() {
 
 #[test]
 fn replay_without_files_uses_synthetic_workload() {
-    let out = bin()
-        .args(["replay", "--packets", "20000", "--flows", "500"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = run_ok(bin().args(["replay", "--packets", "20000", "--flows", "500"]));
     assert!(stdout.contains("replayed 20000 packets"), "{stdout}");
 }
 
@@ -112,31 +104,21 @@ fn errors_name_the_file_and_exit_non_zero() {
 #[test]
 fn wrote_lines_name_every_output_file() {
     let d = scratch("wrote");
-    let out = bin()
-        .current_dir(&d)
-        .args([
-            "replay",
-            "--limit",
-            "3000",
-            "--json",
-            "r.json",
-            "--plot",
-            "r.svg",
-            "--heavy-jsonl",
-            "h.jsonl",
-            "--hgrm",
-            "l.hgrm",
-            "--write",
-            "out",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = run_ok(bin().current_dir(&d).args([
+        "replay",
+        "--limit",
+        "3000",
+        "--json",
+        "r.json",
+        "--plot",
+        "r.svg",
+        "--heavy-jsonl",
+        "h.jsonl",
+        "--hgrm",
+        "l.hgrm",
+        "--write",
+        "out",
+    ]));
     let wrote: Vec<&str> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("wrote "))
@@ -159,32 +141,22 @@ fn wrote_lines_name_every_output_file() {
     for f in &wrote {
         assert!(d.join(f).is_file(), "{f}");
     }
-    let out = bin()
-        .current_dir(&d)
-        .args([
-            "scenario",
-            "sfb",
-            "--aimd",
-            "4",
-            "--rate-mbps",
-            "10",
-            "--duration",
-            "2s",
-            "--json",
-            "s.json",
-            "--plot",
-            "s.svg",
-            "--hgrm",
-            "s.hgrm",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = run_ok(bin().current_dir(&d).args([
+        "scenario",
+        "sfb",
+        "--aimd",
+        "4",
+        "--rate-mbps",
+        "10",
+        "--duration",
+        "2s",
+        "--json",
+        "s.json",
+        "--plot",
+        "s.svg",
+        "--hgrm",
+        "s.hgrm",
+    ]));
     let wrote: Vec<&str> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("wrote "))
@@ -216,17 +188,12 @@ fn json(path: &std::path::Path) -> serde_json::Value {
 /// per record.
 fn fixed_pcap(d: &std::path::Path, name: &str, packets: u32) -> PathBuf {
     let p = d.join(name);
-    let out = bin()
-        .args(["synth", "--flows", "20", "--size", "100", "--packets"])
-        .arg(packets.to_string())
-        .arg("-o")
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        bin()
+            .args(["synth", "--flows", "20", "--size", "100", "--packets"])
+            .arg(packets.to_string())
+            .arg("-o")
+            .arg(&p),
     );
     p
 }
@@ -617,19 +584,13 @@ fn limit_read_stdin_and_flag_errors() {
     let b = fixed_pcap(&d, "b.pcap", 300);
     let j = d.join("r.json");
     // -c 500 over two files of 300 and two passes: 500 packets.
-    let out = bin()
-        .args(["replay", "-l", "2", "-c", "500", "--json"])
-        .arg(&j)
-        .arg("-r")
-        .arg(&a)
-        .arg(&b)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = run_ok(
+        bin()
+            .args(["replay", "-l", "2", "-c", "500", "--json"])
+            .arg(&j)
+            .arg("-r")
+            .arg(&a)
+            .arg(&b),
     );
     assert!(
         stdout.contains("--limit reached: stopped after 500 packets"),
@@ -648,17 +609,12 @@ fn limit_read_stdin_and_flag_errors() {
     );
     std::io::copy(&mut std::fs::File::open(&a).unwrap(), &mut enc).unwrap();
     enc.finish().unwrap();
-    let out = bin()
-        .args(["replay", "--json"])
-        .arg(&j)
-        .arg("-")
-        .stdin(std::fs::File::open(&gz).unwrap())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        bin()
+            .args(["replay", "--json"])
+            .arg(&j)
+            .arg("-")
+            .stdin(std::fs::File::open(&gz).unwrap()),
     );
     let r = json(&j);
     assert_eq!(r["packets"], 300);
@@ -770,16 +726,11 @@ fn duration_stops_a_paced_replay() {
     let d = scratch("duration");
     let a = fixed_pcap(&d, "a.pcap", 1000);
     let j = d.join("r.json");
-    let out = bin()
-        .args(["replay", "--pps", "2000", "--duration", "200ms", "--json"])
-        .arg(&j)
-        .arg(&a)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        bin()
+            .args(["replay", "--pps", "2000", "--duration", "200ms", "--json"])
+            .arg(&j)
+            .arg(&a),
     );
     let r = json(&j);
     assert_eq!(r["limit_reached"], "duration");
@@ -797,16 +748,10 @@ fn duration_stops_a_paced_replay() {
 fn an_unreached_rate_is_warned_about() {
     let d = scratch("rate");
     let j = d.join("r.json");
-    let out = bin()
-        .args(["replay", "--pps", "10000000", "--json"])
-        .arg(&j)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = run_ok(
+        bin()
+            .args(["replay", "--pps", "10000000", "--json"])
+            .arg(&j),
     );
     assert!(
         stdout.contains("warning: the requested rate (10000000 pps) was not reached"),
@@ -917,17 +862,7 @@ fn filter_sends_what_tcpdump_matches() {
 fn verbose_lines_match_the_report() {
     let d = scratch("verbose");
     let j = d.join("r.json");
-    let out = bin()
-        .args(["replay", "-v", "-c", "3000", "--json"])
-        .arg(&j)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = run_ok(bin().args(["replay", "-v", "-c", "3000", "--json"]).arg(&j));
     let lines: Vec<&str> = stdout
         .lines()
         .filter(|l| l.contains(" length ") && l.contains(": "))
@@ -1041,16 +976,11 @@ fn heavy_jsonl_gives_the_flow_as_fields() {
             };
             vlans.entry(addrs).or_default().insert(outer);
         }
-        let out = bin()
-            .args(["replay", "--heavy-percent", pct, "--heavy-jsonl"])
-            .arg(&h)
-            .arg(input)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            bin()
+                .args(["replay", "--heavy-percent", pct, "--heavy-jsonl"])
+                .arg(&h)
+                .arg(input),
         );
         let text = std::fs::read_to_string(&h).unwrap();
         assert!(!text.is_empty(), "{}", input.display());
@@ -1125,16 +1055,10 @@ fn enet_dmac_and_smac_rewrite_as_tcprewrite() {
         env!("CARGO_MANIFEST_DIR"),
         "/../dataplane/examples/router-l3.toml"
     );
-    let out = bin()
-        .args(["replay", "--config", l3, "--enet-dmac"])
-        .arg(&pcap)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = run_ok(
+        bin()
+            .args(["replay", "--config", l3, "--enet-dmac"])
+            .arg(&pcap),
     );
     assert!(
         stdout.contains("enet: 200 destination MACs rewritten, 0 kept"),
@@ -1143,22 +1067,17 @@ fn enet_dmac_and_smac_rewrite_as_tcprewrite() {
     assert!(!stdout.contains("dropped other_host"), "{stdout}");
     // Into every frame, through the built-in router's wires.
     let w = d.join("out");
-    let out = bin()
-        .args([
-            "replay",
-            "--enet-dmac=02:00:00:00:0a:01",
-            "--enet-smac",
-            "02:00:00:00:aa:02",
-            "-w",
-        ])
-        .arg(&w)
-        .arg(&pcap)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        bin()
+            .args([
+                "replay",
+                "--enet-dmac=02:00:00:00:0a:01",
+                "--enet-smac",
+                "02:00:00:00:aa:02",
+                "-w",
+            ])
+            .arg(&w)
+            .arg(&pcap),
     );
     let mut r = dataplane::io::capture::CaptureReader::open(&w.join("r-b.pcap")).unwrap();
     let mut n = 0;
@@ -1204,26 +1123,19 @@ fn a_replay_report_is_bounded() {
     )
     .unwrap();
     let pcap = d.join("many.pcap");
-    let out = bin()
-        .args(["synth", "--flows", "100000", "--packets", "200000", "-o"])
-        .arg(&pcap)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    run_ok(
+        bin()
+            .args(["synth", "--flows", "100000", "--packets", "200000", "-o"])
+            .arg(&pcap),
+    );
     let h = d.join("h.jsonl");
-    let out = bin()
-        .args(["replay", "--no-pin", "-l", "2", "--config"])
-        .arg(&cfg)
-        .arg("--heavy-jsonl")
-        .arg(&h)
-        .arg(&pcap)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = run_ok(
+        bin()
+            .args(["replay", "--no-pin", "-l", "2", "--config"])
+            .arg(&cfg)
+            .arg("--heavy-jsonl")
+            .arg(&h)
+            .arg(&pcap),
     );
     let stage = stdout
         .lines()
@@ -1441,21 +1353,20 @@ fn ipfix_export_reaches_nfdump() {
     let flows_dir = d.join("flows");
     std::fs::create_dir_all(&flows_dir).unwrap();
     let pcap = d.join("z.pcap");
-    let out = bin()
-        .args([
-            "synth",
-            "--flows",
-            "300",
-            "--packets",
-            "20000",
-            "--seed",
-            "2",
-            "-o",
-        ])
-        .arg(&pcap)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    run_ok(
+        bin()
+            .args([
+                "synth",
+                "--flows",
+                "300",
+                "--packets",
+                "20000",
+                "--seed",
+                "2",
+                "-o",
+            ])
+            .arg(&pcap),
+    );
     let port = std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -1499,18 +1410,13 @@ fn ipfix_export_reaches_nfdump() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let j = d.join("r.json");
-    let out = bin()
-        .args(["replay", "--config"])
-        .arg(&cfg)
-        .arg("--json")
-        .arg(&j)
-        .arg(&pcap)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        bin()
+            .args(["replay", "--config"])
+            .arg(&cfg)
+            .arg("--json")
+            .arg(&j)
+            .arg(&pcap),
     );
     std::thread::sleep(std::time::Duration::from_millis(300));
     // SIGTERM: nfcapd writes its file out and exits.
@@ -1592,16 +1498,7 @@ fn ipfix_export_reaches_nfdump() {
 fn plot_draws_the_run() {
     let d = scratch("plot");
     let svg = d.join("r.svg");
-    let out = bin()
-        .args(["replay", "-c", "50000", "--plot"])
-        .arg(&svg)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(bin().args(["replay", "-c", "50000", "--plot"]).arg(&svg));
     let text = std::fs::read_to_string(&svg).unwrap();
     for s in [
         "<svg",
@@ -1614,23 +1511,18 @@ fn plot_draws_the_run() {
         assert!(text.contains(s), "{s} missing");
     }
     let svg2 = d.join("s.svg");
-    let out = bin()
-        .args([
-            "scenario",
-            "sfb",
-            "--aimd",
-            "4",
-            "--duration",
-            "3s",
-            "--plot",
-        ])
-        .arg(&svg2)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        bin()
+            .args([
+                "scenario",
+                "sfb",
+                "--aimd",
+                "4",
+                "--duration",
+                "3s",
+                "--plot",
+            ])
+            .arg(&svg2),
     );
     let text = std::fs::read_to_string(&svg2).unwrap();
     assert!(
@@ -1674,13 +1566,7 @@ fn a_kernel_backend_this_cpu_lacks_is_an_error_and_version_names_the_backend() {
         "one error, no fallback warning: {err}"
     );
 
-    let out = bin()
-        .arg("--version")
-        .env("BLOOMPLANE_BACKEND", "scalar")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success());
+    let text = run_ok(bin().arg("--version").env("BLOOMPLANE_BACKEND", "scalar"));
     assert!(
         text.contains("kernels: backend scalar (1 lanes, hash aes-crate;"),
         "{text}"

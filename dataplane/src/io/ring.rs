@@ -44,9 +44,10 @@
 //! MAC addresses, so the router sees the frame as it was on the wire.
 //!
 //! Losses the router never saw are read from the kernel
-//! (`PACKET_STATISTICS`: `tp_drops`, frames dropped because the ring was
-//! full; `tp_freeze_q_cnt`, blocks the kernel found still held) at every
-//! [`Ports::refresh_counters`] into each port's counters.
+//! ([`kernel_drops`](super::socket::kernel_drops): `tp_drops`, frames
+//! dropped because the ring was full; `tp_freeze_q_cnt`, blocks the kernel
+//! found still held) at every [`Ports::refresh_counters`] into each port's
+//! counters.
 //!
 //! The pieces are public for traffic-gen's live sender and receiver:
 //! [`RxRing`] (one ring socket), [`TxRing`], and [`send_batch`] (`sendmmsg`
@@ -61,14 +62,15 @@
 //! error naming the socket option ([`PortError::Os`]).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{Ordering, fence};
 use std::time::Duration;
 
 use crate::clock::{MonotonicClock, Timestamp};
 use crate::io::port::{PortSettings, Ports, RxCounters};
 use crate::io::socket::{
-    PortError, find_interface, interface_mtu, poll_readable, setsockopt_int, wait_writable,
+    PortError, find_interface, interface_mtu, kernel_drops, packet_socket, poll_readable,
+    setsockopt_int, wait_writable,
 };
 use crate::packet::Batch;
 use crate::packet::{Transmit, TxFrame};
@@ -366,9 +368,8 @@ impl RxRing {
     /// block still held, since the last call (`PACKET_STATISTICS`; the
     /// kernel resets them on every read).
     pub fn statistics(&self) -> (u64, u64) {
-        packet_statistics_v3(&self.ring.fd).map_or((0, 0), |st| {
-            (u64::from(st.tp_drops), u64::from(st.tp_freeze_q_cnt))
-        })
+        let d = kernel_drops(self.fd());
+        (d.dropped, d.frozen)
     }
 }
 
@@ -517,7 +518,7 @@ impl TxRing {
     /// `TPACKET_V3`).
     pub fn open(name: &str, frames: u32) -> Result<TxRing, PortError> {
         let ifc = find_interface(name)?;
-        let fd = packet_socket(name)?;
+        let fd = v3_socket(name)?;
         let mtu = interface_mtu(fd.as_raw_fd(), name).map_err(os(name, "ioctl(SIOCGIFMTU)"))?;
         // An Ethernet header and a VLAN tag over the MTU, as the kernel's
         // own limit for a packet socket's frames.
@@ -748,18 +749,8 @@ fn setsockopt_val<T>(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, v: &T) 
 
 /// A raw packet socket for `TPACKET_V3` rings (protocol 0 until bound:
 /// nothing arrives).
-fn packet_socket(name: &str) -> Result<OwnedFd, PortError> {
-    // SAFETY: plain socket(2) call with constant arguments; checked below.
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        let err = io::Error::last_os_error();
-        return Err(match err.raw_os_error() {
-            Some(libc::EPERM | libc::EACCES) => PortError::Permission(name.to_string(), err),
-            _ => os(name, "socket(AF_PACKET)")(err),
-        });
-    }
-    // SAFETY: `raw` was just returned by socket(2) and nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+fn v3_socket(name: &str) -> Result<OwnedFd, PortError> {
+    let fd = packet_socket(name)?;
     setsockopt_int(
         &fd,
         libc::SOL_PACKET,
@@ -821,7 +812,7 @@ fn bind_packet(fd: &OwnedFd, ifindex: u32, protocol: u16, name: &str) -> Result<
 /// A packet socket, bound to nothing yet (protocol 0: nothing arrives),
 /// with a `TPACKET_V3` receive ring of `rc` set up but not mapped.
 fn ring_socket(name: &str, rc: &RingConfig) -> Result<OwnedFd, PortError> {
-    let fd = packet_socket(name)?;
+    let fd = v3_socket(name)?;
     let req = libc::tpacket_req3 {
         tp_block_size: rc.block_bytes,
         tp_block_nr: rc.blocks,
@@ -1180,24 +1171,4 @@ impl Ports for RingPorts {
             rx.rx_frozen += frozen;
         }
     }
-}
-
-/// `getsockopt(PACKET_STATISTICS)` of a `TPACKET_V3` socket (the kernel
-/// resets the counts on every read).
-fn packet_statistics_v3(fd: &OwnedFd) -> Option<libc::tpacket_stats_v3> {
-    // SAFETY: plain data; all zeroes is a valid value.
-    let mut st: libc::tpacket_stats_v3 = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
-    // SAFETY: `fd` is an open packet socket; `st` and `len` are live and
-    // `len` holds the size of `st`, so the kernel writes within it.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_STATISTICS,
-            (&mut st as *mut libc::tpacket_stats_v3).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some(st)
 }

@@ -3,6 +3,13 @@
 //! descriptor; [`SocketPorts`] is a worker's set of them under the
 //! [`Ports`] interface.
 //!
+//! [`open_socket`] opens one such socket from plain [`SocketOptions`]
+//! (fanout group, receive buffer, promiscuous, qdisc bypass);
+//! [`open_port`] is the router's case of it. traffic-gen's live sender and
+//! receiver open their sockets here too, send with [`Port::send`] and read
+//! with [`RecvBatch`] (`recvmmsg(2)`). [`kernel_drops`] reads what the
+//! kernel dropped for any packet socket, this backend's and the rings'.
+//!
 //! pnet 0.35 (`pnet_datalink::linux::channel`) binds the socket, sets
 //! promiscuous membership and `PACKET_FANOUT` from its `Config`
 //! (`linux_fanout`, `promiscuous`), and accepts a socket of ours
@@ -15,8 +22,8 @@
 //!
 //! * created with protocol 0, so it receives nothing until pnet binds it to
 //!   the interface with `ETH_P_ALL` (no frame of another interface slips in);
-//! * `SO_RCVBUFFORCE` (needs `CAP_NET_ADMIN`; falls back to `SO_RCVBUF`,
-//!   which `net.core.rmem_max` caps);
+//! * `SO_RCVBUFFORCE` when a buffer size is asked (needs `CAP_NET_ADMIN`;
+//!   falls back to `SO_RCVBUF`, which `net.core.rmem_max` caps);
 //! * `PACKET_IGNORE_OUTGOING` (Linux >= 4.20): the kernel should not loop
 //!   the frames sent on this interface back to the socket;
 //! * `PACKET_AUXDATA`: the kernel takes a frame's outer VLAN tag out before
@@ -99,6 +106,9 @@ pub struct Port {
     pub recv_buffer: usize,
     /// The interface's MTU when the port was opened (0: not known).
     pub mtu: u32,
+    /// Sends go past the qdisc layer (`PACKET_QDISC_BYPASS` asked in
+    /// [`SocketOptions`] and granted).
+    pub qdisc_bypass: bool,
 }
 
 /// What one [`Port::recv`] found.
@@ -195,6 +205,182 @@ impl Port {
                 wire_len,
             }),
         }
+    }
+
+    /// Sends one frame with `send(2)`, without waiting for room (a full
+    /// socket queue is `EAGAIN`, a full device queue `ENOBUFS`: the
+    /// caller's retry policy decides).
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn send(&self, frame: &[u8]) -> io::Result<()> {
+        // SAFETY: `self.fd` is the open packet socket pnet's halves own for
+        // as long as `self` lives; `frame` is a live byte slice and its
+        // exact length is passed.
+        let n = unsafe {
+            libc::send(
+                self.fd,
+                frame.as_ptr().cast(),
+                frame.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// What the kernel dropped for this socket since the last call
+    /// ([`kernel_drops`]).
+    pub fn kernel_drops(&self) -> KernelDrops {
+        kernel_drops(self.fd)
+    }
+}
+
+/// Frames the kernel dropped for a packet socket before its reader saw
+/// them, since the last reading (`PACKET_STATISTICS`; the kernel resets the
+/// counts on every read).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelDrops {
+    /// Frames dropped because the socket's receive queue or ring was full
+    /// (`tp_drops`).
+    pub dropped: u64,
+    /// Times the kernel found a ring's next block still held by the reader
+    /// (`tp_freeze_q_cnt`; `TPACKET_V3` rings only, else 0).
+    pub frozen: u64,
+}
+
+/// Reads and resets the kernel's drop counts of packet socket `fd`
+/// (`getsockopt(PACKET_STATISTICS)`): the one place every backend and
+/// traffic-gen read them. A `TPACKET_V3` socket fills the whole
+/// `tpacket_stats_v3`; any other fills its first part, `tpacket_stats`,
+/// and the freeze count stays as zeroed. All zero when the kernel does not
+/// say.
+pub fn kernel_drops(fd: RawFd) -> KernelDrops {
+    // SAFETY: plain data; all zeroes is a valid value.
+    let mut st: libc::tpacket_stats_v3 = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+    // SAFETY: `st` and `len` are live and `len` holds the size of `st`, so
+    // the kernel writes within it (it writes less to a socket without a
+    // V3 ring, and says so in `len`); a descriptor that is not a packet
+    // socket only makes the call fail.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut st as *mut libc::tpacket_stats_v3).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return KernelDrops::default();
+    }
+    KernelDrops {
+        dropped: u64::from(st.tp_drops),
+        frozen: u64::from(st.tp_freeze_q_cnt),
+    }
+}
+
+/// Frames read per [`RecvBatch::recv`] call.
+pub const RECV_BATCH: usize = 32;
+
+/// Buffers for reading up to [`RECV_BATCH`] frames of up to
+/// [`READ_BUFFER`] bytes from a [`Port`] with one `recvmmsg(2)` call, with
+/// their addresses (for the packet type). Frames are returned as the
+/// socket read them: a VLAN tag the kernel took out is not put back (no
+/// control messages are read; [`Port::recv`] puts it back).
+pub struct RecvBatch {
+    bufs: Vec<u8>,
+    addrs: Vec<libc::sockaddr_ll>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+impl Default for RecvBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for RecvBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvBatch").finish_non_exhaustive()
+    }
+}
+
+impl RecvBatch {
+    /// Buffers for [`RECV_BATCH`] frames (about 2 MiB).
+    pub fn new() -> Self {
+        // SAFETY: sockaddr_ll, iovec and mmsghdr are plain C structs for
+        // which all-zero bytes (null pointers, zero lengths) are valid.
+        let (addr, iov, hdr) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
+        RecvBatch {
+            bufs: vec![0; RECV_BATCH * READ_BUFFER],
+            addrs: vec![addr; RECV_BATCH],
+            iovs: vec![iov; RECV_BATCH],
+            hdrs: vec![hdr; RECV_BATCH],
+        }
+    }
+
+    /// Reads up to [`RECV_BATCH`] frames from `port` without waiting;
+    /// returns how many ([`RecvBatch::frame`] gives each).
+    ///
+    /// # Errors
+    /// The OS error (`EAGAIN`: nothing to read; `EINTR`: the caller
+    /// retries).
+    pub fn recv(&mut self, port: &Port) -> io::Result<usize> {
+        // The pointers are rebuilt on every call: they point into this
+        // value's own vectors, which never reallocate (fixed lengths).
+        let base = self.bufs.as_mut_ptr();
+        for i in 0..RECV_BATCH {
+            self.iovs[i] = libc::iovec {
+                // SAFETY: `i * READ_BUFFER` is within `bufs`, whose length is
+                // `RECV_BATCH * READ_BUFFER`.
+                iov_base: unsafe { base.add(i * READ_BUFFER) }.cast(),
+                iov_len: READ_BUFFER,
+            };
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_ll).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            h.msg_flags = 0;
+            self.hdrs[i].msg_len = 0;
+        }
+        // SAFETY: `port.fd` is the open packet socket pnet's halves own for
+        // as long as `port` lives; `hdrs` holds `RECV_BATCH` initialised
+        // headers whose name and iovec pointers point at live entries of
+        // `addrs`, `iovs` and `bufs` with the lengths given, so the kernel
+        // writes only within them; no timeout.
+        let rc = unsafe {
+            libc::recvmmsg(
+                port.fd,
+                self.hdrs.as_mut_ptr(),
+                RECV_BATCH as libc::c_uint,
+                libc::MSG_DONTWAIT as _,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(rc as usize)
+        }
+    }
+
+    /// Frame `i` of the last call (cut to [`READ_BUFFER`]), and whether
+    /// this host sent it (`PACKET_OUTGOING`) rather than received it.
+    pub fn frame(&self, i: usize) -> (&[u8], bool) {
+        let len = (self.hdrs[i].msg_len as usize).min(READ_BUFFER);
+        let start = i * READ_BUFFER;
+        let outgoing = self.addrs[i].sll_pkttype == libc::PACKET_OUTGOING;
+        (&self.bufs[start..start + len], outgoing)
     }
 }
 
@@ -346,24 +532,53 @@ pub fn getsockopt_int(
     }
 }
 
+/// How [`open_socket`] sets up one packet socket, beyond what every
+/// socket gets (see the module docs): plain settings, so that a caller
+/// other than the router (traffic-gen's live sender and receiver) opens
+/// its sockets here too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SocketOptions {
+    /// Receive frames for every MAC address.
+    pub promiscuous: bool,
+    /// The receive buffer asked for, bytes (`SO_RCVBUFFORCE`, or
+    /// `SO_RCVBUF` without `CAP_NET_ADMIN`); `None`: the kernel's default.
+    pub recv_buffer_bytes: Option<u64>,
+    /// The `PACKET_FANOUT` group (hash mode) the socket joins; `None`: a
+    /// socket of its own, which gets every frame of the interface.
+    pub fanout: Option<u16>,
+    /// Send past the qdisc layer (`PACKET_QDISC_BYPASS`) where the kernel
+    /// allows it ([`Port::qdisc_bypass`] says whether it did).
+    pub qdisc_bypass: bool,
+}
+
 /// Opens `cfg`'s interface for one worker, in fanout group `group` (hash mode).
 pub fn open_port(cfg: &PortSettings, group: u16) -> Result<Port, PortError> {
-    let name = cfg.name.clone();
-    let ifc = find_interface(&name)?;
-    let os = |what: &'static str| {
-        let name = name.clone();
-        move |err| PortError::Os { name, what, err }
-    };
+    open_socket(
+        &cfg.name,
+        &SocketOptions {
+            promiscuous: cfg.promiscuous,
+            recv_buffer_bytes: Some(cfg.recv_buffer_bytes),
+            fanout: Some(group),
+            qdisc_bypass: false,
+        },
+    )
+}
 
+/// A new raw packet socket for interface `name` (only named in errors),
+/// with protocol 0: it receives nothing until bound.
+///
+/// # Errors
+/// No `CAP_NET_RAW` ([`PortError::Permission`]), or the OS error.
+pub(crate) fn packet_socket(name: &str) -> Result<OwnedFd, PortError> {
     // SAFETY: plain socket(2) call with constant arguments; the result is
     // checked before use.
     let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
         let err = io::Error::last_os_error();
         return Err(match err.raw_os_error() {
-            Some(libc::EPERM | libc::EACCES) => PortError::Permission(name, err),
+            Some(libc::EPERM | libc::EACCES) => PortError::Permission(name.to_string(), err),
             _ => PortError::Os {
-                name,
+                name: name.to_string(),
                 what: "socket(AF_PACKET)",
                 err,
             },
@@ -371,11 +586,31 @@ pub fn open_port(cfg: &PortSettings, group: u16) -> Result<Port, PortError> {
     }
     // SAFETY: `raw` is a descriptor socket(2) just returned and nothing
     // else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
 
-    let want = libc::c_int::try_from(cfg.recv_buffer_bytes).unwrap_or(libc::c_int::MAX);
-    if setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, want).is_err() {
-        setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, want).map_err(os("SO_RCVBUF"))?;
+/// Opens a packet socket on interface `name` with `opts`, in the calling
+/// thread's network namespace (see the module docs for the options every
+/// socket gets).
+///
+/// # Errors
+/// A missing or down interface, no `CAP_NET_RAW`, a kernel without
+/// `PACKET_IGNORE_OUTGOING`, or the step that failed (named).
+pub fn open_socket(name: &str, opts: &SocketOptions) -> Result<Port, PortError> {
+    let name = name.to_string();
+    let ifc = find_interface(&name)?;
+    let os = |what: &'static str| {
+        let name = name.clone();
+        move |err| PortError::Os { name, what, err }
+    };
+
+    let fd = packet_socket(&name)?;
+    if let Some(bytes) = opts.recv_buffer_bytes {
+        let want = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        if setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, want).is_err() {
+            setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, want)
+                .map_err(os("SO_RCVBUF"))?;
+        }
     }
     let recv_buffer = getsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF)
         .map_err(os("getsockopt(SO_RCVBUF)"))? as usize;
@@ -387,20 +622,24 @@ pub fn open_port(cfg: &PortSettings, group: u16) -> Result<Port, PortError> {
     // `Port::recv`).
     setsockopt_int(&fd, libc::SOL_PACKET, libc::PACKET_AUXDATA, 1)
         .map_err(os("setsockopt(PACKET_AUXDATA)"))?;
+    // Straight to the driver: no qdisc (and no requeue) on the way.
+    let qdisc_bypass = opts.qdisc_bypass
+        && setsockopt_int(&fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1).is_ok();
 
     let raw = fd.into_raw_fd();
     let config = datalink::Config {
-        write_buffer_size: READ_BUFFER,
-        read_buffer_size: READ_BUFFER,
+        // Nothing is read or written through pnet's buffers.
+        write_buffer_size: 64,
+        read_buffer_size: 64,
         read_timeout: Some(Duration::ZERO),
         write_timeout: Some(Duration::from_millis(10)),
-        linux_fanout: Some(FanoutOption {
-            group_id: group,
+        linux_fanout: opts.fanout.map(|group_id| FanoutOption {
+            group_id,
             fanout_type: FanoutType::HASH,
             defrag: false,
             rollover: false,
         }),
-        promiscuous: cfg.promiscuous,
+        promiscuous: opts.promiscuous,
         socket_fd: Some(raw),
         ..datalink::Config::default()
     };
@@ -413,6 +652,7 @@ pub fn open_port(cfg: &PortSettings, group: u16) -> Result<Port, PortError> {
             _rx: rx,
             recv_buffer,
             mtu,
+            qdisc_bypass,
         }),
         Ok(_) => Err(PortError::Os {
             name,
@@ -421,7 +661,11 @@ pub fn open_port(cfg: &PortSettings, group: u16) -> Result<Port, PortError> {
         }),
         Err(err) => Err(PortError::Os {
             name,
-            what: "bind/fanout",
+            what: if opts.fanout.is_some() {
+                "bind/fanout"
+            } else {
+                "bind"
+            },
             err,
         }),
     }
@@ -565,21 +809,9 @@ impl Transmit for SocketPorts {
             return false;
         };
         for attempt in 0..2 {
-            // SAFETY: `p.fd` is the open packet socket pnet's halves own for
-            // as long as `p` lives; `f.frame` is a live byte slice and its
-            // exact length is passed.
-            let n = unsafe {
-                libc::send(
-                    p.fd,
-                    f.frame.as_ptr().cast(),
-                    f.frame.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n >= 0 {
+            let Err(err) = p.send(f.frame) else {
                 return true;
-            }
-            let err = io::Error::last_os_error();
+            };
             let errno = err.raw_os_error().unwrap_or(0);
             let full = matches!(errno, libc::EAGAIN | libc::ENOBUFS);
             if !full || attempt == 1 {
@@ -594,10 +826,21 @@ impl Transmit for SocketPorts {
 
 /// Waits at most `timeout_ms` for room to send on `fd` (`POLLOUT`), once:
 /// the senders' answer to a full socket queue before they count a drop.
-pub(crate) fn wait_writable(fd: RawFd, timeout_ms: i32) {
+pub fn wait_writable(fd: RawFd, timeout_ms: i32) {
+    poll_one(fd, libc::POLLOUT, timeout_ms);
+}
+
+/// Waits at most `timeout_ms` for something to read on `fd` (`POLLIN`;
+/// a receive ring's socket is readable when a block is handed over).
+pub fn wait_readable(fd: RawFd, timeout_ms: i32) {
+    poll_one(fd, libc::POLLIN, timeout_ms);
+}
+
+/// `poll(2)` on one descriptor for `events`, at most `timeout_ms`.
+fn poll_one(fd: RawFd, events: libc::c_short, timeout_ms: i32) {
     let mut pfd = libc::pollfd {
         fd,
-        events: libc::POLLOUT,
+        events,
         revents: 0,
     };
     // SAFETY: `pfd` is one live pollfd for the duration of the call; an
@@ -647,26 +890,10 @@ impl Ports for SocketPorts {
     }
 
     /// Adds each socket's queue drops since the last read
-    /// (`PACKET_STATISTICS` `tp_drops`; the kernel resets them on read).
+    /// ([`kernel_drops`]).
     fn refresh_counters(&mut self) {
         for (p, rx) in self.ports.iter().zip(&mut self.rx) {
-            // SAFETY: plain data; all zeroes is a valid value.
-            let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
-            // SAFETY: `p.fd` is the open packet socket pnet's halves own;
-            // `st` and `len` are live and `len` holds the size of `st`.
-            let rc = unsafe {
-                libc::getsockopt(
-                    p.fd,
-                    libc::SOL_PACKET,
-                    libc::PACKET_STATISTICS,
-                    (&mut st as *mut libc::tpacket_stats).cast(),
-                    &mut len,
-                )
-            };
-            if rc == 0 {
-                rx.rx_dropped += u64::from(st.tp_drops);
-            }
+            rx.rx_dropped += p.kernel_drops().dropped;
         }
     }
 }
