@@ -129,6 +129,12 @@ pub struct PortCounters {
     pub hairpin: u64,
     /// Copies whose Icarus option was removed.
     pub stripped: u64,
+    /// Copies whose bytes were copied rather than sent from where the
+    /// frame arrived: into the port's queue (a frame lent by the port
+    /// backend, which the queue keeps past its loan, or a multicast copy
+    /// beside another), or into a buffer to insert or remove an Icarus
+    /// option. A unicast frame sent at once is not copied.
+    pub frame_copies: u64,
     /// Sum over queued copies that left of their time in the queue, ns.
     pub sojourn_sum_ns: u64,
     /// The longest of those, ns.
@@ -158,6 +164,7 @@ impl PortCounters {
         self.shutdown_dropped += o.shutdown_dropped;
         self.hairpin += o.hairpin;
         self.stripped += o.stripped;
+        self.frame_copies += o.frame_copies;
         self.sojourn_sum_ns = self.sojourn_sum_ns.wrapping_add(o.sojourn_sum_ns);
         self.sojourn_max_ns = self.sojourn_max_ns.max(o.sojourn_max_ns);
     }
@@ -920,6 +927,7 @@ impl Egress {
                         (p.data(), p.orig_len)
                     }
                     Some(x) if strip || p.icarus_pending != 0 => {
+                        port.counters.frame_copies += 1;
                         let s = &mut self.scratch;
                         s.clear();
                         s.extend_from_slice(p.data());
@@ -1150,9 +1158,13 @@ impl<X: Transmit> Feed<Held> for PortFeed<'_, X> {
                 let others = pk.verdict.ports().mask() & !pk.ingress_mask() & !(1u64 << self.port);
                 if others & self.later == 0 {
                     // The packet's last copy: its frame moves into the queue
-                    // (the slot takes the pool's empty buffer).
-                    pk.swap_data(buf);
+                    // (the slot takes the pool's empty buffer); a lent
+                    // frame is copied, as it must outlive its loan.
+                    if pk.swap_data(buf) {
+                        self.counters.frame_copies += 1;
+                    }
                 } else {
+                    self.counters.frame_copies += 1;
                     buf.extend_from_slice(pk.data());
                 }
                 let pending = pk.icarus_pending != 0;
