@@ -48,6 +48,9 @@ pub struct Packet {
     len: usize,
     /// `Some` while the frame is lent: keeps its memory.
     lease: Option<Lease>,
+    /// The lender lets the lent frame be kept past the batch (as long as
+    /// its lease lives): the memory backend's frames, not a ring's.
+    keep: bool,
     /// The slot's own buffer (reused).
     buf: Vec<u8>,
     /// Arrival time (capture time on replay).
@@ -115,6 +118,7 @@ impl Clone for Packet {
             ptr: NonNull::dangling(),
             len: 0,
             lease: None,
+            keep: false,
             buf,
             ts: self.ts,
             orig_len: self.orig_len,
@@ -137,6 +141,7 @@ impl Packet {
             ptr: NonNull::dangling(),
             len: 0,
             lease: None,
+            keep: false,
             buf: Vec::with_capacity(SLOT_CAPACITY),
             ts: Timestamp::ZERO,
             orig_len: 0,
@@ -157,6 +162,7 @@ impl Packet {
     #[inline]
     fn own(&mut self) {
         self.lease = None;
+        self.keep = false;
         self.len = self.buf.len();
         self.ptr = NonNull::from(self.buf.as_mut_slice()).cast();
     }
@@ -210,8 +216,7 @@ impl Packet {
     pub(crate) fn swap_data(&mut self, buf: &mut Vec<u8>) -> bool {
         let lent = self.is_lent();
         if lent {
-            buf.clear();
-            buf.extend_from_slice(self.data());
+            copy_frame(buf, self.data());
             self.buf.clear();
         } else {
             core::mem::swap(&mut self.buf, buf);
@@ -219,6 +224,27 @@ impl Packet {
         }
         self.own();
         lent
+    }
+
+    /// Takes a lent frame its lender lets be kept past the batch (see
+    /// [`Batch::lend`]'s `keep`): the egress stage keeps it in a port's
+    /// queue where it lies instead of copying it. The slot is left with an
+    /// empty frame of its own. `None` (nothing taken) for an owned frame or
+    /// one that must be copied to be kept (a packet ring's).
+    #[inline]
+    pub(crate) fn take_loan(&mut self) -> Option<Loan> {
+        if !self.keep {
+            return None;
+        }
+        let lease = self.lease.take()?;
+        let loan = Loan {
+            ptr: self.ptr,
+            len: self.len,
+            _lease: lease,
+        };
+        self.buf.clear();
+        self.own();
+        Some(loan)
     }
 
     /// Parses the frame into the slot's summary in place (written into the
@@ -279,6 +305,76 @@ impl Packet {
     }
 }
 
+/// A lent frame taken out of its slot ([`Packet::take_loan`]) to be kept
+/// where it lies, with the lease that keeps its memory: the egress stage
+/// holds it in a port's queue.
+#[derive(Debug)]
+pub(crate) struct Loan {
+    ptr: NonNull<u8>,
+    len: usize,
+    _lease: Lease,
+}
+
+// SAFETY: as for `Packet`: the region is kept by the lease (`Send + Sync`)
+// and accessed by no one but this value (`Batch::lend`'s contract, moved
+// here from the slot), through `&self` and `&mut self` only.
+unsafe impl Send for Loan {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Loan {}
+
+impl Loan {
+    /// The frame's bytes.
+    #[inline]
+    pub(crate) fn data(&self) -> &[u8] {
+        // SAFETY: the region was lent to the slot this loan was taken from
+        // and is valid while the lease lives, which this value holds;
+        // nothing else reads or writes it (`Batch::lend`'s contract).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The frame's bytes, writable (an ECN mark).
+    #[inline]
+    pub(crate) fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `data`; `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+/// Copies `src` into `dst` (emptied first). A frame of 16 to 64 bytes
+/// (the commonest in a queue: small packets) is moved as two overlapping
+/// fixed-size blocks the compiler writes inline; others with
+/// `extend_from_slice`.
+#[inline]
+fn copy_frame(dst: &mut Vec<u8>, src: &[u8]) {
+    dst.clear();
+    let n = src.len();
+    if n <= 64 && dst.capacity() >= 64 {
+        let p = dst.as_mut_ptr();
+        if let (Some(a), Some(b)) = (src.first_chunk::<32>(), src.last_chunk::<32>()) {
+            // SAFETY: `dst` has room for 64 bytes, and `n - 32 + 32 = n <=
+            // 64`: both writes lie inside it; they cover `0..n` (they meet
+            // or overlap, as `n <= 64`), so every byte is written before
+            // `set_len` makes it part of the vector.
+            unsafe {
+                p.cast::<[u8; 32]>().write_unaligned(*a);
+                p.add(n - 32).cast::<[u8; 32]>().write_unaligned(*b);
+                dst.set_len(n);
+            }
+            return;
+        }
+        if let (Some(a), Some(b)) = (src.first_chunk::<16>(), src.last_chunk::<16>()) {
+            // SAFETY: as above with 16-byte blocks: `16 <= n < 32`.
+            unsafe {
+                p.cast::<[u8; 16]>().write_unaligned(*a);
+                p.add(n - 16).cast::<[u8; 16]>().write_unaligned(*b);
+                dst.set_len(n);
+            }
+            return;
+        }
+    }
+    dst.extend_from_slice(src);
+}
+
 /// Up to [`BATCH_SIZE`] packets with reusable buffers.
 #[derive(Debug, Clone)]
 pub struct Batch {
@@ -336,12 +432,18 @@ impl Batch {
     /// slot keeps a clone of `lease` until the batch is cleared or the
     /// slot refilled.
     ///
+    /// With `keep`, the frame may be kept past the batch (in an egress
+    /// queue) as long as a clone of `lease` goes with it
+    /// ([`Packet::take_loan`]); without, it is copied to be kept.
+    ///
     /// # Safety
     /// `frame` must be valid for reads and writes of its length for as
     /// long as any clone of `lease` lives, and must not be read or written
     /// but through this slot (nor lent to another) while the slot's clone
-    /// lives: the lender takes the region back only once it holds the last
-    /// clone of `lease` (`Arc::get_mut`).
+    /// lives, nor, with `keep`, while the clone a [`Loan`] taken from the
+    /// slot carries lives: the lender takes the region back only once no
+    /// clone of `lease` but its own is left (`Arc::get_mut`), or never
+    /// lends it again (the memory backend).
     #[inline]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn lend(
@@ -352,11 +454,13 @@ impl Batch {
         ingress: u8,
         lease: &Lease,
         frame: NonNull<[u8]>,
+        keep: bool,
     ) -> bool {
         let Some(slot) = self.slots.get_mut(self.len) else {
             return false;
         };
         slot.lease = Some(Arc::clone(lease));
+        slot.keep = keep;
         slot.ptr = frame.cast();
         slot.len = frame.len();
         slot.ts = ts;
@@ -468,7 +572,17 @@ mod tests {
         // SAFETY: `region` is borrowed from the buffer the test keeps
         // (`lease` holds a clone of it) and not touched while `b` holds
         // it: each test clears `b` before reading its buffer again.
-        assert!(unsafe { b.lend(Timestamp::ZERO, 4, LinkType::Ethernet, 1, lease, frame) });
+        assert!(unsafe {
+            b.lend(
+                Timestamp::ZERO,
+                4,
+                LinkType::Ethernet,
+                1,
+                lease,
+                frame,
+                true,
+            )
+        });
     }
 
     #[test]
@@ -500,6 +614,19 @@ mod tests {
         b.clear();
         assert_eq!(Arc::strong_count(&mem), 1, "cleared: every loan ended");
         assert_eq!(mem.as_slice(), &[1, 2, 3, 4, 0x55, 6, 7, 8]);
+    }
+
+    #[test]
+    fn copy_frame_copies_every_length() {
+        let src: Vec<u8> = (0..200u8).collect();
+        for n in 0..=200 {
+            for cap in [0, 63, 64, 2048] {
+                let mut dst = Vec::with_capacity(cap);
+                dst.extend_from_slice(&[0xa5; 3][..cap.min(3)]);
+                copy_frame(&mut dst, &src[..n]);
+                assert_eq!(dst, &src[..n], "{n} bytes, capacity {cap}");
+            }
+        }
     }
 
     #[test]
