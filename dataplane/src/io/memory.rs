@@ -5,14 +5,13 @@
 //! and replay feeds each worker's share of a capture into one.
 //!
 //! The frames are lent to the batch ([`Batch::lend`]), not copied: the
-//! chain reads and writes them where they were queued, and an egress queue
-//! keeps one where it lies. They lie in one reference-counted buffer; each
-//! lent frame holds a clone of it, and the ports change the buffer only
-//! when they hold the last one: queueing more frames, or reading them
-//! again ([`MemoryPorts::rewind`]), while a batch or a queue still holds
-//! some copies the buffer first, and the holders keep the old one. Between
-//! two changes each frame is lent once. A rewind reads the frames as they
-//! were queued (not as the chain left them) when the ports keep an
+//! chain reads and writes them where they were queued. They lie in one
+//! reference-counted buffer; each lent frame holds a clone of it, and the
+//! ports change the buffer in place only when they hold the last one
+//! (after the batch was cleared): queueing more frames while a batch still
+//! holds some copies the buffer first, and the batch keeps the old one. A
+//! frame is read once; [`MemoryPorts::rewind`] reads the frames again as
+//! they were queued (not as the chain left them) when the ports keep an
 //! unwritten copy ([`MemoryPorts::repeatable`]).
 
 use std::ptr::NonNull;
@@ -62,15 +61,11 @@ pub struct TxCount {
 }
 
 /// Ports in memory (see the module docs).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct MemoryPorts {
     meta: Vec<Meta>,
     /// The queued frames, end to end; lent to batches (module docs).
     bytes: Arc<Vec<u8>>,
-    /// `bytes`' first byte, taken at its latest change (the frames are
-    /// lent from here; no reference to the buffer is made while any is
-    /// out).
-    base: *mut u8,
     /// The frames as queued, for [`rewind`](Self::rewind) (with
     /// [`repeatable`](Self::repeatable)).
     original: Option<Vec<u8>>,
@@ -82,40 +77,12 @@ pub struct MemoryPorts {
     sent: Vec<Sent>,
 }
 
-// SAFETY: `base` points into the buffer `bytes` holds (an `Arc<Vec<u8>>`,
-// Send and Sync); the ports write through it only from `&mut self`.
-unsafe impl Send for MemoryPorts {}
-
-impl Clone for MemoryPorts {
-    /// A copy with a buffer of its own (the frames lent by one are never
-    /// lent by the other).
-    fn clone(&self) -> Self {
-        let mut bytes = Arc::new(self.bytes.as_ref().clone());
-        let base = Arc::make_mut(&mut bytes).as_mut_ptr();
-        MemoryPorts {
-            meta: self.meta.clone(),
-            bytes,
-            base,
-            original: self.original.clone(),
-            next: self.next,
-            clock: self.clock,
-            rx: self.rx.clone(),
-            tx: self.tx.clone(),
-            keep: self.keep,
-            sent: self.sent.clone(),
-        }
-    }
-}
-
 impl MemoryPorts {
     /// `ports` ports with nothing queued.
     pub fn new(ports: usize) -> Self {
-        let mut bytes = Arc::new(Vec::new());
-        let base = Arc::make_mut(&mut bytes).as_mut_ptr();
         MemoryPorts {
             meta: Vec::new(),
-            bytes,
-            base,
+            bytes: Arc::new(Vec::new()),
             original: None,
             next: 0,
             clock: Timestamp::ZERO,
@@ -145,13 +112,12 @@ impl MemoryPorts {
     /// the wire. Frames are read in the order queued; a time earlier than
     /// the previous frame's reads as that time.
     pub fn push(&mut self, ts: Timestamp, ingress: u8, link: LinkType, orig_len: u32, data: &[u8]) {
-        // A batch or a queue may still hold frames of the buffer: then it
-        // is copied first (`make_mut`) and they keep the old one.
+        // A batch may still hold frames of the buffer: then it is copied
+        // first (`make_mut`) and the batch keeps the old one.
         let bytes = Arc::make_mut(&mut self.bytes);
         let start = bytes.len();
         bytes.extend_from_slice(data);
         let end = bytes.len();
-        self.base = bytes.as_mut_ptr();
         if let Some(o) = &mut self.original {
             o.extend_from_slice(data);
         }
@@ -175,12 +141,11 @@ impl MemoryPorts {
     pub fn compact(&mut self) {
         if self.next == self.meta.len() {
             self.meta.clear();
-            // A batch or a queue still holding frames keeps the old buffer.
+            // A batch still holding frames keeps the old buffer.
             match Arc::get_mut(&mut self.bytes) {
                 Some(b) => b.clear(),
                 None => self.bytes = Arc::new(Vec::with_capacity(self.bytes.capacity())),
             }
-            self.base = Arc::make_mut(&mut self.bytes).as_mut_ptr();
             if let Some(o) = &mut self.original {
                 o.clear();
             }
@@ -197,13 +162,9 @@ impl MemoryPorts {
         for m in &mut self.meta {
             m.ts = m.ts.add_nanos(shift_ns);
         }
-        // The frames are lent again: a batch or a queue still holding some
-        // keeps the old buffer.
-        let bytes = Arc::make_mut(&mut self.bytes);
         if let Some(o) = &self.original {
-            bytes.copy_from_slice(o);
+            Arc::make_mut(&mut self.bytes).copy_from_slice(o);
         }
-        self.base = bytes.as_mut_ptr();
         self.next = 0;
     }
 
@@ -257,7 +218,10 @@ impl Ports for MemoryPorts {
         if self.next >= self.meta.len() {
             return 0;
         }
-        let base = self.base;
+        // Frames are lent out of a buffer no one else holds: a batch still
+        // holding frames of it (not this one, cleared by its reader) makes
+        // this a copy.
+        let base: *mut u8 = Arc::make_mut(&mut self.bytes).as_mut_ptr();
         let lease: Lease = self.bytes.clone();
         let mut n = 0;
         while !batch.is_full() {
@@ -274,16 +238,16 @@ impl Ports for MemoryPorts {
             let frame =
                 std::ptr::slice_from_raw_parts_mut(base.wrapping_add(m.start), m.end - m.start);
             let frame = NonNull::new(frame).unwrap_or(NonNull::from(&mut [][..]));
-            // SAFETY: `frame` lies inside the buffer `lease` holds, at
-            // `base` since its latest change (its bounds were recorded when
-            // the frame was queued); the buffer stays allocated while a
-            // clone of `lease` lives, and these ports change it only
-            // through `Arc::get_mut`/`make_mut`, which leave it to the
-            // holders (copy it) while any clone is out, and never make a
-            // reference to it meanwhile. Between two changes each frame is
-            // lent once (`next` moves on; only a change sets it back), so
-            // it may be kept past the batch.
-            unsafe { batch.lend(ts, m.orig_len, m.link, m.ingress, &lease, frame, true) };
+            // SAFETY: `frame` lies inside the buffer `lease` holds (its
+            // bounds were recorded when the frame was queued, and the
+            // buffer only grows or is replaced, never shrunk in place while
+            // shared); the buffer stays allocated while a clone of `lease`
+            // lives, and these ports write it only through
+            // `Arc::get_mut`/`make_mut`, which copy it while any clone is
+            // out. Each frame is lent once per read (`next` moves on); a
+            // rewind rewrites the buffer only through `make_mut`, so never
+            // a region still lent.
+            unsafe { batch.lend(ts, m.orig_len, m.link, m.ingress, &lease, frame) };
             self.next += 1;
             n += 1;
         }

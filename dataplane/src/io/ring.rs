@@ -505,9 +505,6 @@ impl RxRing {
                     ingress,
                     &self.ring.lease,
                     region,
-                    // Not to be kept past the batch: the block goes back
-                    // to the kernel.
-                    false,
                 )
             };
             n += 1;

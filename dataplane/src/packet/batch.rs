@@ -48,9 +48,6 @@ pub struct Packet {
     len: usize,
     /// `Some` while the frame is lent: keeps its memory.
     lease: Option<Lease>,
-    /// The lender lets the lent frame be kept past the batch (as long as
-    /// its lease lives): the memory backend's frames, not a ring's.
-    keep: bool,
     /// The slot's own buffer (reused).
     buf: Vec<u8>,
     /// Arrival time (capture time on replay).
@@ -118,7 +115,6 @@ impl Clone for Packet {
             ptr: NonNull::dangling(),
             len: 0,
             lease: None,
-            keep: false,
             buf,
             ts: self.ts,
             orig_len: self.orig_len,
@@ -141,7 +137,6 @@ impl Packet {
             ptr: NonNull::dangling(),
             len: 0,
             lease: None,
-            keep: false,
             buf: Vec::with_capacity(SLOT_CAPACITY),
             ts: Timestamp::ZERO,
             orig_len: 0,
@@ -162,7 +157,6 @@ impl Packet {
     #[inline]
     fn own(&mut self) {
         self.lease = None;
-        self.keep = false;
         self.len = self.buf.len();
         self.ptr = NonNull::from(self.buf.as_mut_slice()).cast();
     }
@@ -226,27 +220,6 @@ impl Packet {
         lent
     }
 
-    /// Takes a lent frame its lender lets be kept past the batch (see
-    /// [`Batch::lend`]'s `keep`): the egress stage keeps it in a port's
-    /// queue where it lies instead of copying it. The slot is left with an
-    /// empty frame of its own. `None` (nothing taken) for an owned frame or
-    /// one that must be copied to be kept (a packet ring's).
-    #[inline]
-    pub(crate) fn take_loan(&mut self) -> Option<Loan> {
-        if !self.keep {
-            return None;
-        }
-        let lease = self.lease.take()?;
-        let loan = Loan {
-            ptr: self.ptr,
-            len: self.len,
-            _lease: lease,
-        };
-        self.buf.clear();
-        self.own();
-        Some(loan)
-    }
-
     /// Parses the frame into the slot's summary in place (written into the
     /// slot, not copied there), with the length on the wire: an IP length
     /// past a frame the capture did not cut is malformed, past one it cut
@@ -305,46 +278,11 @@ impl Packet {
     }
 }
 
-/// A lent frame taken out of its slot ([`Packet::take_loan`]) to be kept
-/// where it lies, with the lease that keeps its memory: the egress stage
-/// holds it in a port's queue.
-#[derive(Debug)]
-pub(crate) struct Loan {
-    ptr: NonNull<u8>,
-    len: usize,
-    _lease: Lease,
-}
-
-// SAFETY: as for `Packet`: the region is kept by the lease (`Send + Sync`)
-// and accessed by no one but this value (`Batch::lend`'s contract, moved
-// here from the slot), through `&self` and `&mut self` only.
-unsafe impl Send for Loan {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Loan {}
-
-impl Loan {
-    /// The frame's bytes.
-    #[inline]
-    pub(crate) fn data(&self) -> &[u8] {
-        // SAFETY: the region was lent to the slot this loan was taken from
-        // and is valid while the lease lives, which this value holds;
-        // nothing else reads or writes it (`Batch::lend`'s contract).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// The frame's bytes, writable (an ECN mark).
-    #[inline]
-    pub(crate) fn data_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `data`; `&mut self` makes this the only access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
 /// Copies `src` into `dst` (emptied first). A frame of 16 to 64 bytes
 /// (the commonest in a queue: small packets) is moved as two overlapping
 /// fixed-size blocks the compiler writes inline; others with
 /// `extend_from_slice`.
-#[inline]
+#[inline(always)]
 fn copy_frame(dst: &mut Vec<u8>, src: &[u8]) {
     dst.clear();
     let n = src.len();
@@ -432,18 +370,12 @@ impl Batch {
     /// slot keeps a clone of `lease` until the batch is cleared or the
     /// slot refilled.
     ///
-    /// With `keep`, the frame may be kept past the batch (in an egress
-    /// queue) as long as a clone of `lease` goes with it
-    /// ([`Packet::take_loan`]); without, it is copied to be kept.
-    ///
     /// # Safety
     /// `frame` must be valid for reads and writes of its length for as
     /// long as any clone of `lease` lives, and must not be read or written
     /// but through this slot (nor lent to another) while the slot's clone
-    /// lives, nor, with `keep`, while the clone a [`Loan`] taken from the
-    /// slot carries lives: the lender takes the region back only once no
-    /// clone of `lease` but its own is left (`Arc::get_mut`), or never
-    /// lends it again (the memory backend).
+    /// lives: the lender takes the region back only once it holds the last
+    /// clone of `lease` (`Arc::get_mut`).
     #[inline]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn lend(
@@ -454,13 +386,11 @@ impl Batch {
         ingress: u8,
         lease: &Lease,
         frame: NonNull<[u8]>,
-        keep: bool,
     ) -> bool {
         let Some(slot) = self.slots.get_mut(self.len) else {
             return false;
         };
         slot.lease = Some(Arc::clone(lease));
-        slot.keep = keep;
         slot.ptr = frame.cast();
         slot.len = frame.len();
         slot.ts = ts;
@@ -572,17 +502,7 @@ mod tests {
         // SAFETY: `region` is borrowed from the buffer the test keeps
         // (`lease` holds a clone of it) and not touched while `b` holds
         // it: each test clears `b` before reading its buffer again.
-        assert!(unsafe {
-            b.lend(
-                Timestamp::ZERO,
-                4,
-                LinkType::Ethernet,
-                1,
-                lease,
-                frame,
-                true,
-            )
-        });
+        assert!(unsafe { b.lend(Timestamp::ZERO, 4, LinkType::Ethernet, 1, lease, frame) });
     }
 
     #[test]

@@ -17,7 +17,6 @@ mod ports;
 mod transmit;
 mod verdict;
 
-pub(crate) use batch::Loan;
 pub use batch::{BATCH_SIZE, Batch, Lease, Packet};
 pub use ports::{NO_INGRESS, PortSet};
 pub use transmit::{Transmit, TxFrame};

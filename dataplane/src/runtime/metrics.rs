@@ -418,7 +418,7 @@ impl Collector for StatsCollector {
         )?;
         f.counters(
             "egress_frame_copies",
-            "Copies whose bytes were copied: a packet ring's frame kept in the port's queue, a multicast copy beside another, or an Icarus option inserted or removed.",
+            "Copies whose bytes were copied: a lent frame kept in the port's queue, a multicast copy beside another, or an Icarus option inserted or removed.",
             None,
             per_if(|i| i.port.counters.frame_copies),
         )?;

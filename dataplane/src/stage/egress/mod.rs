@@ -76,7 +76,6 @@ pub use shaper::{Departure, EgressConfig, EgressQueue, EgressStats, fmt_rate};
 
 use crate::clock::Timestamp;
 use crate::flow::FlowKey;
-use crate::packet::Loan;
 use crate::packet::{Batch, DropCounters, DropReason, Packet, PortSet, Transmit, TxFrame, Verdict};
 use crate::stage::sfb::{
     Arrival, Enqueued, FairStats, Feed, PortKeys, SfbConfig, SfbConfigError, SfbCounters, SfbPeaks,
@@ -130,12 +129,11 @@ pub struct PortCounters {
     pub hairpin: u64,
     /// Copies whose Icarus option was removed.
     pub stripped: u64,
-    /// Copies whose bytes were copied rather than sent or queued where the
-    /// frame arrived: into the port's queue (a packet ring's frame, which
-    /// must go back to the kernel with its block, or a multicast copy
+    /// Copies whose bytes were copied rather than sent from where the
+    /// frame arrived: into the port's queue (a frame lent by the port
+    /// backend, which the queue keeps past its loan, or a multicast copy
     /// beside another), or into a buffer to insert or remove an Icarus
-    /// option. A unicast frame sent at once is not copied, nor is one the
-    /// memory backend lent and the queue keeps where it lies.
+    /// option. A unicast frame sent at once is not copied.
     pub frame_copies: u64,
     /// Sum over queued copies that left of their time in the queue, ns.
     pub sojourn_sum_ns: u64,
@@ -493,13 +491,10 @@ const SOLE: u8 = 1;
 /// Slot flag: the copy was CE-marked.
 const MARKED: u8 = 2;
 
-/// Frame buffers handed out by index, with a free list. A slot holds its
-/// copy in its own buffer, or a lent frame kept where it lies (a
-/// [`Loan`] of the memory backend's, [`Packet::take_loan`]).
+/// Frame buffers handed out by index, with a free list.
 #[derive(Debug, Default)]
 struct FramePool {
     bufs: Vec<Vec<u8>>,
-    loans: Vec<Option<Loan>>,
     flags: Vec<u8>,
     free: Vec<u32>,
 }
@@ -508,7 +503,6 @@ impl FramePool {
     fn with_capacity(slots: usize) -> Self {
         let mut p = FramePool {
             bufs: Vec::with_capacity(slots),
-            loans: Vec::with_capacity(slots),
             flags: Vec::with_capacity(slots),
             free: Vec::with_capacity(slots),
         };
@@ -524,7 +518,6 @@ impl FramePool {
     fn grow(&mut self) -> u32 {
         let i = u32::try_from(self.bufs.len()).unwrap_or(u32::MAX);
         self.bufs.push(Vec::with_capacity(FRAME_CAPACITY));
-        self.loans.push(None);
         self.flags.push(0);
         i
     }
@@ -541,37 +534,19 @@ impl FramePool {
         (i, b)
     }
 
-    /// Slot `i` keeps `loan` (a slot just taken, its buffer empty).
-    #[inline]
-    fn keep_loan(&mut self, i: u32, loan: Loan) {
-        if let Some(l) = self.loans.get_mut(i as usize) {
-            *l = Some(loan);
-        }
-    }
-
-    /// Frees slot `i` (a loan it kept ends).
     #[inline]
     fn put(&mut self, i: u32) {
-        if let Some(l) = self.loans.get_mut(i as usize) {
-            *l = None;
-        }
         self.free.push(i);
     }
 
     #[inline]
     fn buf(&self, i: u32) -> &[u8] {
-        match self.loans.get(i as usize) {
-            Some(Some(l)) => l.data(),
-            _ => self.bufs.get(i as usize).map_or(&[], |b| b.as_slice()),
-        }
+        self.bufs.get(i as usize).map_or(&[], |b| b.as_slice())
     }
 
     #[inline]
-    fn buf_mut(&mut self, i: u32) -> Option<&mut [u8]> {
-        match self.loans.get_mut(i as usize) {
-            Some(Some(l)) => Some(l.data_mut()),
-            _ => self.bufs.get_mut(i as usize).map(|b| b.as_mut_slice()),
-        }
+    fn buf_mut(&mut self, i: u32) -> Option<&mut Vec<u8>> {
+        self.bufs.get_mut(i as usize)
     }
 
     #[inline]
@@ -1175,45 +1150,39 @@ impl<X: Transmit> Feed<Held> for PortFeed<'_, X> {
         let i = self.keys.packet(k);
         self.counters.copies += 1;
         let (slot, buf) = self.pool.take();
-        let mut kept = None;
         // The keys name packets of this batch; were one missing, its copy
         // would be empty and accounted for like any other.
         let (ip, wire_len, sole) = match self.packets.get_mut(i) {
             Some(pk) => {
                 let data_len = pk.data().len();
                 let others = pk.verdict.ports().mask() & !pk.ingress_mask() & !(1u64 << self.port);
-                let pending = pk.icarus_pending != 0;
-                let edit = pk.parsed.as_ref().is_some_and(|x| x.is_ip()) && (self.strip || pending);
                 if others & self.later == 0 {
-                    // The packet's last copy: its frame moves into the
-                    // queue. A frame its lender lets be kept stays where it
-                    // lies (unless the Icarus edge work edits it); an owned
-                    // one's buffer is exchanged for the pool's empty one; a
-                    // lent one that must not outlive the batch (a ring's)
-                    // is copied.
-                    kept = if edit { None } else { pk.take_loan() };
-                    if kept.is_none() && pk.swap_data(buf) {
+                    // The packet's last copy: its frame moves into the queue
+                    // (the slot takes the pool's empty buffer); a lent
+                    // frame is copied, as it must outlive its loan.
+                    if pk.swap_data(buf) {
                         self.counters.frame_copies += 1;
                     }
                 } else {
                     self.counters.frame_copies += 1;
                     buf.extend_from_slice(pk.data());
                 }
+                let pending = pk.icarus_pending != 0;
                 let ip = pk.parsed.as_ref().filter(|x| x.is_ip());
                 if let Some(x) = ip
-                    && edit
+                    && (self.strip || pending)
                     && icarus_out(buf, x.l3_offset, self.strip, pending, self.insert)
                 {
                     self.counters.stripped += 1;
                 }
-                let len = kept.as_ref().map_or(buf.len(), |l| l.data().len());
-                (ip, wire_len_of(pk.orig_len, data_len, len), others == 0)
+                (
+                    ip,
+                    wire_len_of(pk.orig_len, data_len, buf.len()),
+                    others == 0,
+                )
             }
             None => (None, 0, true),
         };
-        if let Some(l) = kept {
-            self.pool.keep_loan(slot, l);
-        }
         self.current = Current {
             packet: i,
             slot,
@@ -1313,8 +1282,6 @@ mod tests {
     use crate::pipeline::{PipelineConfig, PipelineCounters, count_verdicts, parse_batch};
     use crate::stage::wires::Wires;
     use crate::wire::LinkType;
-    use std::ptr::NonNull;
-    use std::sync::Arc;
 
     /// Ethernet + IPv4 + UDP to `dst` from source port `sport`, TOS `tos`.
     fn frame(dst: [u8; 4], sport: u16, tos: u8) -> Vec<u8> {
@@ -1410,78 +1377,6 @@ mod tests {
             max: Some(1000),
             target: 1000,
             ..SfbConfig::default()
-        }
-    }
-
-    /// Lends `frames`, end to end in a buffer of their own, to `b`; the
-    /// buffer's reference count.
-    fn lend_all(b: &mut Batch, frames: &[Vec<u8>], t: Timestamp, keep: bool) -> Arc<Vec<u8>> {
-        let mut mem = Arc::new(frames.concat());
-        let base = Arc::get_mut(&mut mem).unwrap().as_mut_ptr();
-        let lease: crate::packet::Lease = mem.clone();
-        let mut at = 0;
-        for f in frames {
-            let region = std::ptr::slice_from_raw_parts_mut(base.wrapping_add(at), f.len());
-            // SAFETY: the regions are disjoint parts of the buffer `lease`
-            // holds, lent once; the test reads the buffer only through
-            // `mem`'s count.
-            let lent = unsafe {
-                b.lend(
-                    t,
-                    f.len() as u32,
-                    LinkType::Ethernet,
-                    0,
-                    &lease,
-                    NonNull::new(region).unwrap(),
-                    keep,
-                )
-            };
-            assert!(lent);
-            at += f.len();
-        }
-        mem
-    }
-
-    /// A lent frame its lender lets be kept waits in a shaped port's queue
-    /// where it lies (not copied); one that must not outlive the batch (a
-    /// packet ring's) is copied into the queue and counted; either leaves
-    /// byte for byte, and the loans end when the copies leave.
-    #[test]
-    fn queued_port_keeps_or_copies_lent_frames() {
-        let egress = EgressConfig {
-            rate_bps: 8_000_000,
-            burst_bytes: 100,
-            limit: 1000,
-        };
-        for keep in [true, false] {
-            let mut r = Rig::new(
-                vec![PortSet::single(1), PortSet::EMPTY],
-                &[(1, lenient(), egress)],
-            );
-            let t0 = ms(1);
-            let frames: Vec<Vec<u8>> = (0..10u16).map(|i| frame([10, 0, 0, 2], i, 0)).collect();
-            let mut b = Batch::new();
-            let mem = lend_all(&mut b, &frames, t0, keep);
-            r.run(&mut b, t0);
-            b.clear();
-            let mut sent = r.sink.take_sent();
-            let queued = Arc::strong_count(&mem) - 1;
-            assert_eq!(
-                queued,
-                if keep { 8 } else { 0 },
-                "keep {keep}: loans in the queue"
-            );
-            sent.extend(r.due(ms(100)));
-            let got: Vec<&Vec<u8>> = sent.iter().map(|s| &s.frame).collect();
-            assert_eq!(got, frames.iter().collect::<Vec<_>>(), "keep {keep}");
-            assert_eq!(Arc::strong_count(&mem), 1, "keep {keep}: every loan ended");
-            let c = r.egress.counters().nth(1).unwrap();
-            assert_eq!(
-                (c.sent, c.frame_copies),
-                (10, if keep { 0 } else { 10 }),
-                "keep {keep}"
-            );
-            assert!(r.consistent());
         }
     }
 
