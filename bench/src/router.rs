@@ -202,7 +202,9 @@ pub fn worker(core: bool, frames: &[(u8, Vec<u8>)]) -> Worker<MemoryPorts> {
 /// If the chain cannot be built from `cfg`.
 pub fn worker_for(cfg: &RouterConfig, frames: &[(u8, Vec<u8>)]) -> Worker<MemoryPorts> {
     let chain = Chain::build(cfg).expect("the router builds");
-    let mut io = MemoryPorts::new(cfg.interfaces.len());
+    // The chain writes into the lent frames (TTL, ECN marks): every pass
+    // reads them as queued again.
+    let mut io = MemoryPorts::new(cfg.interfaces.len()).repeatable();
     for (i, (port, f)) in frames.iter().enumerate() {
         let ts = Timestamp::from_nanos(SYNTH_START_NS + i as u64 * GAP_NS);
         io.push(ts, *port, LinkType::Ethernet, f.len() as u32, f);

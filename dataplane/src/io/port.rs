@@ -41,6 +41,11 @@ pub struct RxCounters {
     /// Times the kernel found the ring's next block still held by the
     /// router (`tp_freeze_q_cnt`; ring backend only).
     pub rx_frozen: u64,
+    /// Frames copied into the router's batch on the way in rather than
+    /// lent where the kernel put them: a frame whose VLAN tag the kernel
+    /// took out, copied with the tag back in (ring backend only; its
+    /// other frames are not copied).
+    pub rx_copied: u64,
     /// Copies the kernel refused to send after the router had handed them
     /// to the port (ring and xdp backends, whose sends are batched; counted
     /// in the egress stage's `sent`).
@@ -179,6 +184,7 @@ impl RxCounters {
         self.rx_outgoing_dropped += o.rx_outgoing_dropped;
         self.rx_dropped += o.rx_dropped;
         self.rx_frozen += o.rx_frozen;
+        self.rx_copied += o.rx_copied;
         self.tx_dropped += o.tx_dropped;
         self.rx_passed += o.rx_passed;
         self.mode = self.mode.or(o.mode);
@@ -191,6 +197,13 @@ pub trait Ports: Transmit {
     /// Moves frames that have arrived into `batch`, up to its room, each
     /// with its arrival time and ingress port; returns how many. Does not
     /// wait.
+    ///
+    /// A backend may lend its frames rather than copy them
+    /// ([`Batch::lend`]): the chain then works on each frame where the
+    /// backend holds it. A lending backend takes its memory back only
+    /// after the batch its frames went into was cleared, so the caller
+    /// clears the batch before each call (the worker does); a packet ring
+    /// lends nothing while a batch it filled still holds its frames.
     fn recv(&mut self, batch: &mut Batch) -> usize;
 
     /// The backend's clock: monotonic time live; on replay and in memory,

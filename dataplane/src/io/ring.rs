@@ -6,8 +6,18 @@
 //! [`RingConfig::blocks`] blocks of [`RingConfig::block_bytes`] bytes,
 //! mapped into the process. The kernel hands a block over when it is full
 //! or when [`RingConfig::block_timeout_ms`] has passed since its first
-//! frame (so a quiet port does not hold a batch back); the worker reads its
-//! frames in place, copies each into its batch, and gives the block back.
+//! frame (so a quiet port does not hold a batch back). The frames are lent
+//! to the worker's batch where the kernel put them ([`Batch::lend`]): the
+//! chain reads and writes them in the block, and the egress sends them
+//! from there. A block is given back to the kernel (`TP_STATUS_KERNEL`) not
+//! when its last frame is read but at the next [`Ports::recv`] on its port
+//! after the batch holding its frames was cleared: every lent frame holds
+//! a clone of the ring's lease (the reference count of its mapping), and
+//! the ring gives blocks back only when it holds the last clone; the
+//! mapping is unmapped when the last clone is dropped, so a batch never
+//! reads a block the kernel has taken back or memory no longer mapped.
+//! While a batch holding frames of a ring is not cleared, that ring lends
+//! nothing more; while every other block is held, it reads no further.
 //! Transmit is `sendmmsg(2)` by default: copies are gathered per port while
 //! a batch is processed and sent with one system call per port and batch
 //! ([`Ports::flush`]) on the receive socket, past the qdisc layer
@@ -41,7 +51,14 @@
 //! Frames whose VLAN tag the kernel took out of the frame (the ring says
 //! so: `TP_STATUS_VLAN_VALID`, with `tp_vlan_tci` and, when
 //! `TP_STATUS_VLAN_TPID_VALID`, `tp_vlan_tpid`) get it put back after the
-//! MAC addresses, so the router sees the frame as it was on the wire.
+//! MAC addresses, so the router sees the frame as it was on the wire: such
+//! a frame is copied into the batch with its tag, not lent, and counted
+//! (`rx_copied`). A frame the egress keeps in a port's queue is copied
+//! into the queue's buffer, as are a multicast frame's copies beside the
+//! first and a copy whose Icarus option is inserted or removed (the egress
+//! stage's `frame_copies`); a unicast frame sent at once is written
+//! straight from the block into the transmit ring's slot or the
+//! `sendmmsg` buffer.
 //!
 //! Losses the router never saw are read from the kernel
 //! ([`kernel_drops`](super::socket::kernel_drops): `tp_drops`, frames
@@ -53,16 +70,17 @@
 //! [`RxRing`] (one ring socket), [`TxRing`], and [`send_batch`] (`sendmmsg`
 //! with a retry policy of the caller's).
 //!
-//! Not done: frames are copied out of the receive ring into the worker's
-//! batch and from the batch into a transmit slot, not handed through in
-//! place; at 64-1518 bytes a copy costs less than the system calls the
-//! rings save.
+//! Not done: `sendmmsg` sends from buffers of the port's own (the frame is
+//! written into one, as into a transmit ring's slot), not from the block
+//! the frame lies in.
 //!
 //! A kernel without `TPACKET_V3`, or a ring it refuses (memory), gives an
 //! error naming the socket option ([`PortError::Os`]).
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 use std::time::Duration;
 
@@ -72,7 +90,7 @@ use crate::io::socket::{
     PortError, find_interface, interface_mtu, kernel_drops, packet_socket, poll_readable,
     setsockopt_int, wait_writable,
 };
-use crate::packet::Batch;
+use crate::packet::{Batch, Lease};
 use crate::packet::{Transmit, TxFrame};
 use crate::wire::LinkType;
 
@@ -122,11 +140,45 @@ pub const TX_BATCH: usize = 64;
 /// Bytes per transmit block: each block holds whole slots.
 const TX_BLOCK: usize = 1 << 16;
 
+/// A receive ring's mapping, unmapped when the last holder drops it: the
+/// [`Ring`] and every frame it lent hold it (a [`Lease`]).
+struct Mapping {
+    map: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is memory shared with the kernel, not tied to a
+// thread; `Mapping` itself only unmaps it (the regions are read and
+// written by the ring and the packets it lent them to, under the rules of
+// `Ring`).
+unsafe impl Send for Mapping {}
+// SAFETY: as for `Send`; `&Mapping` gives access to nothing.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `map` and `len` are the mapping made in `open_ring`,
+        // unmapped once, here, when no ring or lent frame holds it any more
+        // (the last clone of the `Arc` is gone).
+        unsafe {
+            libc::munmap(self.map.cast(), self.len);
+        }
+    }
+}
+
 /// One mapped receive ring and its read position.
+///
+/// Blocks read for [`RingPorts`] are not given back to the kernel when
+/// their last frame is read but at the next read after every frame lent
+/// out of them was given back: `held` counts the blocks from `release`
+/// on that are read and still ours (see [`Ring::release_held`]).
 struct Ring {
     fd: OwnedFd,
     map: *mut u8,
+    /// The mapping's length.
     len: usize,
+    /// Holds the mapping (`Arc<Mapping>`); each lent frame holds a clone.
+    lease: Lease,
     block_size: usize,
     blocks: usize,
     /// The block being read.
@@ -134,21 +186,15 @@ struct Ring {
     /// In that block: the next frame's offset and the frames left;
     /// `None`: the block is not ours yet.
     next: Option<(usize, u32)>,
+    /// The first block read and not given back.
+    release: usize,
+    /// Blocks read to their end and not given back (from `release` on).
+    held: usize,
 }
 
-// SAFETY: the mapping is owned by this value alone (no copy of the pointer
-// is kept elsewhere) and used from one thread at a time through `&mut self`.
+// SAFETY: the pointer is into the mapping `lease` holds, used from one
+// thread at a time through `&mut self`; the lease is `Send`.
 unsafe impl Send for Ring {}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: `map` and `len` are the mapping made in `open`, unmapped
-        // once, here; nothing borrows it any more.
-        unsafe {
-            libc::munmap(self.map.cast(), self.len);
-        }
-    }
-}
 
 /// A frame as the ring holds it.
 struct Slot {
@@ -176,8 +222,41 @@ impl Ring {
         self.map.wrapping_add(b * self.block_size + 8).cast()
     }
 
-    /// The next frame, if the kernel has handed a block over.
-    fn next(&mut self) -> Option<Slot> {
+    /// Gives the kernel back every block read to its end and still held
+    /// (see the type's docs), when no frame lent out of the ring is still
+    /// out; `false` when one is (a batch filled from this ring was not
+    /// cleared), and then nothing is given back.
+    fn release_held(&mut self) -> bool {
+        if Arc::get_mut(&mut self.lease).is_none() {
+            return false;
+        }
+        while self.held > 0 {
+            self.give_back(self.release);
+            self.release = (self.release + 1) % self.blocks;
+            self.held -= 1;
+        }
+        true
+    }
+
+    /// Hands block `b` back to the kernel.
+    fn give_back(&mut self, b: usize) {
+        let st = self.status(b);
+        fence(Ordering::Release);
+        // SAFETY: `st` points at block `b`'s status word inside the
+        // mapping; a volatile write is how the ring protocol hands the
+        // block back. No frame of the block is read or lent any more: the
+        // caller read it to its end and, when it lent frames of it,
+        // holds the last clone of the lease.
+        unsafe { std::ptr::write_volatile(st, libc::TP_STATUS_KERNEL) };
+    }
+
+    /// The next frame, if the kernel has handed a block over. With `hold`,
+    /// a block read to its end stays ours until [`release_held`]
+    /// (frames of it were lent); without, it is given back at once (the
+    /// caller's borrow of the previous frame has ended).
+    ///
+    /// [`release_held`]: Self::release_held
+    fn next(&mut self, hold: bool) -> Option<Slot> {
         loop {
             if let Some((off, left)) = self.next {
                 if left > 0 {
@@ -229,15 +308,23 @@ impl Ring {
                         ts_ns: u64::from(h.tp_sec) * 1_000_000_000 + u64::from(h.tp_nsec),
                     });
                 }
-                // Done with the block: give it back to the kernel.
-                let st = self.status(self.block);
-                fence(Ordering::Release);
-                // SAFETY: `st` points at this block's status word inside
-                // the mapping; a volatile write is how the ring protocol
-                // hands the block back.
-                unsafe { std::ptr::write_volatile(st, libc::TP_STATUS_KERNEL) };
+                // Done with the block: give it back to the kernel, or hold
+                // it while its frames are lent.
+                if hold {
+                    if self.held == 0 {
+                        self.release = self.block;
+                    }
+                    self.held += 1;
+                } else {
+                    self.give_back(self.block);
+                }
                 self.block = (self.block + 1) % self.blocks;
                 self.next = None;
+            }
+            if self.held > 0 && self.held + 1 >= self.blocks {
+                // Every other block is held (lent): read no further until
+                // they are given back, rather than come round to them.
+                return None;
             }
             let st = self.status(self.block);
             // SAFETY: as above; the kernel writes this word, hence volatile.
@@ -253,6 +340,12 @@ impl Ring {
                 unsafe { std::ptr::read_unaligned(self.map.add(base + 8).cast()) };
             self.next = Some((bh.offset_to_first_pkt as usize, bh.num_pkts));
         }
+    }
+
+    /// The region of `s` (inside the mapping, in a block that is ours).
+    fn region(&self, s: &Slot) -> NonNull<[u8]> {
+        let p = std::ptr::slice_from_raw_parts_mut(self.map.wrapping_add(s.mac), s.snaplen);
+        NonNull::new(p).unwrap_or(NonNull::from(&mut [][..]))
     }
 
     /// The bytes of `s` (inside the mapping, in a block that is ours).
@@ -330,27 +423,23 @@ impl RxRing {
         self.ring.fd.as_raw_fd()
     }
 
+    /// The addresses of the ring's mapping: the frames it lends lie in
+    /// it (tests check that they were not copied).
+    pub fn mapping(&self) -> std::ops::Range<usize> {
+        let start = self.ring.map as usize;
+        start..start + self.ring.len
+    }
+
     /// The next frame the kernel has handed over, if any (does not wait:
     /// poll [`RxRing::fd`] for `POLLIN`).
     pub fn next_frame(&mut self) -> Option<RingFrame<'_>> {
-        let s = self.ring.next()?;
+        let s = self.ring.next(false)?;
         let bytes = self.ring.bytes(&s);
         let outgoing = s.pkttype == libc::PACKET_OUTGOING;
         if s.status & libc::TP_STATUS_VLAN_VALID != 0 && bytes.len() >= 12 {
             // Put the tag the kernel took out back after the MACs.
-            let tpid = if s.status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
-                s.vlan_tpid
-            } else {
-                0x8100
-            };
-            let f = &mut self.scratch;
-            f.clear();
-            f.extend_from_slice(&bytes[..12]);
-            f.extend_from_slice(&tpid.to_be_bytes());
-            f.extend_from_slice(&s.vlan_tci.to_be_bytes());
-            f.extend_from_slice(&bytes[12..]);
             return Some(RingFrame {
-                bytes: f,
+                bytes: tag_back(&mut self.scratch, bytes, &s),
                 wire_len: s.len + 4,
                 outgoing,
                 ts_ns: s.ts_ns,
@@ -364,6 +453,67 @@ impl RxRing {
         })
     }
 
+    /// Moves the frames the kernel has handed over into `batch`, up to its
+    /// room, lent where they lie ([`Batch::lend`]): first gives back the
+    /// blocks read to their end by the previous call, once no frame lent
+    /// out of them is still out (the batch they went into was cleared).
+    /// A frame whose VLAN tag the kernel took out is copied with its tag
+    /// back in (counted in `rx.rx_copied`); an outgoing one is counted
+    /// and dropped. Returns how many frames went into the batch; none while
+    /// a batch this ring filled still holds its frames.
+    fn fill(
+        &mut self,
+        batch: &mut Batch,
+        now: Timestamp,
+        ingress: u8,
+        rx: &mut RxCounters,
+    ) -> usize {
+        if !self.ring.release_held() {
+            return 0;
+        }
+        let mut n = 0;
+        while !batch.is_full() {
+            let Some(s) = self.ring.next(true) else { break };
+            if s.pkttype == libc::PACKET_OUTGOING {
+                rx.rx_outgoing_dropped += 1;
+                continue;
+            }
+            let region = self.ring.region(&s);
+            if s.status & libc::TP_STATUS_VLAN_VALID != 0 && region.len() >= 12 {
+                let bytes = self.ring.bytes(&s);
+                let tagged = tag_back(&mut self.scratch, bytes, &s);
+                rx.rx_packets += 1;
+                rx.rx_bytes += u64::from(s.len + 4);
+                rx.rx_copied += 1;
+                batch.push_from(now, s.len + 4, LinkType::Ethernet, ingress, tagged);
+                n += 1;
+                continue;
+            }
+            rx.rx_packets += 1;
+            rx.rx_bytes += u64::from(s.len);
+            // SAFETY: `region` lies in the mapping the lease holds (`next`
+            // cut it to its block), in a block the kernel handed over and
+            // that stays ours until `release_held` gives it back, which it
+            // does only once it holds the last clone of the lease, so not
+            // while this slot holds one. The ring reads only block headers
+            // and frame headers before each frame, never a frame's bytes
+            // (a frame's header lies outside every frame's region), and
+            // lends each frame once (`next` moves on).
+            unsafe {
+                batch.lend(
+                    now,
+                    s.len,
+                    LinkType::Ethernet,
+                    ingress,
+                    &self.ring.lease,
+                    region,
+                )
+            };
+            n += 1;
+        }
+        n
+    }
+
     /// Frames the kernel dropped (ring full) and times it found the next
     /// block still held, since the last call (`PACKET_STATISTICS`; the
     /// kernel resets them on every read).
@@ -371,6 +521,22 @@ impl RxRing {
         let d = kernel_drops(self.fd());
         (d.dropped, d.frozen)
     }
+}
+
+/// `bytes` (of frame `s`, at least 12 long) with the VLAN tag the kernel
+/// took out put back after the MAC addresses, in `scratch`.
+fn tag_back<'a>(scratch: &'a mut Vec<u8>, bytes: &[u8], s: &Slot) -> &'a [u8] {
+    let tpid = if s.status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+        s.vlan_tpid
+    } else {
+        0x8100
+    };
+    scratch.clear();
+    scratch.extend_from_slice(&bytes[..12]);
+    scratch.extend_from_slice(&tpid.to_be_bytes());
+    scratch.extend_from_slice(&s.vlan_tci.to_be_bytes());
+    scratch.extend_from_slice(&bytes[12..]);
+    scratch
 }
 
 /// Sends `frames` on packet socket `fd` with as few `sendmmsg(2)` calls as
@@ -837,14 +1003,18 @@ fn open_ring(
     let ifc = find_interface(name)?;
     let fd = ring_socket(name, rc)?;
     let len = rc.block_bytes as usize * rc.blocks as usize;
+    let map = map_ring(&fd, len, name, "mmap(PACKET_RX_RING)")?;
     let ring = Ring {
-        map: map_ring(&fd, len, name, "mmap(PACKET_RX_RING)")?,
-        fd,
+        map,
         len,
+        lease: Arc::new(Mapping { map, len }),
+        fd,
         block_size: rc.block_bytes as usize,
         blocks: rc.blocks as usize,
         block: 0,
         next: None,
+        release: 0,
+        held: 0,
     };
     bind_packet(&ring.fd, ifc.index, libc::ETH_P_ALL as u16, name)?;
     if promiscuous {
@@ -967,27 +1137,19 @@ impl RingPorts {
         self.ports.iter().map(|p| p.rx.name())
     }
 
+    /// Port `i`'s receive ring ([`RxRing::mapping`]).
+    pub fn rx_mapping(&self, i: usize) -> Option<std::ops::Range<usize>> {
+        self.ports.get(i).map(|p| p.rx.mapping())
+    }
+
     /// Reads up to the batch's room from port `i`'s ring.
     fn fill(&mut self, i: usize, batch: &mut Batch) -> usize {
-        let mut n = 0;
         let Some(port) = self.ports.get_mut(i) else {
             return 0;
         };
         // One reading for the call: the frames it takes were read together.
         let now = self.clock.now();
-        while !batch.is_full() {
-            let Some(f) = port.rx.next_frame() else { break };
-            let rx = &mut self.rx[i];
-            if f.outgoing {
-                rx.rx_outgoing_dropped += 1;
-                continue;
-            }
-            rx.rx_packets += 1;
-            rx.rx_bytes += u64::from(f.wire_len);
-            batch.push_from(now, f.wire_len, LinkType::Ethernet, i as u8, f.bytes);
-            n += 1;
-        }
-        n
+        port.rx.fill(batch, now, i as u8, &mut self.rx[i])
     }
 
     /// Sends what port `i` has gathered: on a transmit ring one kick (and

@@ -17,7 +17,7 @@ mod ports;
 mod transmit;
 mod verdict;
 
-pub use batch::{BATCH_SIZE, Batch, Packet};
+pub use batch::{BATCH_SIZE, Batch, Lease, Packet};
 pub use ports::{NO_INGRESS, PortSet};
 pub use transmit::{Transmit, TxFrame};
 pub use verdict::{DropCounters, DropReason, Verdict};

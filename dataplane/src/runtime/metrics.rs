@@ -325,6 +325,12 @@ impl Collector for StatsCollector {
             per_if(|i| i.rx.rx_outgoing_dropped),
         )?;
         f.counters(
+            "interface_rx_copied",
+            "Frames copied into the batch on the way in rather than lent where the kernel put them (ring backend: a VLAN tag put back).",
+            None,
+            per_if(|i| i.rx.rx_copied),
+        )?;
+        f.counters(
             "interface_rx_passed",
             "Frames the port's XDP program left to the kernel's stack: not the router's, or on a queue without a socket (xdp backend).",
             None,
@@ -409,6 +415,12 @@ impl Collector for StatsCollector {
             "Copies not sent back out of their ingress port.",
             None,
             per_if(|i| i.port.counters.hairpin),
+        )?;
+        f.counters(
+            "egress_frame_copies",
+            "Copies whose bytes were copied: a lent frame kept in the port's queue, a multicast copy beside another, or an Icarus option inserted or removed.",
+            None,
+            per_if(|i| i.port.counters.frame_copies),
         )?;
 
         // Egress queues (interfaces with an SFB table).
