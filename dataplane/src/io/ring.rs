@@ -61,7 +61,7 @@
 //! `sendmmsg` buffer.
 //!
 //! Losses the router never saw are read from the kernel
-//! ([`kernel_drops`](super::socket::kernel_drops): `tp_drops`, frames
+//! ([`kernel_drops`]: `tp_drops`, frames
 //! dropped because the ring was full; `tp_freeze_q_cnt`, blocks the kernel
 //! found still held) at every [`Ports::refresh_counters`] into each port's
 //! counters.
