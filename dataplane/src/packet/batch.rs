@@ -285,32 +285,34 @@ impl Packet {
 #[inline(always)]
 fn copy_frame(dst: &mut Vec<u8>, src: &[u8]) {
     dst.clear();
-    let n = src.len();
-    if n <= 64 && dst.capacity() >= 64 {
-        let p = dst.as_mut_ptr();
-        if let (Some(a), Some(b)) = (src.first_chunk::<32>(), src.last_chunk::<32>()) {
-            // SAFETY: `dst` has room for 64 bytes, and `n - 32 + 32 = n <=
-            // 64`: both writes lie inside it; they cover `0..n` (they meet
-            // or overlap, as `n <= 64`), so every byte is written before
-            // `set_len` makes it part of the vector.
-            unsafe {
-                p.cast::<[u8; 32]>().write_unaligned(*a);
-                p.add(n - 32).cast::<[u8; 32]>().write_unaligned(*b);
-                dst.set_len(n);
-            }
-            return;
-        }
-        if let (Some(a), Some(b)) = (src.first_chunk::<16>(), src.last_chunk::<16>()) {
-            // SAFETY: as above with 16-byte blocks: `16 <= n < 32`.
-            unsafe {
-                p.cast::<[u8; 16]>().write_unaligned(*a);
-                p.add(n - 16).cast::<[u8; 16]>().write_unaligned(*b);
-                dst.set_len(n);
-            }
-            return;
-        }
+    if !(copy_ends::<32>(dst, src) || copy_ends::<16>(dst, src)) {
+        dst.extend_from_slice(src);
     }
-    dst.extend_from_slice(src);
+}
+
+/// Copies `src` into the empty `dst` as its first and its last `N` bytes
+/// (two blocks that meet or overlap) when `N <= src.len() <= 2 N` and
+/// `dst` has room for `2 N` bytes; else copies nothing and says so.
+#[inline(always)]
+fn copy_ends<const N: usize>(dst: &mut Vec<u8>, src: &[u8]) -> bool {
+    let n = src.len();
+    let (Some(a), Some(b)) = (src.first_chunk::<N>(), src.last_chunk::<N>()) else {
+        return false;
+    };
+    if n > 2 * N || dst.capacity() < 2 * N || !dst.is_empty() {
+        return false;
+    }
+    let p = dst.as_mut_ptr();
+    // SAFETY: `dst` has room for `2 N >= n` bytes; the writes cover
+    // `0..N` and `n - N..n` (`n >= N`), both inside it, and together
+    // `0..n` (they meet or overlap, as `n <= 2 N`), so every byte is
+    // written before `set_len` makes it part of the vector.
+    unsafe {
+        p.cast::<[u8; N]>().write_unaligned(*a);
+        p.add(n - N).cast::<[u8; N]>().write_unaligned(*b);
+        dst.set_len(n);
+    }
+    true
 }
 
 /// Up to [`BATCH_SIZE`] packets with reusable buffers.
