@@ -161,6 +161,21 @@ impl Packet {
         self.ptr = NonNull::from(self.buf.as_mut_slice()).cast();
     }
 
+    /// Sets what is known of a frame just put in the slot (when and where
+    /// it arrived) and clears what the stages decide of it.
+    #[inline]
+    fn arrived(&mut self, ts: Timestamp, orig_len: u32, link_type: LinkType, ingress: u8) {
+        self.ts = ts;
+        self.orig_len = orig_len;
+        self.link_type = link_type;
+        self.ingress = ingress;
+        self.parsed = None;
+        self.malformed = None;
+        self.verdict = Verdict::Forward(PortSet::EMPTY);
+        self.to_ingress = false;
+        self.icarus_pending = 0;
+    }
+
     /// Whether the frame is lent by the backend rather than held in the
     /// slot's own buffer.
     #[inline]
@@ -211,11 +226,10 @@ impl Packet {
         let lent = self.is_lent();
         if lent {
             copy_frame(buf, self.data());
-            self.buf.clear();
         } else {
             core::mem::swap(&mut self.buf, buf);
-            self.buf.clear();
         }
+        self.buf.clear();
         self.own();
         lent
     }
@@ -395,15 +409,7 @@ impl Batch {
         slot.lease = Some(Arc::clone(lease));
         slot.ptr = frame.cast();
         slot.len = frame.len();
-        slot.ts = ts;
-        slot.orig_len = orig_len;
-        slot.link_type = link_type;
-        slot.ingress = ingress;
-        slot.parsed = None;
-        slot.malformed = None;
-        slot.verdict = Verdict::Forward(PortSet::EMPTY);
-        slot.to_ingress = false;
-        slot.icarus_pending = 0;
+        slot.arrived(ts, orig_len, link_type, ingress);
         self.len += 1;
         true
     }
@@ -431,15 +437,7 @@ impl Batch {
         slot.buf.clear();
         slot.buf.extend_from_slice(data);
         slot.own();
-        slot.ts = ts;
-        slot.orig_len = orig_len;
-        slot.link_type = link_type;
-        slot.ingress = ingress;
-        slot.parsed = None;
-        slot.malformed = None;
-        slot.verdict = Verdict::Forward(PortSet::EMPTY);
-        slot.to_ingress = false;
-        slot.icarus_pending = 0;
+        slot.arrived(ts, orig_len, link_type, ingress);
         self.len += 1;
         true
     }
