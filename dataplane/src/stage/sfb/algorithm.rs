@@ -110,25 +110,77 @@ pub(super) struct Traits {
 
 /// The fair-share check's verdict on an arrival as the fair path takes it
 /// ([`Sfb::rate_check`]): what the check does with the packet and what it
-/// spares the packet of Blue.
+/// spares the packet of Blue. One word, the flow's first-row counter in
+/// its low 16 bits and a flag per bit above: it is alive across Blue's
+/// kernel, which takes most registers, and one word spills and reloads
+/// once where six values did each.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Checked {
+pub(super) struct Checked(u32);
+
+impl Checked {
     /// The check refuses the packet (the work-conserving floor applied).
-    pub(super) drop: bool,
+    const DROP: u32 = 1 << 16;
     /// The check marks it CE ([`RateVerdict`]'s `mark`).
     ///
     /// [`RateVerdict`]: super::RateVerdict
-    pub(super) mark: bool,
+    const MARK: u32 = 1 << 17;
     /// Its flow is capped ([`RateVerdict`]'s `capped`).
     ///
     /// [`RateVerdict`]: super::RateVerdict
-    pub(super) capped: bool,
+    const CAPPED: u32 = 1 << 18;
     /// [`Traits::keep_at_max`].
-    pub(super) keep_at_max: bool,
+    const KEEP_AT_MAX: u32 = 1 << 19;
     /// [`Traits::marks_only`].
-    pub(super) marks_only: bool,
+    const MARKS_ONLY: u32 = 1 << 20;
+
+    #[inline(always)]
+    fn new(first: FirstRow, flags: [(bool, u32); 5]) -> Self {
+        let bits = flags.iter().fold(u32::from(first.index()), |b, &(on, f)| {
+            b | (u32::from(on) * f)
+        });
+        Checked(bits)
+    }
+
+    #[inline(always)]
+    fn has(self, flag: u32) -> bool {
+        self.0 & flag != 0
+    }
+
+    /// See [`Checked::DROP`].
+    #[inline(always)]
+    pub(super) fn drop(self) -> bool {
+        self.has(Self::DROP)
+    }
+
+    /// See [`Checked::MARK`].
+    #[inline(always)]
+    pub(super) fn mark(self) -> bool {
+        self.has(Self::MARK)
+    }
+
+    /// See [`Checked::CAPPED`].
+    #[inline(always)]
+    pub(super) fn capped(self) -> bool {
+        self.has(Self::CAPPED)
+    }
+
+    /// See [`Checked::KEEP_AT_MAX`].
+    #[inline(always)]
+    pub(super) fn keep_at_max(self) -> bool {
+        self.has(Self::KEEP_AT_MAX)
+    }
+
+    /// See [`Checked::MARKS_ONLY`].
+    #[inline(always)]
+    pub(super) fn marks_only(self) -> bool {
+        self.has(Self::MARKS_ONLY)
+    }
+
     /// The flow's first-row counter, for [`FairRate::signal_at`].
-    pub(super) first: FirstRow,
+    #[inline(always)]
+    pub(super) fn first(self) -> FirstRow {
+        FirstRow::at(self.0 as u16)
+    }
 }
 
 /// A multiplicative congruential generator modulo 2^64 (Lehmer) with a
@@ -786,14 +838,16 @@ impl Sfb {
         let short = (backlog < r.floor()) & v.near;
         self.counters.ratemark += u64::from(v.mark);
         let no_drop = short | v.capped;
-        Checked {
-            drop: v.drop & !short,
-            mark: v.mark,
-            capped: v.capped,
-            keep_at_max: v.under | no_drop,
-            marks_only: no_drop | (ecn_capable & v.under),
+        Checked::new(
             first,
-        }
+            [
+                (v.drop & !short, Checked::DROP),
+                (v.mark, Checked::MARK),
+                (v.capped, Checked::CAPPED),
+                (v.under | no_drop, Checked::KEEP_AT_MAX),
+                (no_drop | (ecn_capable & v.under), Checked::MARKS_ONLY),
+            ],
+        )
     }
 
     /// An arrival at `now` found the queue empty: the link was idle since

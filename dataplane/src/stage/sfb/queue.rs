@@ -269,7 +269,7 @@ fn offer<T: Copy + Default, const FUSED: bool, const ROWS: usize>(
     } else {
         Checked::default()
     };
-    if check.drop {
+    if check.drop() {
         sfb.counters.ratedrop += 1;
         return Err(DropReason::SfbRate);
     }
@@ -279,8 +279,8 @@ fn offer<T: Copy + Default, const FUSED: bool, const ROWS: usize>(
         flow,
         Traits {
             ecn_capable: a.ecn_capable,
-            keep_at_max: check.keep_at_max,
-            marks_only: check.marks_only,
+            keep_at_max: check.keep_at_max(),
+            marks_only: check.marks_only(),
             paired_coin: fair,
             count_marks: !fair,
         },
@@ -290,15 +290,15 @@ fn offer<T: Copy + Default, const FUSED: bool, const ROWS: usize>(
         Ok(d) => (d.mark, d.sets, d.standby),
         Err(d) => {
             if fair {
-                sfb.rate.signal_at(check.first, true);
+                sfb.rate.signal_at(check.first(), true);
             }
             return Err(d.reason());
         }
     };
     if fair {
         // Blue's mark is its signal; a packet both marked is counted once.
-        sfb.rate.signal_at(check.first, mark);
-        mark |= check.mark;
+        sfb.rate.signal_at(check.first(), mark);
+        mark |= check.mark();
         sfb.counters.marked += u64::from(mark);
     }
     // Built in registers: an array written by index and read back whole
@@ -308,7 +308,7 @@ fn offer<T: Copy + Default, const FUSED: bool, const ROWS: usize>(
     } else {
         [standby, word]
     };
-    let capped = fair & check.capped;
+    let capped = fair & check.capped();
     let queued = Queued {
         item: a.item,
         words,

@@ -232,9 +232,23 @@ impl RateVerdict {
 }
 
 /// A flow's counter in the first row of a [`FairRate`], as
-/// [`FairRate::arrive_at`] found it.
+/// [`FairRate::arrive_at`] found it (below `2^MAX_RATE_LOG2_BINS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FirstRow(usize);
+pub struct FirstRow(u16);
+
+impl FirstRow {
+    /// The counter at `index` of the first row.
+    #[inline(always)]
+    pub(super) fn at(index: u16) -> Self {
+        FirstRow(index)
+    }
+
+    /// Its index in the first row.
+    #[inline(always)]
+    pub(super) fn index(self) -> u16 {
+        self.0
+    }
+}
 
 /// The sketch, the departures, and the fair share of one queue.
 #[derive(Debug, Clone)]
@@ -253,8 +267,15 @@ pub struct FairRate {
     counts: Vec<u32>,
     /// Per first-row counter, the periods left in which its flows count
     /// as competing because Blue signalled one of them
-    /// ([`signal`](Self::signal)).
+    /// ([`signal`](Self::signal)), as of the last period boundary.
     held: Vec<u8>,
+    /// Per first-row counter, whether Blue signalled one of its flows
+    /// since the last period boundary, where the flag becomes a hold
+    /// ([`fold_signals`](Self::fold_signals); the holds are only read
+    /// there). One `or` per arrival, where setting the hold itself was a
+    /// load, a select and a store. Sized for the largest row, so that a
+    /// [`FirstRow`] indexes it without a check.
+    signalled: Box<[u8; 1 << MAX_RATE_LOG2_BINS]>,
     /// Per first-row counter, its value at the first period boundary of
     /// its hold (0: not taken yet) and at the last one: a hold ends early
     /// when the counter climbs back to its base
@@ -287,13 +308,13 @@ pub struct FairRate {
     /// The work-conserving floor in bytes ([`FLOOR_NS`]; 0 on an unshaped
     /// port).
     floor: u64,
-    /// Bytes admitted into the queue from capped flows
-    /// ([`RateVerdict::capped`]) since the last period boundary; the
-    /// queue's bytes in, all flows, at that boundary; and how many bytes
-    /// the capped flows may hold in the queue before the share shrinks
-    /// ([`CAPPED_NS`] of the link, at least the floor; `u64::MAX` on an
-    /// unshaped port).
-    capped_in: u64,
+    /// Bytes admitted into the queue since the last period boundary from
+    /// flows not capped (`[0]`) and capped ([`RateVerdict::capped`], `[1]`:
+    /// one add into the entry the flag names, no mask); the queue's bytes
+    /// in, all flows, at that boundary; and how many bytes the capped
+    /// flows may hold in the queue before the share shrinks ([`CAPPED_NS`]
+    /// of the link, at least the floor; `u64::MAX` on an unshaped port).
+    admitted: [u64; 2],
     bytes_in_at: u64,
     capped_limit: u64,
     /// The next decay, packet time.
@@ -326,6 +347,7 @@ impl FairRate {
             period_ns: period_ms.max(1).saturating_mul(NS_PER_MS),
             counts: vec![0; MAX_RATE_ROWS << log2],
             held: vec![0; 1 << log2],
+            signalled: Box::new([0; 1 << MAX_RATE_LOG2_BINS]),
             hold_base: vec![0; 1 << log2],
             hold_last: vec![0; 1 << log2],
             held_now: 0,
@@ -338,7 +360,7 @@ impl FairRate {
             capping: true,
             link_bytes_per_s: 0,
             floor: 0,
-            capped_in: 0,
+            admitted: [0; 2],
             bytes_in_at: 0,
             capped_limit: u64::MAX,
             next: None,
@@ -497,7 +519,8 @@ impl FairRate {
             // arrives.
             near: rate - u64::from(len) < self.alpha_near,
         };
-        (v, FirstRow(first))
+        // A first-row index is below `2^log2 <= 2^16`.
+        (v, FirstRow(first as u16))
     }
 
     /// Conservative update of `R` rows by `len`; the flow's new count and
@@ -539,23 +562,42 @@ impl FairRate {
     /// the flows over the share (the model's long-window weak spot).
     #[inline(always)]
     pub fn signal(&mut self, word: u64, on: bool) {
-        self.signal_at(FirstRow(self.index(word, 0)), on);
+        // A first-row index is below `2^log2 <= 2^16`.
+        self.signal_at(FirstRow(self.index(word, 0) as u16), on);
     }
 
     /// [`signal`](Self::signal) by the first-row counter that
     /// [`arrive_at`](Self::arrive_at) returned for the flow.
     #[inline(always)]
     pub fn signal_at(&mut self, first: FirstRow, on: bool) {
-        // A first-row index is below `2^log2`, the length of `held`: the
-        // bounds check is a branch never taken. No branch on `on`: a
-        // mark is a coin's outcome, which a predictor misses about as
-        // often as it comes.
-        if let Some(h) = self.held.get_mut(first.0) {
-            // Arithmetic, which the compiler leaves without a branch (a
-            // select it turned into one): `HOLD_PERIODS` when `on`, else
-            // as it was (no count is above `HOLD_PERIODS`).
-            let mask = 0u8.wrapping_sub(u8::from(on));
-            *h = h.wrapping_add(HOLD_PERIODS.wrapping_sub(*h) & mask);
+        // No branch on `on`: a mark is a coin's outcome, which a predictor
+        // misses about as often as it comes. The flag becomes the hold at
+        // the next boundary ([`fold_signals`](Self::fold_signals)).
+        self.signalled[usize::from(first.0)] |= u8::from(on);
+    }
+
+    /// The periods counter `i` of the first row is held for, counting a
+    /// signal since the last boundary as a full hold.
+    #[cfg(test)]
+    fn hold(&self, i: usize) -> u8 {
+        if self.signalled[i] != 0 {
+            HOLD_PERIODS
+        } else {
+            self.held[i]
+        }
+    }
+
+    /// At a period boundary, first: each counter signalled since the last
+    /// one is held for [`HOLD_PERIODS`] from here, as if its hold had been
+    /// set when the signal came (nothing reads the holds in between).
+    #[inline(always)]
+    fn fold_signals(&mut self) {
+        let n = self.held.len();
+        // Branch-free, so that the loop vectorises.
+        for (h, s) in self.held.iter_mut().zip(&mut self.signalled[..n]) {
+            let on = 0u8.wrapping_sub(u8::from(*s != 0));
+            *h = (HOLD_PERIODS & on) | (*h & !on);
+            *s = 0;
         }
     }
 
@@ -563,8 +605,7 @@ impl FairRate {
     /// queue (counted when it is).
     #[inline(always)]
     pub fn enqueued(&mut self, len: u32, capped: bool) {
-        // Branch-free: the mask is all ones when capped.
-        self.capped_in += u64::from(len) & 0u64.wrapping_sub(u64::from(capped));
+        self.admitted[usize::from(capped)] += u64::from(len);
     }
 
     /// A packet of `len` bytes left the queue.
@@ -617,6 +658,7 @@ impl FairRate {
             .next
             .get_or_insert_with(|| now.add_nanos(self.period_ns));
         if now >= next {
+            self.fold_signals();
             let periods = now.nanos_since(next) / self.period_ns + 1;
             // The boundaries passed without an arrival: the counters are
             // what they were at the first, decayed through the others.
@@ -661,7 +703,8 @@ impl FairRate {
     /// last boundary, `queue` the queue's state if known.
     fn adjust_gain(&mut self, share: u32, periods: u64, queue: Option<Backlog>) {
         const ONE: u64 = 1 << 16;
-        let capped_in = core::mem::take(&mut self.capped_in);
+        let capped_in = core::mem::take(&mut self.admitted[1]);
+        self.admitted[0] = 0;
         // The capped flows' part of the queue, as their part of what
         // entered it since the last boundary.
         let capped_held = queue.map_or(0, |q| {
@@ -1091,10 +1134,13 @@ mod tests {
         let mut f = FairRate::new(1, 4, 100, 3, 0);
         f.tick(ms(0));
         f.signal(9, false);
-        assert!(f.held.iter().all(|&h| h == 0), "no signal, no hold");
+        assert!(
+            (0..f.held.len()).all(|i| f.hold(i) == 0),
+            "no signal, no hold"
+        );
         f.signal(9, true);
         let i = f.index(9, 0);
-        assert_eq!(f.held[i], HOLD_PERIODS);
+        assert_eq!(f.hold(i), HOLD_PERIODS);
         f.tick(ms(100));
         assert_eq!(f.held[i], HOLD_PERIODS - 1);
         f.tick(ms(100 * (u64::from(HOLD_PERIODS) + 5)));
