@@ -846,7 +846,7 @@ impl Sfb {
         Checked::new(
             first,
             [
-                (v.drop & !short, Checked::DROP),
+                ((u8::from(v.drop) << 1 | u8::from(!short)) == 3, Checked::DROP),
                 (v.mark, Checked::MARK),
                 (v.capped, Checked::CAPPED),
                 (v.under | no_drop, Checked::KEEP_AT_MAX),
