@@ -180,13 +180,18 @@ impl Feed<u32> for BatchFeed<'_> {
         (a, None)
     }
 
+    /// Adds the verdict to the checksum as a value, which the compiler
+    /// makes without a branch in both profiles' loops. (Written as a
+    /// statement per arm, it branched in one profile's loop and not in the
+    /// other's, and charged that profile about 0.2 mispredicted branches a
+    /// packet of the harness's own.)
     #[inline(always)]
     fn verdict(&mut self, _: usize, v: Result<Enqueued, DropReason>) {
-        match v {
-            Ok(Enqueued::Forward) => *self.sum += 1 << 20,
-            Ok(Enqueued::Mark) => *self.sum += 1 << 40,
-            Err(_) => {}
-        }
+        *self.sum += match v {
+            Ok(Enqueued::Forward) => 1 << 20,
+            Ok(Enqueued::Mark) => 1 << 40,
+            Err(_) => 0,
+        };
     }
 
     #[inline(always)]
