@@ -846,7 +846,14 @@ impl Sfb {
         Checked::new(
             first,
             [
-                ((u8::from(v.drop) << 1 | u8::from(!short)) == 3, Checked::DROP),
+                // `drop & !short`, written as one test of two bits: the
+                // compiler then branches once on the outcome, where on the
+                // `&` of the comparisons it branched on the coin's refusal
+                // first, which goes either way.
+                (
+                    (u8::from(v.drop) << 1 | u8::from(!short)) == 3,
+                    Checked::DROP,
+                ),
                 (v.mark, Checked::MARK),
                 (v.capped, Checked::CAPPED),
                 (v.under | no_drop, Checked::KEEP_AT_MAX),
