@@ -294,20 +294,32 @@ impl From<Flow6> for FlowKey {
     }
 }
 
-/// How a flow's protocol shows its L4 fields.
-fn l4_shape(protocol: IpProtocol, src_port: u16, dst_port: u16) -> L4Shape {
-    match protocol {
-        IpProtocol::Icmp | IpProtocol::Icmpv6 => L4Shape::TypeCode,
-        IpProtocol::Tcp | IpProtocol::Udp => L4Shape::Ports,
-        _ if src_port != 0 || dst_port != 0 => L4Shape::Ports,
-        _ => L4Shape::None,
+/// A flow as both families print it: `src:sport -> dst:dport proto` (the
+/// addresses in brackets where `bracketed`, as IPv6 writes them beside a
+/// port), ICMP with its type and code from the destination port field
+/// (`src -> dst icmp 8/0`), other protocols without ports unless they
+/// carry some.
+fn write_flow(
+    f: &mut fmt::Formatter<'_>,
+    (src, dst): (impl fmt::Display, impl fmt::Display),
+    bracketed: bool,
+    protocol: IpProtocol,
+    (src_port, dst_port): (u16, u16),
+) -> fmt::Result {
+    let p = protocol;
+    let ports = match protocol {
+        IpProtocol::Icmp | IpProtocol::Icmpv6 => {
+            let [t, c] = dst_port.to_be_bytes();
+            return write!(f, "{src} -> {dst} {p} {t}/{c}");
+        }
+        IpProtocol::Tcp | IpProtocol::Udp => true,
+        _ => src_port != 0 || dst_port != 0,
+    };
+    match (ports, bracketed) {
+        (false, _) => write!(f, "{src} -> {dst} {p}"),
+        (true, false) => write!(f, "{src}:{src_port} -> {dst}:{dst_port} {p}"),
+        (true, true) => write!(f, "[{src}]:{src_port} -> [{dst}]:{dst_port} {p}"),
     }
-}
-
-enum L4Shape {
-    Ports,
-    TypeCode,
-    None,
 }
 
 impl fmt::Display for Flow4 {
@@ -315,15 +327,8 @@ impl fmt::Display for Flow4 {
     /// (`10.0.0.1 -> 10.0.0.2 icmp 8/0`), other protocols without ports
     /// (`10.0.0.1 -> 224.0.0.22 igmp`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (s, d, p) = (self.src, self.dst, self.protocol);
-        match l4_shape(p, self.src_port, self.dst_port) {
-            L4Shape::Ports => write!(f, "{s}:{} -> {d}:{} {p}", self.src_port, self.dst_port),
-            L4Shape::TypeCode => {
-                let [t, c] = self.dst_port.to_be_bytes();
-                write!(f, "{s} -> {d} {p} {t}/{c}")
-            }
-            L4Shape::None => write!(f, "{s} -> {d} {p}"),
-        }
+        let ports = (self.src_port, self.dst_port);
+        write_flow(f, (self.src, self.dst), false, self.protocol, ports)
     }
 }
 
@@ -332,15 +337,8 @@ impl fmt::Display for Flow6 {
     /// and code (`2001:db8::1 -> 2001:db8::2 ipv6-icmp 128/0`), other
     /// protocols without ports.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (s, d, p) = (self.src, self.dst, self.protocol);
-        match l4_shape(p, self.src_port, self.dst_port) {
-            L4Shape::Ports => write!(f, "[{s}]:{} -> [{d}]:{} {p}", self.src_port, self.dst_port),
-            L4Shape::TypeCode => {
-                let [t, c] = self.dst_port.to_be_bytes();
-                write!(f, "{s} -> {d} {p} {t}/{c}")
-            }
-            L4Shape::None => write!(f, "{s} -> {d} {p}"),
-        }
+        let ports = (self.src_port, self.dst_port);
+        write_flow(f, (self.src, self.dst), true, self.protocol, ports)
     }
 }
 

@@ -119,19 +119,19 @@ pub(super) struct Checked(u32);
 
 impl Checked {
     /// The check refuses the packet (the work-conserving floor applied).
-    const DROP: u32 = 1 << 16;
+    pub(super) const DROP: u32 = 1 << 16;
     /// The check marks it CE ([`RateVerdict`]'s `mark`).
     ///
     /// [`RateVerdict`]: super::RateVerdict
-    const MARK: u32 = 1 << 17;
+    pub(super) const MARK: u32 = 1 << 17;
     /// Its flow is capped ([`RateVerdict`]'s `capped`).
     ///
     /// [`RateVerdict`]: super::RateVerdict
-    const CAPPED: u32 = 1 << 18;
+    pub(super) const CAPPED: u32 = 1 << 18;
     /// [`Traits::keep_at_max`].
-    const KEEP_AT_MAX: u32 = 1 << 19;
+    pub(super) const KEEP_AT_MAX: u32 = 1 << 19;
     /// [`Traits::marks_only`].
-    const MARKS_ONLY: u32 = 1 << 20;
+    pub(super) const MARKS_ONLY: u32 = 1 << 20;
 
     #[inline(always)]
     fn new(first: FirstRow, flags: [(bool, u32); 5]) -> Self {
@@ -141,39 +141,10 @@ impl Checked {
         Checked(bits)
     }
 
+    /// Whether `flag` (one of the constants above) is set.
     #[inline(always)]
-    fn has(self, flag: u32) -> bool {
+    pub(super) fn has(self, flag: u32) -> bool {
         self.0 & flag != 0
-    }
-
-    /// See [`Checked::DROP`].
-    #[inline(always)]
-    pub(super) fn drop(self) -> bool {
-        self.has(Self::DROP)
-    }
-
-    /// See [`Checked::MARK`].
-    #[inline(always)]
-    pub(super) fn mark(self) -> bool {
-        self.has(Self::MARK)
-    }
-
-    /// See [`Checked::CAPPED`].
-    #[inline(always)]
-    pub(super) fn capped(self) -> bool {
-        self.has(Self::CAPPED)
-    }
-
-    /// See [`Checked::KEEP_AT_MAX`].
-    #[inline(always)]
-    pub(super) fn keep_at_max(self) -> bool {
-        self.has(Self::KEEP_AT_MAX)
-    }
-
-    /// See [`Checked::MARKS_ONLY`].
-    #[inline(always)]
-    pub(super) fn marks_only(self) -> bool {
-        self.has(Self::MARKS_ONLY)
     }
 
     /// The flow's first-row counter, for [`FairRate::signal_at`].

@@ -269,7 +269,7 @@ fn offer<T: Copy + Default, const FUSED: bool, const ROWS: usize>(
     } else {
         Checked::default()
     };
-    if check.drop() {
+    if check.has(Checked::DROP) {
         sfb.counters.ratedrop += 1;
         return Err(DropReason::SfbRate);
     }
@@ -279,8 +279,8 @@ fn offer<T: Copy + Default, const FUSED: bool, const ROWS: usize>(
         flow,
         Traits {
             ecn_capable: a.ecn_capable,
-            keep_at_max: check.keep_at_max(),
-            marks_only: check.marks_only(),
+            keep_at_max: check.has(Checked::KEEP_AT_MAX),
+            marks_only: check.has(Checked::MARKS_ONLY),
             paired_coin: fair,
             count_marks: !fair,
         },
@@ -298,7 +298,7 @@ fn offer<T: Copy + Default, const FUSED: bool, const ROWS: usize>(
     if fair {
         // Blue's mark is its signal; a packet both marked is counted once.
         sfb.rate.signal_at(check.first(), mark);
-        mark |= check.mark();
+        mark |= check.has(Checked::MARK);
         sfb.counters.marked += u64::from(mark);
     }
     // Built in registers: an array written by index and read back whole
@@ -308,7 +308,7 @@ fn offer<T: Copy + Default, const FUSED: bool, const ROWS: usize>(
     } else {
         [standby, word]
     };
-    let capped = fair & check.capped();
+    let capped = fair & check.has(Checked::CAPPED);
     let queued = Queued {
         item: a.item,
         words,
