@@ -309,8 +309,9 @@ pub struct FairRate {
     /// port).
     floor: u64,
     /// Bytes admitted into the queue since the last period boundary from
-    /// flows not capped (`[0]`) and capped ([`RateVerdict::capped`], `[1]`:
-    /// one add into the entry the flag names, no mask); the queue's bytes
+    /// capped flows ([`RateVerdict::capped`], `[1]`; `[0]` takes the other
+    /// flows' adds and is never read: one add into the entry the flag
+    /// names, no mask); the queue's bytes
     /// in, all flows, at that boundary; and how many bytes the capped
     /// flows may hold in the queue before the share shrinks ([`CAPPED_NS`]
     /// of the link, at least the floor; `u64::MAX` on an unshaped port).
